@@ -1,0 +1,1 @@
+"""Benchmark harness: causeway against the naive design and the machine's ceiling."""

@@ -1,0 +1,1 @@
+"""The `causeway` command line."""

@@ -1,0 +1,1 @@
+"""Typed records: change events, dead letters, Debezium envelopes, world ids."""

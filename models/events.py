@@ -1,0 +1,302 @@
+"""The change-event contract: what ontology services and the CDC ingest publish, and its validation.
+
+Wire format (JSON object, one per Kafka record, key ``"<world_id>::<object_pk|link_pk>"``)::
+
+    event_id          str, required, unique: the idempotency key (1..200 chars)
+    world_id          str, required: a valid world id (see models.worlds)
+    object_type       str, required for objects;  link_type / link_pk / from_pk / to_pk for links
+    object_pk         str, required for objects
+    change_type       CREATE | UPDATE | DELETE | SNAPSHOT | TRUNCATE
+    before_properties object or null
+    after_properties  object or null (required for CREATE, UPDATE, SNAPSHOT)
+    version           int >= 0, per entity, increasing
+    caused_by         event_id of the cause, or null
+    causal_order      int or null (informational ordering hint from the producer)
+    occurred_at       ISO-8601 string or epoch milliseconds
+    schema_version    int >= 0 (default 0)
+    source            str (default "")
+
+``decode`` never raises on bad input: it returns an ``Invalid`` with a stable reason code that goes
+into the dead-letter headers, and a sentence a producer can act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from models.worlds import InvalidWorldId, validate_world_id
+
+MAX_ID_LEN = 200
+MAX_PK_LEN = 512
+
+
+class ChangeType(StrEnum):
+    CREATE = "CREATE"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    SNAPSHOT = "SNAPSHOT"  # a CDC snapshot read: an upsert that does not imply a prior state
+    TRUNCATE = "TRUNCATE"  # every entity of (world, type) is deleted; entity_pk is "*"
+
+
+class EntityKind(StrEnum):
+    OBJECT = "object"
+    LINK = "link"
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    event_id: str
+    world_id: str
+    kind: EntityKind
+    entity_type: str  # object_type or link_type
+    entity_pk: str  # object_pk or link_pk
+    change_type: ChangeType
+    version: int
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    caused_by: str | None
+    causal_order: int | None
+    occurred_at_ms: int
+    schema_version: int
+    source: str
+    from_pk: str | None = None
+    to_pk: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The Kafka key and the per-entity ordering key."""
+        return f"{self.world_id}::{self.entity_pk}"
+
+    def to_wire(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "event_id": self.event_id,
+            "world_id": self.world_id,
+            "change_type": self.change_type.value,
+            "before_properties": self.before,
+            "after_properties": self.after,
+            "version": self.version,
+            "caused_by": self.caused_by,
+            "causal_order": self.causal_order,
+            "occurred_at": self.occurred_at_ms,
+            "schema_version": self.schema_version,
+            "source": self.source,
+        }
+        if self.kind is EntityKind.OBJECT:
+            doc["object_type"] = self.entity_type
+            doc["object_pk"] = self.entity_pk
+        else:
+            doc["link_type"] = self.entity_type
+            doc["link_pk"] = self.entity_pk
+            doc["from_pk"] = self.from_pk
+            doc["to_pk"] = self.to_pk
+        return doc
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self.to_wire())
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """Why a record was rejected. ``reason`` is a stable code; ``detail`` tells the producer what to fix."""
+
+    reason: str
+    detail: str
+    event_id: str | None = None
+    world_id: str | None = None
+
+
+class _Reject(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+
+
+def _str_field(doc: dict[str, Any], name: str, max_len: int, required: bool = True) -> str | None:
+    value = doc.get(name)
+    if value is None:
+        if required:
+            raise _Reject("missing-field", f"'{name}' is required")
+        return None
+    if not isinstance(value, str):
+        raise _Reject("wrong-type", f"'{name}' must be a string, got {type(value).__name__}")
+    if not value.strip():
+        if required:
+            raise _Reject("empty-field", f"'{name}' must not be empty")
+        return None
+    if len(value) > max_len:
+        raise _Reject("field-too-long", f"'{name}' has {len(value)} characters; at most {max_len}")
+    if "\x00" in value:
+        raise _Reject("bad-characters", f"'{name}' contains a NUL character")
+    return value
+
+
+def _int_field(doc: dict[str, Any], name: str, default: int | None) -> int | None:
+    value = doc.get(name)
+    if value is None:
+        if default is None and name == "version":
+            raise _Reject("missing-field", f"'{name}' is required")
+        return default
+    # bool is an int subclass in Python; a producer sending true/false made a mistake.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Reject("wrong-type", f"'{name}' must be an integer, got {type(value).__name__}")
+    if value < 0:
+        raise _Reject("negative-number", f"'{name}' must be >= 0, got {value}")
+    if value > 2**63 - 1:
+        raise _Reject("number-too-large", f"'{name}' does not fit in 64 bits")
+    return value
+
+
+def _props(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
+    value = doc.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _Reject("wrong-type", f"'{name}' must be an object or null, got {type(value).__name__}")
+    return value
+
+
+def parse_timestamp_ms(value: Any) -> int:
+    """Epoch milliseconds from an int (ms) or an ISO-8601 string; naive strings are taken as UTC."""
+    if isinstance(value, bool):
+        raise _Reject("wrong-type", "'occurred_at' must be an ISO-8601 string or epoch milliseconds")
+    if isinstance(value, int):
+        if value < 0:
+            raise _Reject("bad-timestamp", "'occurred_at' must not be negative")
+        return value
+    if isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise _Reject("bad-timestamp", f"'occurred_at' is not ISO-8601: {value[:40]!r}") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        return int(dt.timestamp() * 1000)
+    if value is None:
+        raise _Reject("missing-field", "'occurred_at' is required")
+    raise _Reject("wrong-type", "'occurred_at' must be an ISO-8601 string or epoch milliseconds")
+
+
+def validate(doc: Any, topic_kind: EntityKind | None = None) -> ChangeEvent:
+    """Check a decoded JSON document against the contract; raises _Reject."""
+    if not isinstance(doc, dict):
+        raise _Reject("not-an-object", f"the value must be a JSON object, got {type(doc).__name__}")
+    event_id = _str_field(doc, "event_id", MAX_ID_LEN)
+    assert event_id is not None
+    raw_world = doc.get("world_id")
+    if raw_world is None:
+        raise _Reject("missing-field", "'world_id' is required")
+    try:
+        world_id = validate_world_id(raw_world)
+    except InvalidWorldId as exc:
+        raise _Reject("bad-world-id", str(exc)) from None
+
+    is_link = "link_type" in doc or "link_pk" in doc
+    if topic_kind is EntityKind.LINK and not is_link:
+        raise _Reject("wrong-topic", "object events belong on the objects topic; links need link_type")
+    if topic_kind is EntityKind.OBJECT and is_link:
+        raise _Reject("wrong-topic", "link events belong on the links topic")
+
+    raw_change = doc.get("change_type")
+    try:
+        change_type = ChangeType(raw_change)
+    except ValueError:
+        raise _Reject(
+            "unknown-change-type",
+            f"change_type {str(raw_change)[:40]!r} is not one of {', '.join(ChangeType)}",
+        ) from None
+
+    from_pk = to_pk = None
+    if is_link:
+        kind = EntityKind.LINK
+        entity_type = _str_field(doc, "link_type", MAX_ID_LEN)
+        if change_type is ChangeType.TRUNCATE:
+            entity_pk = "*"
+        else:
+            entity_pk = _str_field(doc, "link_pk", MAX_PK_LEN)
+            from_pk = _str_field(doc, "from_pk", MAX_PK_LEN, required=change_type is not ChangeType.DELETE)
+            to_pk = _str_field(doc, "to_pk", MAX_PK_LEN, required=change_type is not ChangeType.DELETE)
+    else:
+        kind = EntityKind.OBJECT
+        entity_type = _str_field(doc, "object_type", MAX_ID_LEN)
+        entity_pk = "*" if change_type is ChangeType.TRUNCATE else _str_field(doc, "object_pk", MAX_PK_LEN)
+    assert entity_type is not None and entity_pk is not None
+
+    before = _props(doc, "before_properties")
+    after = _props(doc, "after_properties")
+    if change_type in (ChangeType.CREATE, ChangeType.UPDATE, ChangeType.SNAPSHOT) and after is None:
+        raise _Reject("missing-after", f"a {change_type} needs after_properties")
+
+    version = _int_field(doc, "version", None)
+    assert version is not None
+    caused_by = _str_field(doc, "caused_by", MAX_ID_LEN, required=False)
+    if caused_by == event_id:
+        raise _Reject("self-caused", "caused_by names the event itself")
+    causal_order = _int_field(doc, "causal_order", None) if doc.get("causal_order") is not None else None
+    occurred_at_ms = parse_timestamp_ms(doc.get("occurred_at"))
+    schema_version = _int_field(doc, "schema_version", 0)
+    assert schema_version is not None
+    source = doc.get("source") or ""
+    if not isinstance(source, str):
+        raise _Reject("wrong-type", "'source' must be a string")
+
+    return ChangeEvent(
+        event_id=event_id,
+        world_id=world_id,
+        kind=kind,
+        entity_type=entity_type,
+        entity_pk=entity_pk,
+        change_type=change_type,
+        version=version,
+        before=before,
+        after=after,
+        caused_by=caused_by,
+        causal_order=causal_order,
+        occurred_at_ms=occurred_at_ms,
+        schema_version=schema_version,
+        source=source[:MAX_ID_LEN],
+        from_pk=from_pk,
+        to_pk=to_pk,
+    )
+
+
+def decode(
+    value: bytes | None,
+    key: bytes | None = None,
+    topic_kind: EntityKind | None = None,
+    max_bytes: int = 1_048_576,
+) -> ChangeEvent | Invalid:
+    """Decode and validate one Kafka record value; never raises on bad input."""
+    if value is None:
+        return Invalid("tombstone", "a null value (tombstone) is not a change event")
+    if len(value) > max_bytes:
+        return Invalid("oversized", f"value is {len(value)} bytes; the limit is {max_bytes}")
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        return Invalid("malformed-json", f"value is not valid UTF-8 JSON: {exc}")
+    try:
+        event = validate(doc, topic_kind)
+    except _Reject as rej:
+        ev_id = doc.get("event_id") if isinstance(doc, dict) else None
+        world = doc.get("world_id") if isinstance(doc, dict) else None
+        return Invalid(
+            rej.reason,
+            rej.detail,
+            ev_id if isinstance(ev_id, str) else None,
+            world if isinstance(world, str) else None,
+        )
+    if key is not None:
+        expected = event.key.encode()
+        if key != expected:
+            return Invalid(
+                "key-mismatch",
+                f"record key {key[:120]!r} must be '<world_id>::<pk>' = {expected[:120]!r}",
+                event.event_id,
+                event.world_id,
+            )
+    return event

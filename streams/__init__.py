@@ -1,0 +1,1 @@
+"""The Faust app, topic definitions and the settings object."""

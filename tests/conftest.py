@@ -1,0 +1,77 @@
+"""Shared fixtures. Integration tests use the real services started by scripts/services.sh.
+
+A missing service is an error, never a skip: the message says how to start it.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from urllib.parse import urlparse
+
+import pytest
+
+from streams.settings import Settings
+
+START_HINT = "start the services with: scripts/services.sh start"
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def require(name: str, url_or_hostport: str) -> None:
+    """Fail (not skip) when a real service is absent."""
+    if "://" in url_or_hostport:
+        parsed = urlparse(url_or_hostport)
+        host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
+    else:
+        host, _, port_s = url_or_hostport.split(",")[0].rpartition(":")
+        port = int(port_s)
+    if not _reachable(host, port):
+        pytest.fail(f"{name} is not reachable at {url_or_hostport}; {START_HINT}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(settings: Settings) -> str:
+    require("Kafka", settings.kafka_bootstrap)
+    return settings.kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def redis_url(settings: Settings) -> str:
+    require("Redis", settings.redis_url)
+    return settings.redis_url
+
+
+@pytest.fixture(scope="session")
+def nessie_url(settings: Settings) -> str:
+    require("Nessie", settings.nessie_url)
+    return settings.nessie_url
+
+
+@pytest.fixture(scope="session")
+def prometheus_url(settings: Settings) -> str:
+    require("Prometheus", settings.prometheus_url)
+    return settings.prometheus_url
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique suffix for topic, branch and key names, so tests never collide."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def warehouse(tmp_path) -> str:
+    return f"file://{tmp_path}/warehouse"
+pytest_plugins = ["pytester"]

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from streams.settings import Secret, Settings, SettingsError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_and_env_overrides() -> None:
+    s = Settings.from_env({"CAUSEWAY_BATCH_MAX_EVENTS": "5_000", "CAUSEWAY_NESSIE_TOKEN": "t0ps3cret"})
+    assert s.batch_max_events == 5000
+    assert s.nessie_token.reveal() == "t0ps3cret"
+    assert "t0ps3cret" not in repr(s)
+    assert Settings.from_env({}).namespace == "onto"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CAUSEWAY_BATCH_MAX_EVENTS": "lots"}, "CAUSEWAY_BATCH_MAX_EVENTS"),
+        ({"CAUSEWAY_UNKNOWN_WORLD_POLICY": "ignore"}, "'dlq' or 'create'"),
+        ({"CAUSEWAY_WAREHOUSE": "ftp://x"}, "CAUSEWAY_WAREHOUSE"),
+        ({"CAUSEWAY_COMMIT_RETRIES": "0"}, "at least 1"),
+    ],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)
+
+
+def test_secret_repr_hides_value() -> None:
+    assert repr(Secret("abc")) == "Secret('***')"
+
+
+def test_readme_configuration_table_is_current() -> None:
+    spec = importlib.util.spec_from_file_location("urc", ROOT / "scripts/update_readme_config.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = (ROOT / "README.md").read_text()
+    assert mod.render(text) == text, "README config table is stale: run scripts/update_readme_config.py"

@@ -1,0 +1,1 @@
+"""World management: create, fork, list, delete (wave 2: merge, release, rollback)."""
