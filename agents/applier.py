@@ -1,0 +1,458 @@
+"""The change applier: decoded records in, one atomic commit per world per flush out, offsets acked.
+
+This class owns the order of a flush and nothing Kafka-specific: the worker (``agents/worker.py``)
+feeds it records with an opaque handle each and acks the handles it returns, in offset order.
+
+Per input batch:
+  1. decode + validate (bad → dead letter), unknown worlds by policy;
+  2. one pipelined Redis round trip: are these events (and the causes parked events wait for)
+     already applied? duplicates are settled at once;
+  3. the causal gate parks, orders and releases; released events join their world's batch;
+  4. a world's batch flushes when big or old enough: one Nessie commit (the committer re-checks the
+     branch's recorded offsets and versions against the head it commits on) → Redis marks →
+     the gate learns what took effect → offsets are done → handles are acked in order.
+A failed flush keeps its events and retries with capped backoff while consumption waits: a Nessie
+or Redis outage pauses the worker (log line + metric) instead of losing data or spinning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agents.batching import BatchAccumulator
+from agents.causal import CausalGate, Rejected
+from agents.dedupe import drop_duplicates, refs_to_check
+from agents.offsets import Arrival, OffsetTracker, TopicPartition
+from models.deadletter import DeadLetter
+from models.events import ChangeEvent, EntityKind, Invalid, decode
+from monitoring.metrics import Metrics
+from sinks.committer import Batch, CommitOutcome, Source
+from sinks.offsets import OffsetSet
+from streams.settings import Settings
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_WORLD = "unknown-world"
+STALE_VERSION = "stale-version"
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+    handle: Any  # what the worker acks (a Faust event); opaque here
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+class Marks(Protocol):
+    async def applied(self, pairs: Any) -> set[tuple[str, str]]: ...
+    async def mark(self, pairs: Any) -> int: ...
+
+
+class Committer(Protocol):
+    async def commit_batch_async(self, batch: Batch) -> CommitOutcome: ...
+
+
+class DeadLetters(Protocol):
+    async def publish(self, letters: Sequence[DeadLetter]) -> None: ...
+
+
+class Worlds(Protocol):
+    async def exists(self, world_id: str) -> bool: ...
+    async def ensure(self, world_id: str) -> None: ...
+
+
+class Applier:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        marks: Marks,
+        committer: Committer,
+        dead_letters: DeadLetters,
+        worlds: Worlds,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        worker_id: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.marks = marks
+        self.committer = committer
+        self.dlq = dead_letters
+        self.worlds = worlds
+        self.metrics = metrics
+        self.clock = clock
+        self.worker_id = worker_id or uuid.uuid4().hex[:8]
+        self.gate = CausalGate(settings.causal_timeout_s, settings.max_parked)
+        self.tracker = OffsetTracker()
+        self.batches: BatchAccumulator[Arrival] = BatchAccumulator(
+            settings.batch_max_events, settings.batch_max_seconds
+        )
+        self.lock = asyncio.Lock()
+        self._handles: dict[TopicPartition, deque[tuple[int, Any]]] = defaultdict(deque)
+        self._known_worlds: set[str] = set()
+        self._arrived_at: dict[tuple[str, str], float] = {}
+        self._consumed_at: dict[TopicPartition, dict[int, float]] = defaultdict(dict)
+        self._batch_seq = 0
+        self._kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
+        self.totals: dict[str, int] = defaultdict(int)
+
+    # --- input ----------------------------------------------------------------------------------
+
+    async def process(self, records: Sequence[RawRecord]) -> list[Any]:
+        """Take a batch of consumed records; returns the handles to ack now, in offset order."""
+        async with self.lock:
+            now = self.clock()
+            arrivals: list[Arrival] = []
+            dead: list[DeadLetter] = []
+            for rec in records:
+                if not self.tracker.consumed(rec.tp, rec.offset):
+                    continue  # a re-fetch of an offset already in hand
+                self._handles[rec.tp].append((rec.offset, rec.handle))
+                self._consumed_at[rec.tp][rec.offset] = now
+                self.metrics.consumed(rec.topic)
+                result = decode(rec.value, rec.key, self._kinds.get(rec.topic), self.settings.max_event_bytes)
+                if isinstance(result, Invalid):
+                    dead.append(
+                        self._letter(rec, result.reason, result.detail, result.event_id, result.world_id)
+                    )
+                else:
+                    arrivals.append(Arrival(result, rec.topic, rec.partition, rec.offset))
+            self.totals["consumed"] += len(records)
+            arrivals = await self._check_worlds(arrivals, dead, {r.tp: r for r in records}, records)
+            await self._dedupe_and_gate(arrivals, now)
+            self._collect_gate_output(dead)
+            await self._publish_dead(dead)
+            await self._flush_due(now)
+            return self._acks_due()
+
+    async def tick(self) -> list[Any]:
+        """Periodic work: expire waits, learn causes applied elsewhere, flush old batches."""
+        async with self.lock:
+            now = self.clock()
+            self.gate.expire(now)
+            if self.gate.unknown_causes():
+                await self._dedupe_and_gate([], now)
+            dead: list[DeadLetter] = []
+            self._collect_gate_output(dead)
+            await self._publish_dead(dead)
+            await self._flush_due(now)
+            self._export_gauges()
+            return self._acks_due()
+
+    async def flush_all(self) -> list[Any]:
+        """Commit everything released (before a partition is given up, or at shutdown)."""
+        async with self.lock:
+            for world in list(self.batches.worlds()):
+                await self._flush(world)
+            return self._acks_due()
+
+    async def revoke(self, tps: Sequence[TopicPartition]) -> None:
+        """Give partitions up: released events are committed first, parked ones dropped (re-read later)."""
+        await self.flush_all()
+        async with self.lock:
+            for tp in tps:
+                dropped = self.gate.revoke(tp)
+                self.tracker.revoke(tp)
+                self._handles.pop(tp, None)
+                self._consumed_at.pop(tp, None)
+                if dropped:
+                    log.info(
+                        "revoked %s[%d]: dropped %d parked event(s); the new owner re-reads them",
+                        tp[0],
+                        tp[1],
+                        dropped,
+                    )
+            self._collect_gate_output([])
+
+    @property
+    def backpressure(self) -> bool:
+        return self.gate.full
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def _letter(
+        self,
+        rec: RawRecord | Arrival,
+        reason: str,
+        detail: str,
+        event_id: str | None = None,
+        world_id: str | None = None,
+    ) -> DeadLetter:
+        if isinstance(rec, Arrival):
+            raw = self._raw_of(rec)
+            return DeadLetter(
+                reason,
+                detail,
+                rec.topic,
+                rec.partition,
+                rec.offset,
+                raw[0],
+                raw[1],
+                rec.event.event_id,
+                rec.event.world_id,
+                original_headers=list(raw[2]),
+            )
+        return DeadLetter(
+            reason,
+            detail,
+            rec.topic,
+            rec.partition,
+            rec.offset,
+            rec.key,
+            rec.value,
+            event_id,
+            world_id,
+            original_headers=list(rec.headers),
+        )
+
+    def _raw_of(self, arrival: Arrival) -> tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes]]]:
+        # The original bytes are re-encoded from the event: the contract round-trips exactly.
+        return arrival.event.key.encode(), arrival.event.encode(), ()
+
+    async def _check_worlds(
+        self, arrivals: list[Arrival], dead: list[DeadLetter], _by_tp: Any, _records: Any
+    ) -> list[Arrival]:
+        worlds = {a.event.world_id for a in arrivals} - self._known_worlds
+        for world in worlds:
+            if await self._retry(f"check world {world}", lambda w=world: self.worlds.exists(w)):
+                self._known_worlds.add(world)
+            elif self.settings.unknown_world_policy == "create":
+                await self._retry(f"create world {world}", lambda w=world: self.worlds.ensure(w))
+                log.info(
+                    "created world %s from %s (unknown-world policy 'create')",
+                    world,
+                    self.settings.main_branch,
+                )
+                self._known_worlds.add(world)
+        kept = []
+        for a in arrivals:
+            if a.event.world_id in self._known_worlds:
+                kept.append(a)
+            else:
+                dead.append(
+                    self._letter(
+                        a,
+                        UNKNOWN_WORLD,
+                        f"world {a.event.world_id!r} has no branch; create it with "
+                        f"`causeway worlds create {a.event.world_id}`",
+                    )
+                )
+        return kept
+
+    async def _dedupe_and_gate(self, arrivals: list[Arrival], now: float) -> None:
+        unknown = self.gate.unknown_causes()
+        refs = refs_to_check(arrivals, unknown)
+        marked = await self._retry("redis dedupe lookup", lambda: self.marks.applied(refs)) if refs else set()
+        self.metrics.dependency("redis", True)
+        split = drop_duplicates(arrivals, marked)
+        per_world: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for a in arrivals:
+            per_world[a.event.world_id][0] += 1
+        for a in split.duplicates:
+            per_world[a.event.world_id][1] += 1
+            self._settle(a)
+        for world, (lookups, dups) in per_world.items():
+            self.metrics.idempotency(world, lookups=lookups, duplicates=dups)
+            if dups:
+                self.metrics.event_outcome(world, "duplicate", dups)
+        self.totals["duplicates"] += len(split.duplicates)
+        learned = [r for r in marked if r in unknown]
+        if learned:
+            self.gate.learn_applied(learned)
+        for a in split.fresh:
+            self._arrived_at[a.ref] = now
+            self.gate.offer(a, now)
+
+    def _collect_gate_output(self, dead: list[DeadLetter]) -> None:
+        out = self.gate.drain()
+        now = self.clock()
+        waited: dict[str, list[float]] = defaultdict(list)
+        for a in out.ready:
+            self.batches.add(a.event.world_id, a, now)
+            start = self._arrived_at.pop(a.ref, now)
+            if now - start > 0:
+                waited[a.event.world_id].append(now - start)
+        for world, waits in waited.items():
+            self.metrics.released(world, waits)
+        for rej in out.dead:
+            self._arrived_at.pop(rej.arrival.ref, None)
+            dead.append(self._rejected_letter(rej))
+        for a in out.duplicates:
+            self._arrived_at.pop(a.ref, None)
+            self.metrics.event_outcome(a.event.world_id, "duplicate")
+            self.totals["duplicates"] += 1
+            self._settle(a)
+
+    def _rejected_letter(self, rej: Rejected) -> DeadLetter:
+        return self._letter(rej.arrival, rej.reason, rej.detail)
+
+    async def _publish_dead(self, dead: list[DeadLetter]) -> None:
+        if not dead:
+            return
+        await self._retry("dead-letter publish", lambda: self.dlq.publish(dead))
+        for dl in dead:
+            self.metrics.dead_lettered(dl.topic, dl.reason, world=dl.world_id)
+            self.tracker.done((dl.topic, dl.partition), dl.offset)
+        self.totals["dead_lettered"] += len(dead)
+
+    def _settle(self, a: Arrival) -> None:
+        self.tracker.done(a.tp, a.offset)
+
+    async def _flush_due(self, now: float) -> None:
+        # Effects released by a commit join the next batch; loop until nothing is due.
+        for _ in range(100):
+            due = self.batches.due(now)
+            if not due:
+                return
+            for world in due:
+                await self._flush(world)
+
+    async def _flush(self, world: str) -> None:
+        items = self.batches.take(world)
+        if not items:
+            return
+        self._batch_seq += 1
+        batch_id = f"{self.worker_id}-{int(time.time() * 1000)}-{self._batch_seq}"
+        batch = Batch.from_sources(
+            world, batch_id, [(a.event, Source(a.topic, a.partition, a.offset)) for a in items]
+        )
+        started = time.monotonic()
+        outcome = await self._retry(
+            f"commit of {len(items)} event(s) to world {world}",
+            lambda: self.committer.commit_batch_async(batch),
+            on_error=lambda exc: self.metrics.commit_failed(
+                world,
+                duration_s=time.monotonic() - started,
+                retries_exhausted=type(exc).__name__ == "RetriesExhausted",
+            ),
+        )
+        self.metrics.dependency("nessie", True)
+        refs = [a.ref for a in items]
+        await self._retry("redis mark", lambda: self.marks.mark(refs))
+        stale_ids = set(getattr(outcome, "stale_ids", ()) or ())
+        stale = [a for a in items if a.event.event_id in stale_ids]
+        if stale:
+            await self._publish_dead(
+                [
+                    self._letter(
+                        a,
+                        STALE_VERSION,
+                        f"version {a.event.version} of {a.event.entity_type} "
+                        f"{a.event.entity_pk!r} is not newer than the stored version",
+                    )
+                    for a in stale
+                ]
+            )
+        self.gate.committed(refs)
+        for a in items:
+            if a.event.event_id not in stale_ids:
+                self._settle(a)
+        applied = len(items) - len(stale)
+        self.totals["applied"] += applied
+        self.totals["commits"] += 0 if outcome.already_committed else 1
+        self.metrics.event_outcome(world, "applied", applied)
+        self.metrics.committed(
+            world,
+            duration_s=outcome.seconds,
+            rows=len(items),
+            nbytes=sum(s.bytes_written for s in outcome.stats.values()),
+            occurred_at=[a.event.occurred_at_ms / 1000 for a in items],
+            outcome="already_committed" if outcome.already_committed else "committed",
+        )
+        log.debug(
+            "world %s: committed batch %s (%d events) as %s in %.3fs",
+            world,
+            batch_id,
+            len(items),
+            outcome.hash[:12],
+            outcome.seconds,
+        )
+        self._collect_gate_output([])
+
+    async def _retry(
+        self, what: str, call: Callable[[], Any], on_error: Callable[[Exception], None] | None = None
+    ) -> Any:
+        """Run ``call`` until it succeeds; back off (capped) and report while a dependency is down."""
+        delay = 0.2
+        attempt = 0
+        while True:
+            try:
+                return await call()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure here is retried, never lost
+                attempt += 1
+                if on_error is not None:
+                    on_error(exc)
+                dep = (
+                    "redis"
+                    if "redis" in what or "Redis" in type(exc).__module__
+                    else ("nessie" if "commit" in what or "world" in what else "kafka")
+                )
+                self.metrics.dependency(dep, False)  # type: ignore[arg-type]
+                log.warning(
+                    "%s failed (attempt %d, retrying in %.1fs): %s: %s",
+                    what,
+                    attempt,
+                    delay,
+                    type(exc).__name__,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    # --- output ---------------------------------------------------------------------------------
+
+    def _acks_due(self) -> list[Any]:
+        out = []
+        for tp, queue in self._handles.items():
+            limit = self.tracker.committable(tp)
+            if limit is None:
+                continue
+            times = self._consumed_at[tp]
+            while queue and queue[0][0] < limit:
+                offset, handle = queue.popleft()
+                times.pop(offset, None)
+                out.append(handle)
+        return out
+
+    def _export_gauges(self) -> None:
+        parked: dict[str, int] = defaultdict(int)
+        for world in self._known_worlds:
+            parked[world] += 0
+        # The gate counts parked events in total; attribute them to worlds from the arrival table.
+        for (world, _), _t in self._arrived_at.items():
+            parked[world] += 1
+        for world, n in parked.items():
+            self.metrics.set_parked(world, n)
+        oldest = min((min(t.values()) for t in self._consumed_at.values() if t), default=None)
+        inflight = self.tracker.in_flight()
+        # In-flight is exported per process under the pseudo-world "all": one partition carries many worlds.
+        self.metrics.inflight("all", inflight, time.time() - (self.clock() - oldest) if oldest else None)
+
+    def summary(self) -> dict[str, int]:
+        return dict(self.totals) | {"parked": self.gate.parked_count, "in_flight": self.tracker.in_flight()}
+
+
+def committed_offsets_contain(offsets: dict[TopicPartition, OffsetSet], a: Arrival) -> bool:
+    s = offsets.get(a.tp)
+    return s is not None and a.offset in s
+
+
+def event_of(a: Arrival) -> ChangeEvent:
+    return a.event

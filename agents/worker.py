@@ -1,0 +1,158 @@
+"""The worker process: a Faust app whose agent feeds the change applier and acks what it settled.
+
+Faust pitfalls handled here (see the field notes): ``take()`` acks a batch even when the body
+raised, so the agent uses ``noack_take`` and acks each event itself, only after its commit or dead
+letter, in offset order per partition (the applier returns them that way). ``stream_wait_empty`` is
+off, because a parked event is never acked until its cause arrives and must not stall a rebalance;
+on revocation the applier first commits what it released, then drops what is parked (the new owner
+re-reads it, and the branch's recorded offsets stop a second commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from typing import Any
+
+import faust
+from aiohttp.web import json_response
+
+from agents.applier import Applier, RawRecord
+from agents.deadletters import DeadLetterPublisher
+from agents.marks import AppliedMarks
+from models.worlds import WorldNaming
+from monitoring.metrics import Metrics, register_faust_sensors
+from sinks.committer import BatchCommitter
+from sinks.nessie import NessieClient
+from streams.app import change_topics, create_app
+from streams.topics import ensure_topics
+from streams.settings import Settings
+from worlds.manager import WorldManager
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.25
+
+
+class _Worlds:
+    """World existence checks and creation for the applier, through the world manager."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._client: NessieClient | None = None
+
+    def _manager(self) -> WorldManager:
+        if self._client is None:
+            self._client = NessieClient.from_settings(self._settings)
+        return WorldManager(self._client, WorldNaming(self._settings.prod_world, self._settings.main_branch))
+
+    async def exists(self, world_id: str) -> bool:
+        return await self._manager().get(world_id) is not None
+
+    async def ensure(self, world_id: str) -> None:
+        await self._manager().create(world_id)
+
+
+def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[faust.App, Applier]:
+    """The Faust app with the applier agent, its timer, rebalance hook and /health page."""
+    metrics = metrics or Metrics()
+    app = create_app(settings)
+    register_faust_sensors(app, metrics)
+    worker_id = f"{socket.gethostname()}-{os.getpid()}"
+    applier = Applier(
+        settings,
+        marks=AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s),
+        committer=BatchCommitter(settings),
+        dead_letters=DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic),
+        worlds=_Worlds(settings),
+        metrics=metrics,
+        worker_id=worker_id,
+    )
+    topic = change_topics(app, settings)
+    streams: list[Any] = []
+
+    async def ack(events: list[Any]) -> None:
+        if not streams:
+            return
+        stream = streams[0]
+        for event in events:
+            await stream.ack(event)
+
+    @app.agent(topic, name="apply-changes", concurrency=1)
+    async def apply_changes(stream: faust.StreamT) -> None:
+        streams[:] = [stream]
+        await applier.dlq.start()  # type: ignore[attr-defined]
+        async for events in stream.noack_take(settings.batch_max_events, within=settings.batch_max_seconds):
+            records = [
+                RawRecord(
+                    e.message.topic,
+                    e.message.partition,
+                    e.message.offset,
+                    e.message.key,
+                    e.message.value,
+                    list(e.message.headers or []),
+                    e,
+                )
+                for e in events
+            ]
+            await ack(await applier.process(records))
+            while applier.backpressure:
+                # The gate is full: stop taking input until causes arrive or waits expire.
+                await asyncio.sleep(TICK_SECONDS)
+                await ack(await applier.tick())
+
+    @app.task
+    async def tick_loop() -> None:
+        # A plain loop, not app.timer: a tick that flushes may take longer than the interval.
+        while not app.should_stop:
+            await asyncio.sleep(TICK_SECONDS)
+            await ack(await applier.tick())
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        tps = [(tp.topic, tp.partition) for tp in revoked]
+        await ack(await applier.flush_all())
+        await applier.revoke(tps)
+        for topic_name, partition in tps:
+            metrics.forget_partition(topic_name, partition)
+
+    @app.page("/health")
+    async def health(web: Any, request: Any) -> Any:
+        return json_response({"status": "ok", "worker": worker_id, **applier.summary()})
+
+    @app.page("/summary")
+    async def summary(web: Any, request: Any) -> Any:
+        return json_response(applier.summary())
+
+    @app.timer(interval=5.0)
+    async def export_lag() -> None:
+        await _export_lag(app, metrics)
+
+    return app, applier
+
+
+async def _export_lag(app: faust.App, metrics: Metrics) -> None:
+    """Lag per assigned partition = broker end offset − the group's committed offset."""
+    consumer = app.consumer
+    try:
+        assignment = consumer.assignment()
+        if not assignment:
+            return
+        ends = await consumer.highwaters(*assignment) if hasattr(consumer, "highwaters") else None
+        if ends is None:
+            ends = await consumer._thread._consumer.end_offsets(list(assignment))  # type: ignore[attr-defined]
+        for tp in assignment:
+            committed = await consumer._thread._consumer.committed(tp)  # type: ignore[attr-defined]
+            metrics.partition_offsets(tp.topic, tp.partition, int(ends.get(tp, 0) or 0), committed)
+    except Exception as exc:  # noqa: BLE001 - metrics must never stop the worker
+        log.debug("lag export failed: %s", exc)
+
+
+def run_worker(settings: Settings) -> None:
+    """Run one worker until stopped (SIGTERM/SIGINT); blocks."""
+    asyncio.run(ensure_topics(settings))
+    app, _ = build_worker(settings)
+    worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    worker.execute_from_commandline()

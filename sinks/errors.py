@@ -1,0 +1,122 @@
+"""Errors of the write path, and the one place where a Nessie answer becomes one of them.
+
+Retry by kind: ``NessieConflict`` → refresh and retry with backoff; ``CommitStateUnknown`` → check
+whether the commit landed before retrying; ``NessieBadRequest`` / ``NessieNotFound`` → never retry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+ContentKey = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One entry of Nessie's conflict list, e.g. ``VALUE_DIFFERS`` on key ``("onto", "entity_common")``.
+
+    Types seen on 0.99: VALUE_DIFFERS and KEY_EXISTS (a concurrent writer touched the key: refresh and
+    retry), UNEXPECTED_HASH (reference moved), NAMESPACE_ABSENT (no retry will help).
+    """
+
+    conflict_type: str
+    key: ContentKey | None
+    message: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Conflict:
+        key = data.get("key")
+        return cls(
+            conflict_type=data.get("conflictType") or "UNKNOWN",
+            key=tuple(key["elements"]) if key else None,
+            message=data.get("message") or "",
+        )
+
+
+class NessieError(Exception):
+    """Root of every Nessie failure. ``status`` and ``error_code`` are Nessie's, when it answered."""
+
+    def __init__(self, message: str, *, status: int | None = None, error_code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.error_code = error_code
+
+
+class NessieBadRequest(NessieError):
+    """The request is invalid (bad name, bad CEL filter, missing content id ...): never retry it."""
+
+
+class NessieAuthError(NessieError):
+    """401/403: the token is missing, wrong or lacks the right."""
+
+
+class NessieNotFound(NessieError):
+    """A reference, commit hash or content key does not exist."""
+
+
+class NessieConflict(NessieError):
+    """409: the expected hash or a touched key moved. ``conflicts`` holds Nessie's list (may be empty)."""
+
+    def __init__(self, message: str, *, conflicts: tuple[Conflict, ...] = (), **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.conflicts = conflicts
+
+
+class NessieReferenceAlreadyExists(NessieConflict):
+    """Creating a branch or tag whose name is taken."""
+
+
+class NessieUnavailable(NessieError):
+    """Nessie did not answer usefully: connection error, timeout, 5xx, or 429 after the last retry."""
+
+
+class CommitStateUnknown(NessieUnavailable):
+    """A commit, merge or transplant was sent but its outcome is unknown (timeout after sending, 5xx).
+
+    It may have landed. Look for it (e.g. by a batch id in the commit properties) before retrying.
+    """
+
+
+_BY_STATUS: dict[int, type[NessieError]] = {
+    400: NessieBadRequest,
+    401: NessieAuthError,
+    403: NessieAuthError,
+    404: NessieNotFound,
+    409: NessieConflict,
+}
+
+
+def error_from_response(status: int, body: bytes, *, outcome_unknown: bool = False) -> NessieError:
+    """The exception for a non-2xx answer; ``outcome_unknown`` marks a sent non-idempotent request."""
+    try:
+        payload = json.loads(body) if body else {}
+    except ValueError:
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    text = payload.get("message") or body.decode("utf-8", "replace")[:500] or f"HTTP {status}"
+    code = payload.get("errorCode")
+    message = f"Nessie {status} {code or ''}: {text}".replace("  ", " ")
+    if status >= 500:
+        cls: type[NessieError] = CommitStateUnknown if outcome_unknown else NessieUnavailable
+        return cls(message, status=status, error_code=code)
+    if status == 429:
+        # A rate-limit refusal happens before any work, so even a commit is known not to have landed.
+        return NessieUnavailable(message, status=status, error_code=code)
+    if status == 409:
+        details = payload.get("errorDetails") or {}
+        conflicts = tuple(Conflict.from_json(c) for c in details.get("conflicts") or ())
+        cls409 = NessieReferenceAlreadyExists if code == "REFERENCE_ALREADY_EXISTS" else NessieConflict
+        return cls409(message, conflicts=conflicts, status=status, error_code=code)
+    return _BY_STATUS.get(status, NessieError)(message, status=status, error_code=code)
+
+
+def error_from_transport(exc: Exception, *, outcome_unknown: bool) -> NessieUnavailable:
+    """The exception for a request that got no HTTP answer (refused, timed out, cut off)."""
+    message = f"Nessie unreachable: {type(exc).__name__}: {exc}"
+    if outcome_unknown:
+        return CommitStateUnknown(message + " (the request was sent; it may have been applied)")
+    return NessieUnavailable(message)

@@ -1,0 +1,113 @@
+"""Worlds as Nessie branches: create, fork, list, delete.
+
+A world exists exactly when its branch exists; there is no second registry to drift from Nessie.
+Creating a world that exists is not an error when it already points where asked (safe to run twice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from models.worlds import WorldNaming, validate_world_id
+from sinks.errors import NessieConflict, NessieNotFound
+from sinks.nessie import NessieClient, Reference
+
+
+class WorldError(Exception):
+    """A world operation that cannot be done; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class World:
+    world_id: str
+    branch: str
+    hash: str
+
+
+@dataclass(frozen=True)
+class ForkSource:
+    """Where a new world starts: another world's head, a tag, or a commit hash (on ``on_branch``)."""
+
+    world: str | None = None
+    tag: str | None = None
+    commit: str | None = None
+
+    def describe(self) -> str:
+        if self.tag:
+            return f"tag {self.tag}"
+        if self.commit:
+            return f"commit {self.commit[:12]}"
+        return f"world {self.world or 'prod'}"
+
+
+class WorldManager:
+    def __init__(self, nessie: NessieClient, naming: WorldNaming) -> None:
+        self.nessie = nessie
+        self.naming = naming
+
+    async def get(self, world_id: str) -> World | None:
+        branch = self.naming.branch(world_id)
+        try:
+            ref = await self.nessie.get_reference(branch)
+        except NessieNotFound:
+            return None
+        return World(world_id, branch, ref.hash)
+
+    async def list(self) -> list[World]:
+        out = []
+        for ref in await self.nessie.list_references():
+            if ref.type != "BRANCH":
+                continue
+            world = self.naming.world(ref.name)
+            if world is not None:
+                out.append(World(world, ref.name, ref.hash))
+        return sorted(out, key=lambda w: w.world_id)
+
+    async def _resolve(self, source: ForkSource) -> Reference:
+        try:
+            if source.tag:
+                return await self.nessie.get_reference(source.tag)
+            if source.commit:
+                # Nessie needs a named reference to create from; the hash decides the content.
+                main = await self.nessie.get_reference(self.naming.main_branch)
+                return Reference(main.name, "BRANCH", source.commit)
+            src_world = source.world or self.naming.prod_world
+            return await self.nessie.get_reference(self.naming.branch(src_world))
+        except NessieNotFound as exc:
+            raise WorldError(f"fork source {source.describe()} does not exist") from exc
+
+    async def create(self, world_id: str, source: ForkSource | None = None) -> tuple[World, bool]:
+        """Create (fork) a world; returns (world, created). Idempotent when it already exists."""
+        validate_world_id(world_id)
+        source = source or ForkSource()
+        existing = await self.get(world_id)
+        if existing is not None:
+            return existing, False
+        ref = await self._resolve(source)
+        branch = self.naming.branch(world_id)
+        try:
+            created = await self.nessie.create_branch(branch, ref)
+        except NessieConflict:
+            # Another worker created it between our check and our create: same outcome.
+            again = await self.get(world_id)
+            if again is None:
+                raise
+            return again, False
+        except NessieNotFound as exc:
+            raise WorldError(f"fork source {source.describe()} does not exist") from exc
+        return World(world_id, branch, created.hash), True
+
+    async def delete(self, world_id: str, expected_hash: str | None = None) -> bool:
+        """Delete a world's branch; False if it did not exist. Refuses the production world."""
+        if world_id == self.naming.prod_world:
+            raise WorldError(f"world {world_id!r} is the production world ({self.naming.main_branch}); "
+                             "it cannot be deleted")
+        world = await self.get(world_id)
+        if world is None:
+            return False
+        try:
+            await self.nessie.delete_reference(world.branch, expected_hash or world.hash, "BRANCH")
+        except NessieConflict as exc:
+            raise WorldError(f"world {world_id!r} moved while deleting (now past {world.hash[:12]}); "
+                             "check its history and retry") from exc
+        return True
