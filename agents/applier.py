@@ -22,10 +22,11 @@ import logging
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agents import faults
 from agents.batching import BatchAccumulator
 from agents.causal import CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
@@ -76,6 +77,9 @@ class Worlds(Protocol):
     async def ensure(self, world_id: str) -> None: ...
 
 
+RecentIds = Callable[[str], Awaitable[list[str]]]
+
+
 class Applier:
     def __init__(
         self,
@@ -88,6 +92,7 @@ class Applier:
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         worker_id: str | None = None,
+        recent_event_ids: RecentIds | None = None,
     ) -> None:
         self.settings = settings
         self.marks = marks
@@ -110,6 +115,8 @@ class Applier:
         self._batch_seq = 0
         self._kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
         self.totals: dict[str, int] = defaultdict(int)
+        self._recent_event_ids = recent_event_ids
+        self._repaired: set[str] = set()
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -127,9 +134,7 @@ class Applier:
                 self.metrics.consumed(rec.topic)
                 result = decode(rec.value, rec.key, self._kinds.get(rec.topic), self.settings.max_event_bytes)
                 if isinstance(result, Invalid):
-                    dead.append(
-                        self._letter(rec, result.reason, result.detail, result.event_id, result.world_id)
-                    )
+                    dead.append(self._letter(rec, result.reason, result.detail, result.event_id, result.world_id))
                 else:
                     arrivals.append(Arrival(result, rec.topic, rec.partition, rec.offset))
             self.totals["consumed"] += len(records)
@@ -239,6 +244,8 @@ class Applier:
                     self.settings.main_branch,
                 )
                 self._known_worlds.add(world)
+        for world in {a.event.world_id for a in arrivals} & self._known_worlds - self._repaired:
+            await self._repair_marks(world)
         kept = []
         for a in arrivals:
             if a.event.world_id in self._known_worlds:
@@ -253,6 +260,26 @@ class Applier:
                     )
                 )
         return kept
+
+    async def _repair_marks(self, world: str) -> None:
+        """Re-mark the newest batches of a world's branch before deduping its events.
+
+        A crash between a Nessie commit and its Redis marks leaves those events unmarked; a
+        redelivered copy at another offset (a producer retry) would then reach the committer
+        again. Done once per world per partition assignment, since after a rebalance the crashed
+        worker's batches may be ours to guard.
+        """
+        if self._recent_event_ids is None:
+            return
+        recent = self._recent_event_ids
+        ids = await self._retry(f"mark repair for world {world}", lambda: recent(world))
+        if ids:
+            await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]))
+        self._repaired.add(world)
+
+    def on_assigned(self) -> None:
+        """A rebalance gave us partitions: check each world's newest marks again on first touch."""
+        self._repaired.clear()
 
     async def _dedupe_and_gate(self, arrivals: list[Arrival], now: float) -> None:
         unknown = self.gate.unknown_causes()
@@ -271,9 +298,9 @@ class Applier:
             if dups:
                 self.metrics.event_outcome(world, "duplicate", dups)
         self.totals["duplicates"] += len(split.duplicates)
-        learned = [r for r in marked if r in unknown]
-        if learned:
-            self.gate.learn_applied(learned)
+        if marked:
+            # Every marked ref counts: causes of new arrivals as well as of parked events.
+            self.gate.learn_applied(marked)
         for a in split.fresh:
             self._arrived_at[a.ref] = now
             self.gate.offer(a, now)
@@ -328,10 +355,16 @@ class Applier:
             return
         self._batch_seq += 1
         batch_id = f"{self.worker_id}-{int(time.time() * 1000)}-{self._batch_seq}"
+        # Offsets below each partition's committable offset are done for every world: passing them
+        # as floors keeps the branch's recorded offset sets short (see sinks.committer).
         batch = Batch.from_sources(
-            world, batch_id, [(a.event, Source(a.topic, a.partition, a.offset)) for a in items]
+            world,
+            batch_id,
+            [(a.event, Source(a.topic, a.partition, a.offset)) for a in items],
+            settled=self.tracker.committable_all(),
         )
         started = time.monotonic()
+        faults.reached("before-commit")
         outcome = await self._retry(
             f"commit of {len(items)} event(s) to world {world}",
             lambda: self.committer.commit_batch_async(batch),
@@ -342,11 +375,12 @@ class Applier:
             ),
         )
         self.metrics.dependency("nessie", True)
-        refs = [a.ref for a in items]
-        await self._retry("redis mark", lambda: self.marks.mark(refs))
-        stale_ids = set(getattr(outcome, "stale_ids", ()) or ())
+        faults.reached("after-commit")
+        stale_ids = set(outcome.stale_ids)
         stale = [a for a in items if a.event.event_id in stale_ids]
         if stale:
+            # Dead letters before marks: a crash in between must not leave a marked event that is
+            # neither applied nor dead-lettered (its redelivered copy would be dropped as a duplicate).
             await self._publish_dead(
                 [
                     self._letter(
@@ -358,6 +392,9 @@ class Applier:
                     for a in stale
                 ]
             )
+        refs = [a.ref for a in items]
+        await self._retry("redis mark", lambda: self.marks.mark(refs))
+        faults.reached("after-mark")
         self.gate.committed(refs)
         for a in items:
             if a.event.event_id not in stale_ids:

@@ -47,8 +47,7 @@ class DeadLetterPublisher:
         await self.start()
         assert self._producer is not None
         futures = [
-            await self._producer.send(self.topic, value=dl.value, key=dl.key, headers=dl.headers())
-            for dl in letters
+            await self._producer.send(self.topic, value=dl.value, key=dl.key, headers=dl.headers()) for dl in letters
         ]
         await asyncio.gather(*futures)
         reasons = Counter(dl.reason for dl in letters)

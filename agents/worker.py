@@ -26,9 +26,10 @@ from models.worlds import WorldNaming
 from monitoring.metrics import Metrics, register_faust_sensors
 from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
+from sinks.readback import recent_event_ids
 from streams.app import change_topics, create_app
-from streams.topics import ensure_topics
 from streams.settings import Settings
+from streams.topics import ensure_topics
 from worlds.manager import WorldManager
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     app = create_app(settings)
     register_faust_sensors(app, metrics)
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
+    naming = WorldNaming(settings.prod_world, settings.main_branch)
     applier = Applier(
         settings,
         marks=AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s),
@@ -69,6 +71,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         worlds=_Worlds(settings),
         metrics=metrics,
         worker_id=worker_id,
+        recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
     )
     topic = change_topics(app, settings)
     streams: list[Any] = []
@@ -117,6 +120,10 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         await applier.revoke(tps)
         for topic_name, partition in tps:
             metrics.forget_partition(topic_name, partition)
+
+    @app.on_partitions_assigned.connect
+    async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        applier.on_assigned()
 
     @app.page("/health")
     async def health(web: Any, request: Any) -> Any:

@@ -38,6 +38,7 @@ class WorkloadParams:
     duplicate_rate: float = 0.02
     bad_rate: float = 0.01
     world_prefix: str = "w"
+    id_prefix: str = ""  # event ids are "<id_prefix>ev-<seed>-<n>": unique prefixes keep runs apart
 
     def world_ids(self) -> list[str]:
         return ["prod"] + [f"{self.world_prefix}{i}" for i in range(1, self.worlds)]
@@ -75,10 +76,30 @@ class Workload:
 BAD_VALUES: tuple[bytes, ...] = (
     b"{not json",
     b"[1,2,3]",
-    orjson.dumps({"event_id": "bad-1", "world_id": "main@deadbeef", "object_type": "X", "object_pk": "1",
-                  "change_type": "CREATE", "after_properties": {}, "version": 1, "occurred_at": 0}),
-    orjson.dumps({"event_id": "bad-2", "world_id": "prod", "object_type": "X", "object_pk": "1",
-                  "change_type": "EXPLODE", "after_properties": {}, "version": 1, "occurred_at": 0}),
+    orjson.dumps(
+        {
+            "event_id": "bad-1",
+            "world_id": "main@deadbeef",
+            "object_type": "X",
+            "object_pk": "1",
+            "change_type": "CREATE",
+            "after_properties": {},
+            "version": 1,
+            "occurred_at": 0,
+        }
+    ),
+    orjson.dumps(
+        {
+            "event_id": "bad-2",
+            "world_id": "prod",
+            "object_type": "X",
+            "object_pk": "1",
+            "change_type": "EXPLODE",
+            "after_properties": {},
+            "version": 1,
+            "occurred_at": 0,
+        }
+    ),
     orjson.dumps({"world_id": "prod", "object_type": "X", "object_pk": "1", "change_type": "CREATE"}),
 )
 
@@ -96,18 +117,38 @@ def generate(params: WorkloadParams) -> Workload:
     delayed: list[tuple[int, Record]] = []  # (emit after this many more records, record)
     seq = 0
 
-    def make(world: str, kind: EntityKind, etype: str, pk: str, change: ChangeType,
-             after: dict[str, Any] | None, caused_by: str | None = None,
-             from_pk: str | None = None, to_pk: str | None = None) -> ChangeEvent:
+    def make(
+        world: str,
+        kind: EntityKind,
+        etype: str,
+        pk: str,
+        change: ChangeType,
+        after: dict[str, Any] | None,
+        caused_by: str | None = None,
+        from_pk: str | None = None,
+        to_pk: str | None = None,
+    ) -> ChangeEvent:
         nonlocal seq
         seq += 1
         vkey = (world, pk)
         versions[vkey] = versions.get(vkey, 0) + 1
         return ChangeEvent(
-            event_id=f"ev-{params.seed}-{seq}", world_id=world, kind=kind, entity_type=etype,
-            entity_pk=pk, change_type=change, version=versions[vkey], before=None, after=after,
-            caused_by=caused_by, causal_order=seq, occurred_at_ms=BASE_TIME_MS + seq,
-            schema_version=1, source="workload", from_pk=from_pk, to_pk=to_pk,
+            event_id=f"{params.id_prefix}ev-{params.seed}-{seq}",
+            world_id=world,
+            kind=kind,
+            entity_type=etype,
+            entity_pk=pk,
+            change_type=change,
+            version=versions[vkey],
+            before=None,
+            after=after,
+            caused_by=caused_by,
+            causal_order=seq,
+            occurred_at_ms=BASE_TIME_MS + seq,
+            schema_version=1,
+            source="workload",
+            from_pk=from_pk,
+            to_pk=to_pk,
         )
 
     def record(ev: ChangeEvent) -> Record:
@@ -118,9 +159,17 @@ def generate(params: WorkloadParams) -> Workload:
         for item in delayed[:]:
             delayed.remove(item)
             if item[0] <= 1:
-                wl.records.append(item[1])
+                emit_delayed(item[1])
             else:
                 delayed.append((item[0] - 1, item[1]))
+
+    def emit_delayed(rec: Record) -> None:
+        # A late cause's object becomes visible to later events only once the cause is published,
+        # so no update of it can overtake its CREATE.
+        wl.records.append(rec)
+        assert rec.event is not None
+        live[rec.event.world_id].append(rec.event.entity_pk)
+        live_set[rec.event.world_id].add(rec.event.entity_pk)
 
     def new_object(world: str) -> tuple[str, str]:
         fresh[world] += 1
@@ -144,8 +193,7 @@ def generate(params: WorkloadParams) -> Workload:
                 # The cause creates a fresh object and is published a few records after its effect;
                 # nothing else touches that object until then, so per-key order still holds.
                 pk, otype = new_object(world)
-                cause = make(world, EntityKind.OBJECT, otype, pk, ChangeType.CREATE,
-                             {"name": pk, "status": "new"})
+                cause = make(world, EntityKind.OBJECT, otype, pk, ChangeType.CREATE, {"name": pk, "status": "new"})
             elif emitted:
                 candidates = [e for e in emitted[-200:] if e.world_id == world]
                 cause = rng.choice(candidates) if candidates else None
@@ -154,9 +202,22 @@ def generate(params: WorkloadParams) -> Workload:
         if kind_roll < params.link_share and len(live[world]) >= 2:
             a, b = rng.sample(live[world], 2)
             link_n += 1
-            ev = make(world, EntityKind.LINK, "connected_to", f"lnk-{link_n}", ChangeType.CREATE,
-                      {"weight": rng.randint(1, 9)}, caused_by, from_pk=a, to_pk=b)
-        elif live[world] and len(live[world]) >= min(params.keys, 8) and kind_roll < params.link_share + params.update_share:
+            ev = make(
+                world,
+                EntityKind.LINK,
+                "connected_to",
+                f"lnk-{link_n}",
+                ChangeType.CREATE,
+                {"weight": rng.randint(1, 9)},
+                caused_by,
+                from_pk=a,
+                to_pk=b,
+            )
+        elif (
+            live[world]
+            and len(live[world]) >= min(params.keys, 8)
+            and kind_roll < params.link_share + params.update_share
+        ):
             pk = rng.choice(live[world])
             etype = OBJECT_TYPES[int(pk.split("-")[1]) % len(OBJECT_TYPES)]
             if rng.random() < params.delete_share / max(params.update_share, 1e-9):
@@ -164,19 +225,43 @@ def generate(params: WorkloadParams) -> Workload:
                 live[world].remove(pk)
                 live_set[world].discard(pk)
             else:
-                ev = make(world, EntityKind.OBJECT, etype, pk, ChangeType.UPDATE,
-                          {"name": pk, "status": rng.choice(["ok", "broken", "repaired"]),
-                           "reading": round(rng.random() * 100, 3)}, caused_by)
+                ev = make(
+                    world,
+                    EntityKind.OBJECT,
+                    etype,
+                    pk,
+                    ChangeType.UPDATE,
+                    {
+                        "name": pk,
+                        "status": rng.choice(["ok", "broken", "repaired"]),
+                        "reading": round(rng.random() * 100, 3),
+                    },
+                    caused_by,
+                )
         else:
             if fresh[world] >= params.keys and live[world]:
                 pk = rng.choice(live[world])
                 etype = OBJECT_TYPES[int(pk.split("-")[1]) % len(OBJECT_TYPES)]
-                ev = make(world, EntityKind.OBJECT, etype, pk, ChangeType.UPDATE,
-                          {"name": pk, "status": "ok", "reading": 0.0}, caused_by)
+                ev = make(
+                    world,
+                    EntityKind.OBJECT,
+                    etype,
+                    pk,
+                    ChangeType.UPDATE,
+                    {"name": pk, "status": "ok", "reading": 0.0},
+                    caused_by,
+                )
             else:
                 pk, etype = new_object(world)
-                ev = make(world, EntityKind.OBJECT, etype, pk, ChangeType.CREATE,
-                          {"name": pk, "status": "new"}, caused_by)
+                ev = make(
+                    world,
+                    EntityKind.OBJECT,
+                    etype,
+                    pk,
+                    ChangeType.CREATE,
+                    {"name": pk, "status": "new"},
+                    caused_by,
+                )
                 live[world].append(pk)
                 live_set[world].add(pk)
         push(record(ev))
@@ -184,10 +269,8 @@ def generate(params: WorkloadParams) -> Workload:
         if cause is not None and late:
             delayed.append((rng.randint(1, 20), record(cause)))
             emitted.append(cause)
-            live[world].append(cause.entity_pk)
-            live_set[world].add(cause.entity_pk)
     for _, rec in sorted(delayed, key=lambda item: item[0]):
-        wl.records.append(rec)
+        emit_delayed(rec)
     return wl
 
 

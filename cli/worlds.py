@@ -65,8 +65,12 @@ def list_(settings: Settings, as_json: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Say what would be created, change nothing.")
 @click.pass_obj
 def create(
-    settings: Settings, world_id: str, from_world: str | None, from_tag: str | None,
-    from_commit: str | None, dry_run: bool,
+    settings: Settings,
+    world_id: str,
+    from_world: str | None,
+    from_tag: str | None,
+    from_commit: str | None,
+    dry_run: bool,
 ) -> None:
     """Create WORLD_ID as a fork of prod, another world, a tag or a commit. Safe to run twice.
 

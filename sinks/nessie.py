@@ -352,9 +352,7 @@ def _params(**values: Any) -> dict[str, Any]:
 
 def _page(items_field: str, item: Callable[[dict[str, Any]], E]) -> Callable[[Any], Page[E]]:
     def parse(data: dict[str, Any]) -> Page[E]:
-        return Page(
-            [item(x) for x in data.get(items_field) or ()], data.get("token"), bool(data.get("hasMore"))
-        )
+        return Page([item(x) for x in data.get(items_field) or ()], data.get("token"), bool(data.get("hasMore")))
 
     return parse
 
@@ -406,9 +404,7 @@ class _Requests:
     @staticmethod
     def list_references(*, page_token: str | None = None) -> _Call[Page[Reference]]:
         """All branches and tags."""
-        return _Call(
-            "GET", "/trees", _page("references", Reference.from_json), _params(page_token=page_token)
-        )
+        return _Call("GET", "/trees", _page("references", Reference.from_json), _params(page_token=page_token))
 
     @staticmethod
     def get_reference(name: str) -> _Call[Reference]:
@@ -431,9 +427,7 @@ class _Requests:
         return _Call("DELETE", f"/trees/{_ref(name)}@{expected_hash}", _reference, {"type": type})
 
     @staticmethod
-    def assign_reference(
-        name: str, expected_hash: str, to: Reference, type: RefType = "BRANCH"
-    ) -> _Call[Reference]:
+    def assign_reference(name: str, expected_hash: str, to: Reference, type: RefType = "BRANCH") -> _Call[Reference]:
         """Point ``name`` at ``to.hash`` if it is still at ``expected_hash``; returns the new state."""
         return _Call("PUT", f"/trees/{_ref(name)}@{expected_hash}", _reference, {"type": type}, to.to_json())
 
@@ -575,9 +569,7 @@ class _Requests:
         Conflicts raise NessieConflict, or come back in ``MergeResult.conflicts`` with
         ``return_conflict_as_result``. A real merge that fails after sending raises CommitStateUnknown.
         """
-        body = _merge_body(
-            from_ref_name, default_mode, dry_run, return_conflict_as_result, message, key_modes
-        )
+        body = _merge_body(from_ref_name, default_mode, dry_run, return_conflict_as_result, message, key_modes)
         body["fromHash"] = from_hash
         path = f"/trees/{_ref(target)}@{expected_hash}/history/merge"
         return _Call("POST", path, MergeResult.from_json, body=body, unsafe=not dry_run)
@@ -596,9 +588,7 @@ class _Requests:
         key_modes: Mapping[ContentKey, MergeMode] | None = None,
     ) -> _Call[MergeResult]:
         """Replay the commits ``hashes`` (oldest first) of ``from_ref_name`` onto branch ``target``."""
-        body = _merge_body(
-            from_ref_name, default_mode, dry_run, return_conflict_as_result, message, key_modes
-        )
+        body = _merge_body(from_ref_name, default_mode, dry_run, return_conflict_as_result, message, key_modes)
         body["hashesToTransplant"] = list(hashes)
         path = f"/trees/{_ref(target)}@{expected_hash}/history/transplant"
         return _Call("POST", path, MergeResult.from_json, body=body, unsafe=not dry_run)
@@ -666,9 +656,7 @@ class _Base:
     @classmethod
     def from_settings(cls, settings: Settings, **kw: Any) -> Self:
         """A client for ``CAUSEWAY_NESSIE_URL`` with its token and timeout."""
-        return cls(
-            settings.nessie_url, token=settings.nessie_token.reveal(), timeout=settings.nessie_timeout_s, **kw
-        )
+        return cls(settings.nessie_url, token=settings.nessie_token.reveal(), timeout=settings.nessie_timeout_s, **kw)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"
@@ -791,9 +779,7 @@ class NessieClient(_Base):
         delay: float | None
         for attempt in range(self.retry.attempts):
             try:
-                response = await self._http.request(
-                    call.method, call.path, params=call.params, json=call.body
-                )
+                response = await self._http.request(call.method, call.path, params=call.params, json=call.body)
             except httpx.TransportError as exc:
                 delay = self.retry.after_error(call, attempt, exc)
             else:

@@ -31,8 +31,11 @@ class BranchState:
         return [e for e, n in self.event_ids.items() if n > 1]
 
     def rows(self) -> dict[str, int]:
-        return {ENTITY_EVENTS: sum(self.event_ids.values()), ENTITY_COMMON: len(self.objects),
-                ENTITY_EDGE: len(self.links)}
+        return {
+            ENTITY_EVENTS: sum(self.event_ids.values()),
+            ENTITY_COMMON: len(self.objects),
+            ENTITY_EDGE: len(self.links),
+        }
 
 
 def _scan(catalog: NessieCatalog, namespace: str, table: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -53,13 +56,15 @@ def read_branch(settings: Settings, ref: str, catalog: NessieCatalog | None = No
     for row in _scan(cat, ns, ENTITY_COMMON, ("object_type_id", "object_pk", "version", "properties", "deleted")):
         if not row["deleted"]:
             state.objects[row["object_pk"]] = {
-                "type": row["object_type_id"], "version": row["version"],
+                "type": row["object_type_id"],
+                "version": row["version"],
                 "properties": orjson.loads(row["properties"]) if row["properties"] else None,
             }
     for row in _scan(cat, ns, ENTITY_EDGE, ("link_type", "link_pk", "version", "properties", "deleted")):
         if not row["deleted"]:
             state.links[row["link_pk"]] = {
-                "type": row["link_type"], "version": row["version"],
+                "type": row["link_type"],
+                "version": row["version"],
                 "properties": orjson.loads(row["properties"]) if row["properties"] else None,
             }
     return state
@@ -68,3 +73,33 @@ def read_branch(settings: Settings, ref: str, catalog: NessieCatalog | None = No
 def read_world(settings: Settings, world_id: str, catalog: NessieCatalog | None = None) -> BranchState:
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     return read_branch(settings, naming.branch(world_id), catalog)
+
+
+def recent_event_ids(
+    settings: Settings, branch: str, *, max_commits: int = 20, catalog: NessieCatalog | None = None
+) -> list[str]:
+    """Event ids of the branch's newest ``max_commits`` batch commits (for Redis mark repair).
+
+    A crash between a Nessie commit and its Redis marks leaves only the newest batches unmarked,
+    so re-marking these makes a redelivered copy of their events a plain duplicate again.
+    """
+    from pyiceberg.expressions import In
+
+    from sinks.committer import PROP_BATCH
+
+    cat = (catalog or NessieCatalog.from_settings(settings, settings.main_branch)).at(branch)
+    batch_ids: list[str] = []
+    for page in cat.client.history(branch, max_records=min(max_commits, 100)):
+        for entry in page:
+            if PROP_BATCH in entry.properties:
+                batch_ids.append(entry.properties[PROP_BATCH])
+        break  # one page: the newest commits are the only ones that can lack marks
+    batch_ids = batch_ids[:max_commits]
+    if not batch_ids:
+        return []
+    try:
+        tbl = cat.load_table((settings.namespace, ENTITY_EVENTS))
+    except NoSuchTableError:
+        return []
+    rows = tbl.scan(row_filter=In("batch_id", batch_ids), selected_fields=("event_id",)).to_arrow()
+    return rows.column("event_id").to_pylist()

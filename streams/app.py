@@ -30,6 +30,8 @@ def create_app(settings: Settings, registry: CollectorRegistry | None = None) ->
         # Offsets are acked by the agents only after a Nessie commit or a dead letter; commit them
         # often so a restart re-reads little.
         broker_commit_every=1000,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=max(1.0, settings.session_timeout_s / 5),
         broker_commit_interval=1.0,
         stream_wait_empty=False,
         # Our agents never raise into Faust; if one does, the worker must stop rather than skip.

@@ -69,6 +69,11 @@ class Settings:
     causal_timeout_s: float = _opt(300.0, "A parked event waits this long for its cause, then dead-letters.")
     max_parked: int = _opt(100_000, "Parked events held in memory before the worker applies backpressure.")
     max_event_bytes: int = _opt(1_048_576, "Larger payloads are dead-lettered as oversized.")
+    session_timeout_s: float = _opt(
+        10.0,
+        "Kafka group session timeout: a crashed worker's partitions move after this long. Lower "
+        "moves them sooner; too low evicts a worker busy in a long flush.",
+    )
     commit_retries: int = _opt(8, "Nessie OCC conflict retries before a flush fails (nothing is acked).")
     commit_backoff_s: float = _opt(0.05, "Base of the jittered exponential backoff between commit retries.")
     snapshot_expire_every: int = _opt(20, "Expire old snapshots every N commits per table to bound metadata.")

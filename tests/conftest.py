@@ -74,4 +74,6 @@ def unique() -> str:
 @pytest.fixture
 def warehouse(tmp_path) -> str:
     return f"file://{tmp_path}/warehouse"
+
+
 pytest_plugins = ["pytester"]

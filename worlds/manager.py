@@ -100,14 +100,16 @@ class WorldManager:
     async def delete(self, world_id: str, expected_hash: str | None = None) -> bool:
         """Delete a world's branch; False if it did not exist. Refuses the production world."""
         if world_id == self.naming.prod_world:
-            raise WorldError(f"world {world_id!r} is the production world ({self.naming.main_branch}); "
-                             "it cannot be deleted")
+            raise WorldError(
+                f"world {world_id!r} is the production world ({self.naming.main_branch}); it cannot be deleted"
+            )
         world = await self.get(world_id)
         if world is None:
             return False
         try:
             await self.nessie.delete_reference(world.branch, expected_hash or world.hash, "BRANCH")
         except NessieConflict as exc:
-            raise WorldError(f"world {world_id!r} moved while deleting (now past {world.hash[:12]}); "
-                             "check its history and retry") from exc
+            raise WorldError(
+                f"world {world_id!r} moved while deleting (now past {world.hash[:12]}); check its history and retry"
+            ) from exc
         return True

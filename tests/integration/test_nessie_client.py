@@ -64,9 +64,7 @@ async def _fork(nessie: NessieClient, base: Reference, name: str) -> Reference:
 async def _add_table(nessie: NessieClient, branch: Reference, table: str) -> tuple[str, str]:
     """Commit a new table on ``branch``; returns (new head, content id)."""
     key = (*NS, table)
-    result = await nessie.commit(
-        branch.name, branch.hash, [Operation.put_table(key, _loc(table))], f"add {table}"
-    )
+    result = await nessie.commit(branch.name, branch.hash, [Operation.put_table(key, _loc(table))], f"add {table}")
     return result.hash, result.added_contents[key]
 
 
@@ -165,9 +163,7 @@ async def test_commit_conflict_carries_conflict_list(nessie: NessieClient, base:
     assert (conflict.conflict_type, conflict.key) == ("VALUE_DIFFERS", key)
 
 
-async def test_stale_expected_hash_rebases_when_keys_are_disjoint(
-    nessie: NessieClient, base: Reference
-) -> None:
+async def test_stale_expected_hash_rebases_when_keys_are_disjoint(nessie: NessieClient, base: Reference) -> None:
     await _add_table(nessie, base, "a")
     # base.hash is now behind the head, but table b was not touched since: Nessie rebases.
     head, _ = await _add_table(nessie, base, "b")
@@ -232,11 +228,7 @@ async def test_time_travel_references(nessie: NessieClient, base: Reference) -> 
     assert keys(await nessie.get_entries(f"{base.name}@{first}")) == {"a"}
     assert keys(await nessie.get_entries(f"{base.name}~1")) == {"a"}
     assert keys(await nessie.get_entries(f"{base.name}*{between_ms}")) == {"a"}
-    iso = (
-        datetime.fromtimestamp(between_ms / 1000, UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
+    iso = datetime.fromtimestamp(between_ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     assert keys(await nessie.get_entries(f"{base.name}*{iso}")) == {"a"}
     with pytest.raises(NessieBadRequest):  # 0.99 wants the fractional seconds
         await nessie.get_entries(f"{base.name}*{iso[:19]}Z")
@@ -247,9 +239,7 @@ async def test_diff_between_branches(nessie: NessieClient, base: Reference) -> N
     await _add_table(nessie, fork, "only_on_fork")
     [diff] = await nessie.diff(base.name, fork.name)
     assert diff.key == (*NS, "only_on_fork") and diff.from_content is None
-    assert isinstance(diff.to_content, IcebergTable) and diff.to_content.metadata_location == _loc(
-        "only_on_fork"
-    )
+    assert isinstance(diff.to_content, IcebergTable) and diff.to_content.metadata_location == _loc("only_on_fork")
     assert await nessie.diff(base.name, base.name) == []
 
 
@@ -275,19 +265,13 @@ async def test_merge_conflict_as_error_as_result_and_forced(nessie: NessieClient
     head, table_id = await _add_table(nessie, base, "t")
     fork = await nessie.create_branch(f"{base.name}-conflict", Reference(base.name, "BRANCH", head))
     head = (
-        await nessie.commit(
-            base.name, head, [Operation.put_table(key, _loc("t", 1), content_id=table_id)], "b"
-        )
+        await nessie.commit(base.name, head, [Operation.put_table(key, _loc("t", 1), content_id=table_id)], "b")
     ).hash
     fork_head = (
-        await nessie.commit(
-            fork.name, fork.hash, [Operation.put_table(key, _loc("t", 2), content_id=table_id)], "f"
-        )
+        await nessie.commit(fork.name, fork.hash, [Operation.put_table(key, _loc("t", 2), content_id=table_id)], "f")
     ).hash
 
-    result = await nessie.merge(
-        base.name, head, fork.name, fork_head, dry_run=True, return_conflict_as_result=True
-    )
+    result = await nessie.merge(base.name, head, fork.name, fork_head, dry_run=True, return_conflict_as_result=True)
     assert not result.was_successful and not result.was_applied
     assert [(c.conflict_type, c.key) for c in result.conflicts] == [("VALUE_DIFFERS", key)]
     with pytest.raises(NessieConflict) as caught:

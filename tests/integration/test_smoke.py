@@ -76,15 +76,25 @@ def test_nessie_branch_commit_and_log(nessie_url: str, unique: str) -> None:
     with httpx.Client(base_url=nessie_url, headers=headers, timeout=30) as http:
         main = http.get("/trees/main").raise_for_status().json()["reference"]
         branch = f"smoke-{unique}"
-        created = http.post(
-            "/trees", params={"name": branch, "type": "BRANCH"}, json={"type": "BRANCH", **main}
-        ).raise_for_status().json()["reference"]
+        created = (
+            http.post("/trees", params={"name": branch, "type": "BRANCH"}, json={"type": "BRANCH", **main})
+            .raise_for_status()
+            .json()["reference"]
+        )
         try:
             body = {
-                "commitMeta": {"message": f"smoke {unique}", "authors": ["causeway-tests"],
-                               "allProperties": {"causeway.batch_id": [unique]}},
-                "operations": [{"type": "PUT", "key": {"elements": [f"smoke_{unique}"]},
-                                "content": {"type": "NAMESPACE", "elements": [f"smoke_{unique}"]}}],
+                "commitMeta": {
+                    "message": f"smoke {unique}",
+                    "authors": ["causeway-tests"],
+                    "allProperties": {"causeway.batch_id": [unique]},
+                },
+                "operations": [
+                    {
+                        "type": "PUT",
+                        "key": {"elements": [f"smoke_{unique}"]},
+                        "content": {"type": "NAMESPACE", "elements": [f"smoke_{unique}"]},
+                    }
+                ],
             }
             commit = http.post(f"/trees/{branch}@{created['hash']}/history/commit", json=body)
             new_hash = commit.raise_for_status().json()["targetBranch"]["hash"]
@@ -143,9 +153,7 @@ def test_prometheus_scrapes_a_target_and_answers(prometheus_url: str, unique: st
 
 def test_missing_service_is_an_error_not_a_skip(pytester: pytest.Pytester) -> None:
     """The fixtures fail loudly, naming the start command, when a service is down."""
-    pytester.makeconftest(
-        "from tests.conftest import *  # noqa\n"
-    )
+    pytester.makeconftest("from tests.conftest import *  # noqa\n")
     pytester.makepyfile(
         """
         from tests.conftest import require
@@ -156,4 +164,3 @@ def test_missing_service_is_an_error_not_a_skip(pytester: pytest.Pytester) -> No
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*Kafka is not reachable*scripts/services.sh start*"])
-

@@ -22,7 +22,11 @@ async def manager(nessie_url: str):
 
 async def _commit_namespace(nessie: NessieClient, branch: str, expected: str, name: str) -> str:
     result = await nessie.commit(
-        branch, expected, [Operation.put_namespace((name,))], message=f"add {name}", author="tests",
+        branch,
+        expected,
+        [Operation.put_namespace((name,))],
+        message=f"add {name}",
+        author="tests",
         properties={},
     )
     return result.hash

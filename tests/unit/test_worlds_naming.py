@@ -7,7 +7,22 @@ from models.worlds import InvalidWorldId, WorldNaming, validate_world_id
 
 @pytest.mark.parametrize(
     "bad",
-    ["main@abc", "../x", "", "a" * 300, "wörld", "World", "a b", "x~1", "x*2026", "-x", "a/b", "a\x00b", None, 7],
+    [
+        "main@abc",
+        "../x",
+        "",
+        "a" * 300,
+        "wörld",
+        "World",
+        "a b",
+        "x~1",
+        "x*2026",
+        "-x",
+        "a/b",
+        "a\x00b",
+        None,
+        7,
+    ],
 )
 def test_bad_world_ids_are_rejected_with_a_reason(bad: object) -> None:
     with pytest.raises(InvalidWorldId) as info:

@@ -1,0 +1,88 @@
+"""Per-world batch accumulation: a world flushes when its batch is big enough or old enough.
+
+Each world is committed on its own branch, so each world has its own batch. A batch is due when it
+holds ``max_events`` items or its first item was added ``max_seconds`` ago. Time is passed in (a
+monotonic clock in the agent, any number in tests); nothing here reads the clock. Items keep their
+order of addition, which the causal gate relies on (a cause is released before its effects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class _Batch(Generic[T]):
+    __slots__ = ("items", "started_at")
+
+    def __init__(self, started_at: float) -> None:
+        self.items: list[T] = []
+        self.started_at = started_at
+
+
+class BatchAccumulator(Generic[T]):
+    """Buffers items per world and says which worlds are due to flush.
+
+    Contract: ``now`` never goes backwards. Taking a world's batch empties it; the next item starts a
+    new batch and a new age.
+    """
+
+    def __init__(self, max_events: int, max_seconds: float) -> None:
+        if max_events < 1:
+            raise ValueError("max_events must be at least 1")
+        if max_seconds < 0:
+            raise ValueError("max_seconds must not be negative")
+        self.max_events = max_events
+        self.max_seconds = max_seconds
+        self._batches: dict[str, _Batch[T]] = {}
+
+    def add(self, world_id: str, item: T, now: float) -> bool:
+        """Append ``item`` to the world's batch; True when that batch is now due by size."""
+        batch = self._batches.get(world_id)
+        if batch is None:
+            batch = self._batches[world_id] = _Batch(now)
+        batch.items.append(item)
+        return len(batch.items) >= self.max_events
+
+    def due(self, now: float) -> list[str]:
+        """Worlds whose batch reached ``max_events`` items or ``max_seconds`` of age, oldest first."""
+        ready = [
+            (b.started_at, world)
+            for world, b in self._batches.items()
+            if len(b.items) >= self.max_events or now - b.started_at >= self.max_seconds
+        ]
+        return [world for _, world in sorted(ready)]
+
+    def take(self, world_id: str) -> list[T]:
+        """Remove and return the world's batch (empty if it has none)."""
+        batch = self._batches.pop(world_id, None)
+        return batch.items if batch else []
+
+    def take_due(self, now: float) -> dict[str, list[T]]:
+        """Remove and return every due batch, by world."""
+        return {world: self.take(world) for world in self.due(now)}
+
+    def take_all(self) -> dict[str, list[T]]:
+        """Remove and return every batch, due or not (before a rebalance or shutdown)."""
+        out = {world: b.items for world, b in self._batches.items()}
+        self._batches.clear()
+        return out
+
+    def next_due_at(self) -> float | None:
+        """When the oldest batch becomes due by age, or None when nothing is buffered."""
+        if not self._batches:
+            return None
+        return min(b.started_at for b in self._batches.values()) + self.max_seconds
+
+    def size(self, world_id: str | None = None) -> int:
+        """Items buffered for ``world_id``, or for all worlds."""
+        if world_id is not None:
+            batch = self._batches.get(world_id)
+            return len(batch.items) if batch else 0
+        return sum(len(b.items) for b in self._batches.values())
+
+    def worlds(self) -> Iterator[str]:
+        """Worlds with a non-empty batch."""
+        return iter(list(self._batches))

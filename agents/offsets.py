@@ -1,0 +1,199 @@
+"""Per-partition ack tracking: which Kafka offset may be committed while events finish out of order.
+
+An offset is *done* once its event is committed to Nessie, dead-lettered, or dropped as a duplicate of
+an event that is itself held back elsewhere. Events finish in any order (a parked event waits while
+later ones commit), but Kafka only stores one position per partition, so the committable offset is the
+first offset consumed and not yet done: a parked event holds its partition back (BRIEF, Traps).
+
+Offsets follow Kafka's convention: the committed offset is the *next* offset to read. Offsets that
+were never consumed (compacted away, transaction markers) are gaps: anything below the highest consumed
+offset that was never seen does not exist, so it never holds the partition back.
+
+The range helpers record an exact set of offsets (with gaps) compactly, for commit metadata on the
+branch: a per-partition high-water mark is not enough to tell what a commit covered.
+
+No I/O: the agent feeds consumption and completion in, and reads committable offsets out.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from models.events import ChangeEvent
+
+TopicPartition = tuple[str, int]
+"""(topic, partition)."""
+
+EventRef = tuple[str, str]
+"""(world_id, event_id): the identity of an event. Event ids are unique per world, not globally."""
+
+OffsetRange = tuple[int, int]
+"""A half-open range ``[start, end)`` of offsets."""
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One decoded event and where it was read from; the unit the gate, dedupe and batcher pass around."""
+
+    event: ChangeEvent
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+    @property
+    def ref(self) -> EventRef:
+        return (self.event.world_id, self.event.event_id)
+
+
+class _Partition:
+    """In-flight offsets of one partition, in consumption (= offset) order."""
+
+    __slots__ = ("queue", "inflight", "done", "position")
+
+    def __init__(self, position: int | None) -> None:
+        self.queue: deque[int] = deque()  # consumed offsets, ascending; front may be done
+        self.inflight: set[int] = set()  # consumed and not yet done
+        self.done: set[int] = set()  # done, but still in the queue behind an in-flight offset
+        self.position = position  # next offset after the highest consumed (or the assigned start)
+
+
+class OffsetTracker:
+    """Tracks consumed and done offsets per partition and answers the committable offset of each.
+
+    Contract: per partition, offsets are consumed in ascending order (Kafka's order). ``done`` may come
+    in any order. A revoked partition is forgotten; late ``done`` calls for it are ignored, because the
+    new owner re-reads from the last committed offset.
+    """
+
+    def __init__(self) -> None:
+        self._parts: dict[TopicPartition, _Partition] = {}
+
+    def assign(self, tp: TopicPartition, position: int) -> None:
+        """Start tracking ``tp`` at ``position`` (its committed offset), so it is committable at once."""
+        self._parts[tp] = _Partition(position)
+
+    def revoke(self, tp: TopicPartition) -> None:
+        """Forget ``tp``: its in-flight events are re-read by the partition's next owner."""
+        self._parts.pop(tp, None)
+
+    def consumed(self, tp: TopicPartition, offset: int) -> bool:
+        """Record that ``offset`` was read; False if it was already seen here (a re-fetch: skip it)."""
+        part = self._parts.get(tp)
+        if part is None:
+            part = self._parts[tp] = _Partition(None)
+        if part.position is not None and offset < part.position:
+            return False
+        part.queue.append(offset)
+        part.inflight.add(offset)
+        part.position = offset + 1
+        return True
+
+    def done(self, tp: TopicPartition, offset: int) -> bool:
+        """Mark ``offset`` committed or dead-lettered; False if ``tp`` is unknown or already done.
+
+        Raises ValueError for an offset of a tracked partition that was never consumed: acking what was
+        not read would let the committed offset skip an event.
+        """
+        part = self._parts.get(tp)
+        if part is None:
+            return False
+        if offset not in part.inflight:
+            if part.position is not None and offset < part.position:
+                return False  # already done (or a gap below what was read): idempotent
+            raise ValueError(f"offset {offset} of {tp} was never consumed")
+        part.inflight.discard(offset)
+        part.done.add(offset)
+        queue = part.queue
+        while queue and queue[0] in part.done:
+            part.done.discard(queue.popleft())
+        return True
+
+    def committable(self, tp: TopicPartition) -> int | None:
+        """The offset to commit for ``tp`` (first consumed offset not yet done), or None if unknown."""
+        part = self._parts.get(tp)
+        if part is None:
+            return None
+        if part.queue:
+            return part.queue[0]
+        return part.position
+
+    def committable_all(self) -> dict[TopicPartition, int]:
+        """Committable offsets of every tracked partition that has one."""
+        out: dict[TopicPartition, int] = {}
+        for tp in self._parts:
+            offset = self.committable(tp)
+            if offset is not None:
+                out[tp] = offset
+        return out
+
+    def in_flight(self, tp: TopicPartition | None = None) -> int:
+        """How many consumed offsets are not done yet (of ``tp``, or of all partitions)."""
+        if tp is not None:
+            part = self._parts.get(tp)
+            return len(part.inflight) if part else 0
+        return sum(len(p.inflight) for p in self._parts.values())
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions being tracked."""
+        return list(self._parts)
+
+
+# --- exact offset sets as ranges ------------------------------------------------------------------
+
+
+def to_ranges(offsets: Iterable[int]) -> list[OffsetRange]:
+    """Sorted, merged half-open ranges covering exactly ``offsets`` (duplicates allowed, any order)."""
+    out: list[OffsetRange] = []
+    for offset in sorted(set(offsets)):
+        if out and out[-1][1] == offset:
+            out[-1] = (out[-1][0], offset + 1)
+        else:
+            out.append((offset, offset + 1))
+    return out
+
+
+def merge_ranges(*range_lists: Iterable[OffsetRange]) -> list[OffsetRange]:
+    """The union of several range lists, sorted and merged (adjacent ranges join)."""
+    spans = sorted((s, e) for ranges in range_lists for s, e in ranges if e > s)
+    out: list[OffsetRange] = []
+    for start, end in spans:
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def in_ranges(ranges: list[OffsetRange], offset: int) -> bool:
+    """Whether ``offset`` lies in ``ranges`` (sorted and merged, as the helpers above return)."""
+    i = bisect.bisect_right(ranges, offset, key=lambda r: r[0]) - 1
+    return i >= 0 and ranges[i][0] <= offset < ranges[i][1]
+
+
+def format_ranges(ranges: Iterable[OffsetRange]) -> str:
+    """Ranges as text for commit properties: ``"5-9,12"`` means offsets 5..9 and 12 (inclusive)."""
+    parts = []
+    for start, end in ranges:
+        parts.append(str(start) if end == start + 1 else f"{start}-{end - 1}")
+    return ",".join(parts)
+
+
+def parse_ranges(text: str) -> list[OffsetRange]:
+    """Read ``format_ranges`` text back; raises ValueError on anything else."""
+    out: list[OffsetRange] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        first, sep, last = part.partition("-")
+        start = int(first)
+        end = int(last) + 1 if sep else start + 1
+        if start < 0 or end <= start:
+            raise ValueError(f"bad offset range {part!r}")
+        out.append((start, end))
+    return merge_ranges(out)

@@ -1,0 +1,522 @@
+"""Every causeway metric, defined once, with typed helpers that hide the label plumbing.
+
+One ``Metrics`` object owns a dedicated ``CollectorRegistry`` (never the process-global one, so tests
+build as many as they like and Faust's sensors can be registered beside ours with
+``register_faust_sensors``). The worker serves that registry on ``/metrics``.
+
+Label values come only from small, bounded sets: world ids (validated, else ``invalid``), topics,
+partitions, stable reason codes (sanitised, else ``other``) and the outcome enums below. Event ids,
+keys and free text never become label values.
+
+Times are exported as Unix timestamps where an *age* is wanted (last commit, last reconciliation,
+oldest in-flight event): PromQL computes ``time() - ts`` at query time, so the age keeps growing while
+a worker is alive but stuck. A worker-computed age gauge would freeze at its last value instead.
+See docs/metrics.md for every metric and the panels and alerts that read it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.metrics import MetricWrapperBase
+
+from models.worlds import InvalidWorldId, validate_world_id
+
+EventOutcome = Literal["applied", "duplicate", "parked", "released", "dead_lettered"]
+CommitOutcome = Literal["committed", "already_committed", "retries_exhausted", "failed"]
+RetryReason = Literal["conflict", "unknown_state", "transient"]
+SchemaOutcome = Literal["applied", "duplicate", "waiting", "refused"]
+ReconcileOutcome = Literal["ok", "repaired", "failed"]
+MergeOutcome = Literal["merged", "conflict", "failed"]
+Dependency = Literal["redis", "nessie", "kafka"]
+Layer = Literal["control", "data", "intelligence"]
+
+EVENT_OUTCOMES: tuple[EventOutcome, ...] = ("applied", "duplicate", "parked", "released", "dead_lettered")
+COMMIT_OUTCOMES: tuple[CommitOutcome, ...] = ("committed", "already_committed", "retries_exhausted", "failed")
+RETRY_REASONS: tuple[RetryReason, ...] = ("conflict", "unknown_state", "transient")
+SCHEMA_OUTCOMES: tuple[SchemaOutcome, ...] = ("applied", "duplicate", "waiting", "refused")
+RECONCILE_OUTCOMES: tuple[ReconcileOutcome, ...] = ("ok", "repaired", "failed")
+MERGE_OUTCOMES: tuple[MergeOutcome, ...] = ("merged", "conflict", "failed")
+DEPENDENCIES: tuple[Dependency, ...] = ("redis", "nessie", "kafka")
+LAYERS: tuple[Layer, ...] = ("control", "data", "intelligence")
+
+UNKNOWN_WORLD = "unknown"  # the event carried no readable world id
+INVALID_WORLD = "invalid"  # it carried one that may not become a label (or a branch)
+OTHER_REASON = "other"
+_REASON = re.compile(r"[a-z0-9][a-z0-9_.-]{0,47}")
+
+# Buckets, in the metric's base unit.
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+CAUSAL_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300)
+COMMIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+ROWS_BUCKETS = (1, 10, 100, 500, 1_000, 5_000, 10_000, 50_000, 100_000)
+BYTES_BUCKETS = tuple(1024 * 4**k for k in range(10))  # 1 KiB … 256 MiB
+SCHEMA_LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+RECONCILE_BUCKETS = (0.1, 0.5, 1, 5, 10, 30, 60, 300, 900)
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What docs and tests need to know about one metric, as exposed (counters with ``_total``)."""
+
+    name: str
+    type: str
+    labels: tuple[str, ...]
+    help: str
+
+
+def world_label(world: str | None) -> str:
+    """A world id safe to use as a label value: the id if valid, else ``unknown`` / ``invalid``."""
+    if world is None or world == "":
+        return UNKNOWN_WORLD
+    try:
+        return validate_world_id(world)
+    except InvalidWorldId:
+        return INVALID_WORLD
+
+
+def reason_label(reason: str | None) -> str:
+    """A stable reason code (``malformed-json``) as a label; anything else collapses to ``other``."""
+    if reason and _REASON.fullmatch(reason):
+        return reason
+    return OTHER_REASON
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
+    return value
+
+
+class Metrics:
+    """All causeway metrics in one registry, plus helpers named for what happened."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.catalog: list[MetricInfo] = []
+        self._worlds: set[str] = set()
+        c, g, h = self._counter, self._gauge, self._histogram
+
+        # --- lag and latency ----------------------------------------------------------------------
+        self.partition_end_offset = g(
+            "causeway_partition_end_offset",
+            "Log end offset of an assigned partition (next offset to be written).",
+            ("topic", "partition"),
+        )
+        self.partition_committed_offset = g(
+            "causeway_partition_committed_offset",
+            "Offset the consumer group has committed for an assigned partition (next offset to read).",
+            ("topic", "partition"),
+        )
+        self.consumer_lag = g(
+            "causeway_consumer_lag_messages",
+            "Messages the group has not committed (end offset minus committed offset), per partition.",
+            ("topic", "partition"),
+        )
+        self.events_consumed = c(
+            "causeway_events_consumed_total", "Records read from Kafka, before decoding.", ("topic",)
+        )
+        self.inflight_events = g(
+            "causeway_inflight_events",
+            "Events consumed but not yet committed (buffered, parked or committing), per world.",
+            ("world",),
+        )
+        self.inflight_oldest = g(
+            "causeway_inflight_oldest_timestamp_seconds",
+            "When the oldest in-flight event of a world was consumed (Unix time); absent when none is.",
+            ("world",),
+        )
+        self.e2e_latency = h(
+            "causeway_e2e_latency_seconds",
+            "Event occurred_at to the Nessie commit that applied it (producer clock; negative clamped to 0).",
+            ("world",),
+            LATENCY_BUCKETS,
+        )
+        self.last_commit = g(
+            "causeway_world_last_commit_timestamp_seconds",
+            "Unix time of the last commit to a world's branch; freshness is time() minus this.",
+            ("world",),
+        )
+
+        # --- event outcomes ----------------------------------------------------------------------
+        self.events = c(
+            "causeway_events_total",
+            "Change events by outcome: applied, duplicate, parked, released, dead_lettered (with reason).",
+            ("world", "outcome", "reason"),
+        )
+        self.dead_letters = c(
+            "causeway_dead_letters_total",
+            "Records published to the dead-letter topic, by the topic they came from and reason code.",
+            ("topic", "reason"),
+        )
+        self.parked = g(
+            "causeway_parked_events",
+            "Events waiting in the causal gate for their cause, per world.",
+            ("world",),
+        )
+        self.causal_wait = h(
+            "causeway_causal_wait_seconds",
+            "Time an event waited in the causal gate before it was released.",
+            (),
+            CAUSAL_WAIT_BUCKETS,
+        )
+
+        # --- Nessie commits ----------------------------------------------------------------------
+        self.commits = c(
+            "causeway_commits_total",
+            "World flushes by final outcome: committed, already_committed (unknown outcome checked), "
+            "retries_exhausted, failed.",
+            ("world", "outcome"),
+        )
+        self.occ_conflicts = c(
+            "causeway_occ_conflicts_total",
+            "Nessie commit attempts refused with 409 (expected-hash conflict).",
+            ("world",),
+        )
+        self.commit_retries = c(
+            "causeway_commit_retries_total",
+            "Commit attempts retried, by reason: conflict, unknown_state, transient.",
+            ("world", "reason"),
+        )
+        self.commit_retries_exhausted = c(
+            "causeway_commit_retries_exhausted_total",
+            "Flushes that gave up after the configured retries; their events are not acked and come back.",
+            ("world",),
+        )
+        self.commit_duration = h(
+            "causeway_commit_duration_seconds",
+            "One world flush, from first attempt to final outcome (with retries).",
+            ("world",),
+            COMMIT_BUCKETS,
+        )
+        self.batch_rows = h("causeway_batch_rows", "Events in one committed world flush.", (), ROWS_BUCKETS)
+        self.batch_bytes = h(
+            "causeway_batch_bytes", "Data-file bytes written by one committed world flush.", (), BYTES_BUCKETS
+        )
+
+        # --- consistency -------------------------------------------------------------------------
+        self.schema_version = g(
+            "causeway_schema_version",
+            "Schema version per layer (control, data, intelligence) and world.",
+            ("world", "layer"),
+        )
+        self.version_difference = g(
+            "causeway_version_vector_difference",
+            "Largest minus smallest layer version in a world's version vector.",
+            ("world",),
+        )
+        self.schema_changes = c(
+            "causeway_schema_changes_total",
+            "Schema changes handled by schema sync: applied, duplicate, waiting, refused (with reason).",
+            ("world", "outcome", "reason"),
+        )
+        self.schema_sync_lag = h(
+            "causeway_schema_sync_lag_seconds",
+            "Control-plane schema.updated to the change committed on the world branch.",
+            ("world",),
+            SCHEMA_LAG_BUCKETS,
+        )
+        self.reconcile_runs = c(
+            "causeway_reconciliation_runs_total",
+            "Reconciliation runs by outcome: ok, repaired, failed.",
+            ("world", "outcome"),
+        )
+        self.reconcile_drift = g(
+            "causeway_reconciliation_drift",
+            "Largest count difference (control, projection, event log) in the last run, per object type.",
+            ("world", "object_type"),
+        )
+        self.reconcile_repairs = c(
+            "causeway_reconciliation_repairs_total",
+            "Projections rebuilt from the event log by reconciliation.",
+            ("world",),
+        )
+        self.reconcile_duration = h(
+            "causeway_reconciliation_duration_seconds",
+            "One reconciliation run of one world.",
+            (),
+            RECONCILE_BUCKETS,
+        )
+        self.reconcile_last_run = g(
+            "causeway_reconciliation_last_run_timestamp_seconds",
+            "Unix time the last reconciliation run of a world finished.",
+            ("world",),
+        )
+        self.idempotency_lookups = c(
+            "causeway_idempotency_lookups_total",
+            "Event ids checked against the Redis dedupe store.",
+            ("world",),
+        )
+        self.idempotency_duplicates = c(
+            "causeway_idempotency_duplicates_total",
+            "Event ids the Redis dedupe store already knew (idempotency hits).",
+            ("world",),
+        )
+        self.merges = c(
+            "causeway_merges_total",
+            "World merges by outcome: merged, conflict, failed.",
+            ("world", "outcome"),
+        )
+        self.merge_conflicts = c(
+            "causeway_merge_conflicts_total", "Conflicting keys reported by world merges.", ("world",)
+        )
+
+        # --- dependencies ------------------------------------------------------------------------
+        self.dependency_up = g(
+            "causeway_dependency_up",
+            "1 if the worker's last health probe of a dependency succeeded, else 0.",
+            ("dependency",),
+        )
+
+    # --- definitions --------------------------------------------------------------------------------
+    def _add(self, cls: type[MetricWrapperBase], name: str, doc: str, labels: tuple[str, ...], **kw: Any) -> Any:
+        metric = cls(name, doc, labels, registry=self.registry, **kw)
+        kind = {Counter: "counter", Gauge: "gauge", Histogram: "histogram"}[cls]
+        self.catalog.append(MetricInfo(name, kind, labels, doc))
+        return metric
+
+    def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
+        return self._add(Counter, name, doc, labels)  # type: ignore[no-any-return]
+
+    def _gauge(self, name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
+        return self._add(Gauge, name, doc, labels)  # type: ignore[no-any-return]
+
+    def _histogram(self, name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]) -> Histogram:
+        return self._add(Histogram, name, doc, labels, buckets=buckets)  # type: ignore[no-any-return]
+
+    def _world(self, world: str | None) -> str:
+        """The label for ``world``; on first sight, create its outcome series at 0 so rate() has data."""
+        w = world_label(world)
+        if w not in self._worlds:
+            self._worlds.add(w)
+            if w in (UNKNOWN_WORLD, INVALID_WORLD):
+                return w  # no branch behind it: it only ever has dead letters
+            for outcome in ("applied", "duplicate"):
+                self.events.labels(w, outcome, "")
+            for commit_outcome in COMMIT_OUTCOMES:
+                self.commits.labels(w, commit_outcome)
+            self.occ_conflicts.labels(w)
+            self.commit_retries_exhausted.labels(w)
+            self.idempotency_lookups.labels(w)
+            self.idempotency_duplicates.labels(w)
+        return w
+
+    # --- lag and latency ----------------------------------------------------------------------------
+    def partition_offsets(
+        self,
+        topic: str,
+        partition: int,
+        end_offset: int,
+        committed_offset: int | None,
+        *,
+        low_offset: int = 0,
+    ) -> int:
+        """Record a partition's end and committed offsets and its lag; returns the lag.
+
+        ``committed_offset`` None means the group never committed: lag counts from ``low_offset``
+        (the partition's earliest retained offset).
+        """
+        p = str(partition)
+        start = low_offset if committed_offset is None or committed_offset < 0 else committed_offset
+        lag = max(0, end_offset - start)
+        self.partition_end_offset.labels(topic, p).set(end_offset)
+        self.partition_committed_offset.labels(topic, p).set(start)
+        self.consumer_lag.labels(topic, p).set(lag)
+        return lag
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop a revoked partition's series so two workers never both report it after a rebalance."""
+        for metric in (self.partition_end_offset, self.partition_committed_offset, self.consumer_lag):
+            try:
+                metric.remove(topic, str(partition))
+            except KeyError:
+                pass
+
+    def consumed(self, topic: str, n: int = 1) -> None:
+        self.events_consumed.labels(topic).inc(n)
+
+    def inflight(self, world: str, count: int, oldest_consumed_at: float | None) -> None:
+        """Set a world's in-flight count and when its oldest in-flight event was consumed."""
+        w = self._world(world)
+        self.inflight_events.labels(w).set(count)
+        if count > 0 and oldest_consumed_at is not None:
+            self.inflight_oldest.labels(w).set(oldest_consumed_at)
+        else:
+            try:
+                self.inflight_oldest.remove(w)
+            except KeyError:
+                pass
+
+    # --- event outcomes ----------------------------------------------------------------------------
+    def event_outcome(self, world: str | None, outcome: EventOutcome, n: int = 1, *, reason: str | None = None) -> None:
+        """Count ``n`` events of a world with one outcome; ``reason`` only for dead_lettered."""
+        _check(outcome, EVENT_OUTCOMES, "event outcome")
+        label = reason_label(reason) if outcome == "dead_lettered" else ""
+        self.events.labels(self._world(world), outcome, label).inc(n)
+
+    def dead_lettered(self, topic: str, reason: str, *, world: str | None = None, n: int = 1) -> None:
+        """A record went to the dead-letter topic: counts it by source topic and as an event outcome."""
+        r = reason_label(reason)
+        self.dead_letters.labels(topic, r).inc(n)
+        self.events.labels(self._world(world), "dead_lettered", r).inc(n)
+
+    def set_parked(self, world: str, count: int) -> None:
+        self.parked.labels(self._world(world)).set(count)
+
+    def released(self, world: str, waited_seconds: Iterable[float]) -> None:
+        """Events left the causal gate after waiting ``waited_seconds`` each."""
+        n = 0
+        for s in waited_seconds:
+            self.causal_wait.observe(max(0.0, s))
+            n += 1
+        if n:
+            self.events.labels(self._world(world), "released", "").inc(n)
+
+    # --- Nessie commits ----------------------------------------------------------------------------
+    def committed(
+        self,
+        world: str,
+        *,
+        duration_s: float,
+        rows: int,
+        nbytes: int,
+        occurred_at: Iterable[float] = (),
+        at: float | None = None,
+        outcome: Literal["committed", "already_committed"] = "committed",
+    ) -> None:
+        """A world flush reached its branch: outcome, duration, batch size, freshness and e2e latency.
+
+        ``occurred_at`` holds each event's ``occurred_at`` (Unix seconds) for the latency histogram;
+        each value costs about 1 µs (prometheus_client has no bulk observe), so a flush of 100k events
+        spends ~0.1 s here. Pass a sample of the batch if that matters; the histogram's count is then
+        a sample too (throughput comes from ``causeway_events_total``, not from it).
+        """
+        w = self._world(world)
+        now = time.time() if at is None else at
+        self.commits.labels(w, _check(outcome, COMMIT_OUTCOMES, "commit outcome")).inc()
+        self.commit_duration.labels(w).observe(duration_s)
+        self.batch_rows.observe(rows)
+        self.batch_bytes.observe(nbytes)
+        self.last_commit.labels(w).set(now)
+        latency = self.e2e_latency.labels(w)
+        for t in occurred_at:
+            latency.observe(max(0.0, now - t))
+
+    def commit_failed(self, world: str, *, duration_s: float, retries_exhausted: bool) -> None:
+        """A world flush gave up; nothing of it was acked."""
+        w = self._world(world)
+        self.commits.labels(w, "retries_exhausted" if retries_exhausted else "failed").inc()
+        if retries_exhausted:
+            self.commit_retries_exhausted.labels(w).inc()
+        self.commit_duration.labels(w).observe(duration_s)
+
+    def commit_retry(self, world: str, reason: RetryReason) -> None:
+        """One commit attempt will be retried; a ``conflict`` also counts as an OCC conflict."""
+        w = self._world(world)
+        self.commit_retries.labels(w, _check(reason, RETRY_REASONS, "retry reason")).inc()
+        if reason == "conflict":
+            self.occ_conflicts.labels(w).inc()
+
+    def last_commit_seen(self, world: str, at: float) -> None:
+        """Seed freshness at start-up from the branch's head commit time, so a restart does not reset it."""
+        self.last_commit.labels(self._world(world)).set(at)
+
+    # --- consistency --------------------------------------------------------------------------------
+    def idempotency(self, world: str, *, lookups: int, duplicates: int) -> None:
+        """One dedupe round trip: ``lookups`` ids checked, ``duplicates`` of them already known."""
+        w = self._world(world)
+        self.idempotency_lookups.labels(w).inc(lookups)
+        self.idempotency_duplicates.labels(w).inc(duplicates)
+
+    def schema_versions(self, world: str, versions: Mapping[Layer, int]) -> int:
+        """Set a world's version vector (per layer) and its max−min difference; returns the difference."""
+        w = self._world(world)
+        for layer, v in versions.items():
+            self.schema_version.labels(w, _check(layer, LAYERS, "layer")).set(v)
+        diff = max(versions.values()) - min(versions.values()) if versions else 0
+        self.version_difference.labels(w).set(diff)
+        return diff
+
+    def schema_change(
+        self, world: str, outcome: SchemaOutcome, *, reason: str | None = None, lag_s: float | None = None
+    ) -> None:
+        """Schema sync handled one change; ``lag_s`` (control event → branch commit) when applied."""
+        w = self._world(world)
+        label = reason_label(reason) if outcome == "refused" else ""
+        self.schema_changes.labels(w, _check(outcome, SCHEMA_OUTCOMES, "schema outcome"), label).inc()
+        if lag_s is not None:
+            self.schema_sync_lag.labels(w).observe(max(0.0, lag_s))
+
+    def reconciled(
+        self,
+        world: str,
+        outcome: ReconcileOutcome,
+        *,
+        duration_s: float,
+        drift: Mapping[str, int],
+        repairs: int = 0,
+        at: float | None = None,
+    ) -> None:
+        """A reconciliation run of one world finished; ``drift`` maps object type → count difference."""
+        w = self._world(world)
+        self.reconcile_runs.labels(w, _check(outcome, RECONCILE_OUTCOMES, "reconciliation outcome")).inc()
+        self.reconcile_duration.observe(duration_s)
+        for object_type, d in drift.items():
+            self.reconcile_drift.labels(w, object_type).set(abs(d))
+        if repairs:
+            self.reconcile_repairs.labels(w).inc(repairs)
+        self.reconcile_last_run.labels(w).set(time.time() if at is None else at)
+
+    def merged(self, world: str, outcome: MergeOutcome, *, conflicts: int = 0) -> None:
+        """A merge of ``world`` finished; ``conflicts`` counts conflicting keys it reported."""
+        w = self._world(world)
+        self.merges.labels(w, _check(outcome, MERGE_OUTCOMES, "merge outcome")).inc()
+        if conflicts:
+            self.merge_conflicts.labels(w).inc(conflicts)
+
+    # --- dependencies -------------------------------------------------------------------------------
+    def dependency(self, name: Dependency, up: bool) -> None:
+        self.dependency_up.labels(_check(name, DEPENDENCIES, "dependency")).set(1 if up else 0)
+
+
+_default: Metrics | None = None
+
+
+def default_metrics() -> Metrics:
+    """The process's metrics (created on first use); workers use this, tests build their own."""
+    global _default
+    if _default is None:
+        _default = Metrics()
+    return _default
+
+
+def register_faust_sensors(
+    app: Any, metrics: Metrics, *, pattern: str = "/metrics", name_prefix: str = "faust"
+) -> None:
+    """Add Faust's Prometheus sensors to ``metrics.registry`` and serve it at ``pattern`` on the worker.
+
+    The prefix is ``faust`` rather than the app name, so Faust's ~26 metrics never mix with the
+    ``causeway_`` names defined here. ``*_created`` series are switched off process-wide: they double
+    the series count and nothing here reads them.
+    """
+    from faust.sensors.prometheus import setup_prometheus_sensors
+
+    disable_created_metrics()
+    setup_prometheus_sensors(app, pattern, registry=metrics.registry, name_prefix=name_prefix)
+
+
+def serve(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> Any:
+    """Serve ``metrics.registry`` at ``http://addr:port/metrics`` from a thread, without Faust.
+
+    Returns the HTTP server (call ``shutdown()`` to stop it). ``*_created`` series are switched off.
+    """
+    from prometheus_client import start_http_server
+
+    disable_created_metrics()
+    server, _thread = start_http_server(port, addr, registry=metrics.registry)
+    return server

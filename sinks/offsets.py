@@ -1,0 +1,174 @@
+"""Exact committed-offset sets per Kafka topic-partition, in a compact text form.
+
+A high-water mark per partition is not enough (BRIEF, "Traps"): while an event waits in the causal
+gate, later offsets of its partition commit, and a mark past the parked offset would skip it after
+a crash. So a branch records *exactly* which offsets it committed, as sorted disjoint inclusive
+ranges — ``"100-180,182-200"`` — plus a ``floor``: every offset below the floor is settled (the
+consumer group has committed past it, so it is never redelivered and needs no detail). The floor
+keeps the set short: one partition carries events of many worlds, so a world's own offsets are
+full of gaps that only the floor can absorb.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import orjson
+
+TopicPartition = tuple[str, int]
+
+
+def tp_name(tp: TopicPartition) -> str:
+    """``"onto.changes.objects/3"``: the key used in commit properties and summaries."""
+    return f"{tp[0]}/{tp[1]}"
+
+
+def parse_tp(name: str) -> TopicPartition:
+    topic, _, partition = name.rpartition("/")
+    if not topic or not partition.isdigit():
+        raise ValueError(f"not a topic/partition: {name!r}")
+    return topic, int(partition)
+
+
+@dataclass
+class OffsetSet:
+    """A set of Kafka offsets: everything below ``floor`` plus inclusive ``ranges`` at or above it."""
+
+    floor: int = 0
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, offsets: Iterable[int]) -> OffsetSet:
+        result = cls()
+        for start, end in compact(offsets):
+            result.add_range(start, end)
+        return result
+
+    @classmethod
+    def parse(cls, text: str, floor: int = 0) -> OffsetSet:
+        """Parse ``"100-180,182-200"`` (single offsets may omit the ``-end``)."""
+        result = cls(floor=floor)
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            start, _, end = part.partition("-")
+            a, b = int(start), int(end or start)
+            if b < a:
+                raise ValueError(f"bad offset range {part!r}")
+            result.add_range(a, b)
+        return result
+
+    def format(self) -> str:
+        return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in self.ranges)
+
+    def add(self, offset: int) -> None:
+        self.add_range(offset, offset)
+
+    def add_range(self, start: int, end: int) -> None:
+        """Insert ``start..end`` (inclusive), merging with touching or overlapping ranges."""
+        if end < self.floor:
+            return
+        start = max(start, self.floor)
+        i = bisect.bisect_left(self.ranges, (start, start))
+        if i > 0 and self.ranges[i - 1][1] >= start - 1:
+            i -= 1
+        j = i
+        while j < len(self.ranges) and self.ranges[j][0] <= end + 1:
+            start = min(start, self.ranges[j][0])
+            end = max(end, self.ranges[j][1])
+            j += 1
+        self.ranges[i:j] = [(start, end)]
+        self._absorb()
+
+    def update(self, other: OffsetSet) -> None:
+        self.raise_floor(other.floor)
+        for a, b in other.ranges:
+            self.add_range(a, b)
+
+    def raise_floor(self, floor: int) -> None:
+        """Everything below ``floor`` is settled: drop detail under it."""
+        if floor <= self.floor:
+            return
+        self.floor = floor
+        kept: list[tuple[int, int]] = []
+        for a, b in self.ranges:
+            if b >= floor:
+                kept.append((max(a, floor), b))
+        self.ranges = kept
+        self._absorb()
+
+    def _absorb(self) -> None:
+        while self.ranges and self.ranges[0][0] <= self.floor:
+            self.floor = max(self.floor, self.ranges[0][1] + 1)
+            self.ranges.pop(0)
+
+    def __contains__(self, offset: object) -> bool:
+        if not isinstance(offset, int):
+            return False
+        if offset < self.floor:
+            return True
+        i = bisect.bisect_right(self.ranges, (offset, float("inf"))) - 1
+        return i >= 0 and self.ranges[i][0] <= offset <= self.ranges[i][1]
+
+    def offsets(self) -> Iterator[int]:
+        """The explicit offsets at or above the floor."""
+        for a, b in self.ranges:
+            yield from range(a, b + 1)
+
+    def to_json(self) -> dict[str, object]:
+        return {"floor": self.floor, "ranges": self.format()}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, object]) -> OffsetSet:
+        return cls.parse(str(doc.get("ranges") or ""), floor=int(doc.get("floor") or 0))  # type: ignore[call-overload]
+
+    def __str__(self) -> str:
+        text = self.format()
+        return f"<{self.floor}" + (f",{text}" if text else "") if self.floor else text
+
+
+def compact(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted disjoint inclusive ranges covering exactly ``offsets`` (duplicates allowed)."""
+    out: list[tuple[int, int]] = []
+    for o in sorted(set(offsets)):
+        if out and o == out[-1][1] + 1:
+            out[-1] = (out[-1][0], o)
+        else:
+            out.append((o, o))
+    return out
+
+
+def format_ranges(offsets: Iterable[int]) -> str:
+    """``[100, 101, 102, 105]`` → ``"100-102,105"``."""
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in compact(offsets))
+
+
+OffsetMap = dict[TopicPartition, OffsetSet]
+
+
+def dumps_map(offsets: Mapping[TopicPartition, OffsetSet]) -> str:
+    """The JSON summary stored as a table property (sorted, stable)."""
+    return orjson.dumps(
+        {tp_name(tp): s.to_json() for tp, s in sorted(offsets.items())}, option=orjson.OPT_SORT_KEYS
+    ).decode()
+
+
+def loads_map(text: str | None) -> OffsetMap:
+    if not text:
+        return {}
+    doc = orjson.loads(text)
+    return {parse_tp(name): OffsetSet.from_json(v) for name, v in doc.items()}
+
+
+def merge_maps(
+    base: Mapping[TopicPartition, OffsetSet],
+    added: Mapping[TopicPartition, OffsetSet],
+    settled: Mapping[TopicPartition, int] | None = None,
+) -> OffsetMap:
+    """``base ∪ added``, with each partition's floor raised to ``settled`` where given."""
+    out: OffsetMap = {tp: OffsetSet(s.floor, list(s.ranges)) for tp, s in base.items()}
+    for tp, s in added.items():
+        out.setdefault(tp, OffsetSet()).update(s)
+    for tp, floor in (settled or {}).items():
+        out.setdefault(tp, OffsetSet()).raise_floor(floor)
+    return out

@@ -1,0 +1,338 @@
+"""Merge-on-read row changes for pyiceberg: positional delete files and a pk → (file, position) index.
+
+pyiceberg 0.12 writes deletes only copy-on-write (a changed row rewrites its whole data file) but it
+*reads* positional delete files. This module fills the gap for the projections:
+
+* :func:`read_index` reads only the key columns (plus ``version`` / ``deleted``) of the live data
+  files, with each row's ``(file, pos)``, minus the positions already deleted — the pk index of the
+  snapshot being committed against. It is rebuilt from the table on every attempt, so it can never
+  be stale; reading two or three columns is cheap next to rewriting files.
+* :func:`write_position_deletes` writes one Iceberg position-delete file (``file_path``, ``pos``).
+* :class:`RowDelta` is a snapshot producer (built on pyiceberg's ``_SnapshotProducer``) that adds
+  data files and delete files and removes data / delete files in one snapshot, writing a DELETES
+  manifest for the delete files. It consolidates manifests when there are too many, so the
+  manifest list stays short.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+)
+from pyiceberg.table import Transaction
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _SnapshotProducer
+from pyiceberg.typedef import Record
+
+FILE_PATH_ID = 2147483546
+POS_ID = 2147483545
+
+DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(FILE_PATH_ID)}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(POS_ID)}),
+    ]
+)
+
+
+@dataclass
+class LiveFile:
+    """A live data file of the snapshot with its delete state."""
+
+    data_file: DataFile
+    deleted: pa.Array  # positions already deleted (int64, unique)
+
+    @property
+    def live_rows(self) -> int:
+        return self.data_file.record_count - len(self.deleted)
+
+
+@dataclass
+class TableState:
+    """What a flush needs to know about a projection table at one snapshot."""
+
+    files: dict[str, LiveFile] = field(default_factory=dict)
+    delete_files: dict[str, DataFile] = field(default_factory=dict)
+    # delete file -> {data file it names -> positions}
+    delete_positions: dict[str, dict[str, pa.Array]] = field(default_factory=dict)
+    index: pa.Table | None = None  # key columns + version + deleted + _file + _pos, live rows only
+    bytes_read: int = 0
+
+
+Matcher = Callable[[pa.Table], "pa.Array | pa.ChunkedArray"]
+
+
+class FileCache:
+    """Parsed columns of immutable files, by path, bounded by bytes (LRU); thread-safe.
+
+    Iceberg data and delete files never change once written (a change writes new files), so a
+    cached read can never be stale: which files are live, and which positions are deleted, is
+    still decided from the snapshot being committed against on every attempt.
+    """
+
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None) -> tuple[pa.Table, bool]:
+        """The file's ``columns`` (all when None) and whether it came from the cache."""
+        key = (path, columns or ())
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit, True
+        with io.new_input(path).open() as f:
+            table = pq.read_table(f, columns=list(columns) if columns else None)
+        with self._lock:
+            if key not in self._items and table.nbytes <= self.max_bytes:
+                self._items[key] = table
+                self._bytes += table.nbytes
+                while self._bytes > self.max_bytes:
+                    _, old = self._items.popitem(last=False)
+                    self._bytes -= old.nbytes
+        return table, False
+
+
+def read_state(
+    table: object, columns: Iterable[str], match: Matcher | None = None, cache: FileCache | None = None
+) -> TableState:
+    """Read the live rows' ``columns`` with their ``(_file, _pos)``, keeping rows ``match`` selects.
+
+    ``match`` returns a boolean mask over a file's columns (for example: key in the batch's keys),
+    so memory follows the batch, not the table. ``cache`` keeps parsed files between flushes.
+    """
+    from pyiceberg.table import Table
+
+    assert isinstance(table, Table)
+    state = TableState()
+    if table.current_snapshot() is None:
+        return state
+    tasks = list(table.scan().plan_files())
+    io = table.io
+    cache = cache or FileCache(0)
+    deletes: dict[str, list[pa.Array]] = {}
+    for task in tasks:
+        for df in task.delete_files:
+            if df.file_path in state.delete_files:
+                continue
+            state.delete_files[df.file_path] = df
+            t, hit = cache.get(io, df.file_path, None)
+            state.bytes_read += 0 if hit else df.file_size_in_bytes
+            paths = t.column("file_path")
+            per_file: dict[str, pa.Array] = {}
+            for path in pc.unique(paths).to_pylist():
+                per_file[path] = t.column("pos").filter(pc.equal(paths, path)).combine_chunks()
+                deletes.setdefault(path, []).append(per_file[path])
+            state.delete_positions[df.file_path] = per_file
+    cols = tuple(dict.fromkeys(columns))
+    parts: list[pa.Table] = []
+    for task in tasks:
+        df = task.file
+        dels = deletes.get(df.file_path)
+        deleted = pc.unique(pa.concat_arrays(dels)) if dels else pa.array([], pa.int64())
+        state.files[df.file_path] = LiveFile(df, deleted)
+        t, hit = cache.get(io, df.file_path, cols)
+        state.bytes_read += 0 if hit else df.file_size_in_bytes  # upper bound: only `cols` are read
+        t = t.append_column("_pos", positions(t.num_rows))
+        if match is not None and t.num_rows:
+            t = t.filter(pc.fill_null(match(t), False))
+        if len(deleted) and t.num_rows:
+            t = t.filter(pc.invert(pc.is_in(t.column("_pos"), value_set=deleted)))
+        if t.num_rows:
+            t = t.append_column("_file", pa.array([df.file_path] * t.num_rows))
+            parts.append(t)
+    state.index = pa.concat_tables(parts) if parts else None
+    return state
+
+
+_POSITIONS: list[pa.Array] = [pa.array([], pa.int64())]
+
+
+def positions(n: int) -> pa.Array:
+    """``0..n-1`` as int64 (cached: pyarrow has no arange and numpy is not a dependency)."""
+    if len(_POSITIONS[0]) < n:
+        _POSITIONS[0] = pa.array(range(max(n, 2 * len(_POSITIONS[0]))), pa.int64())
+    return _POSITIONS[0].slice(0, n)
+
+
+def write_position_deletes(
+    io: object, location: str, deletes: dict[str, Iterable[int] | pa.Array], spec_id: int = 0
+) -> DataFile | None:
+    """Write one position-delete file for ``{data file path: positions}``; None when empty."""
+
+    assert isinstance(io, FileIO)
+    paths: list[pa.Array] = []
+    pos_parts: list[pa.Array] = []
+    for path in sorted(deletes):
+        p = deletes[path]
+        arr = pc.unique(p if isinstance(p, pa.Array) else pa.array(list(p), pa.int64()))
+        arr = arr.take(pc.array_sort_indices(arr))
+        if len(arr):
+            paths.append(pa.array([path] * len(arr), pa.string()))
+            pos_parts.append(arr.cast(pa.int64()))
+    if not paths:
+        return None
+    table = pa.table({"file_path": pa.concat_arrays(paths), "pos": pa.concat_arrays(pos_parts)}, schema=DELETE_SCHEMA)
+    out = io.new_output(location)
+    with out.create(overwrite=True) as f:
+        pq.write_table(table, f, compression="zstd")
+    size = len(io.new_input(location))
+    names = sorted(deletes)
+    lower, upper = names[0].encode(), names[-1].encode()
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=table.num_rows,
+        file_size_in_bytes=size,
+        lower_bounds={FILE_PATH_ID: lower},
+        upper_bounds={FILE_PATH_ID: upper},
+        spec_id=spec_id,
+    )
+
+
+def new_delete_location(table: object) -> str:
+    from pyiceberg.table import Table
+
+    assert isinstance(table, Table)
+    return table.location_provider().new_data_location(f"delete-{uuid.uuid4()}.parquet")
+
+
+class _DeleteManifestWriter(ManifestWriterV2):
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class RowDelta(_SnapshotProducer["RowDelta"]):
+    """One snapshot that adds data and delete files and removes data and delete files.
+
+    Usage inside a pyiceberg ``Transaction``::
+
+        rd = RowDelta(tx, snapshot_properties={...})
+        rd.add(data_files); rd.add(delete_files); rd.remove(obsolete_files)
+        rd.commit()
+    """
+
+    max_manifests = 16
+
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str] | None = None) -> None:
+        super().__init__(
+            Operation.OVERWRITE,
+            transaction,
+            transaction._table.io,
+            snapshot_properties=dict(snapshot_properties or {}),
+        )
+        self._added_deletes: list[DataFile] = []
+        self._removed: set[str] = set()
+        self._removed_files: list[DataFile] = []
+
+    def add(self, files: Iterable[DataFile]) -> RowDelta:
+        for df in files:
+            if df.content == DataFileContent.DATA:
+                self._added_data_files.append(df)
+            else:
+                self._added_deletes.append(df)
+        return self
+
+    def remove(self, files: Iterable[DataFile]) -> RowDelta:
+        for df in files:
+            if df.file_path not in self._removed:
+                self._removed.add(df.file_path)
+                self._removed_files.append(df)
+                self._deleted_data_files.add(df)
+        return self
+
+    @property
+    def empty(self) -> bool:
+        return not (self._added_data_files or self._added_deletes or self._removed)
+
+    def _summary(self, snapshot_properties: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+        # The base collector counts what is in _added_data_files; delete files are added too.
+        saved = self._added_data_files
+        self._added_data_files = saved + self._added_deletes
+        try:
+            return super()._summary(snapshot_properties or {})
+        finally:
+            self._added_data_files = saved
+
+    def _deleted_entries(self) -> list[ManifestEntry]:
+        return []
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        return []
+
+    def _writer(self, content: ManifestContent) -> ManifestWriterV2:
+        spec = self._transaction.table_metadata.spec()
+        cls = _DeleteManifestWriter if content == ManifestContent.DELETES else ManifestWriterV2
+        return cls(spec, self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
+
+    def _manifests(self) -> list[ManifestFile]:
+        metadata = self._transaction.table_metadata
+        parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
+        previous = parent.manifests(self._io) if parent else []
+        kept: list[ManifestFile] = []
+        removed_entries: dict[ManifestContent, list[ManifestEntry]] = {
+            ManifestContent.DATA: [],
+            ManifestContent.DELETES: [],
+        }
+        surviving: dict[ManifestContent, list[ManifestEntry]] = {
+            ManifestContent.DATA: [],
+            ManifestContent.DELETES: [],
+        }
+        consolidate = len(previous) + 2 > self.max_manifests
+        for manifest in previous:
+            if not consolidate and not self._removed:
+                kept.append(manifest)
+                continue
+            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            hit = [e for e in entries if e.data_file.file_path in self._removed]
+            if not hit and not consolidate:
+                kept.append(manifest)
+                continue
+            for e in entries:
+                bucket = removed_entries if e.data_file.file_path in self._removed else surviving
+                bucket[manifest.content].append(e)
+        out = list(kept)
+        for content in (ManifestContent.DATA, ManifestContent.DELETES):
+            rewrite, gone = surviving[content], removed_entries[content]
+            added = self._added_data_files if content == ManifestContent.DATA else self._added_deletes
+            if not (rewrite or gone or added):
+                continue
+            with self._writer(content) as writer:
+                for df in added:
+                    writer.add(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, data_file=df
+                        )
+                    )
+                for e in rewrite:
+                    writer.existing(e)
+                for e in gone:
+                    writer.delete(e)
+            out.append(writer.to_manifest_file())
+        return out

@@ -1,0 +1,211 @@
+"""A real pipeline for tests: unique topics, group, branches and warehouse; worker *processes*.
+
+Each Pipeline gets its own topics, consumer group, main branch (forked from Nessie's main), world
+prefix and warehouse folder, so tests never see each other's data. Workers are `causeway worker`
+subprocesses, so a test can kill -9 one and start another exactly as an operator would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from bench.workload import Record, WorkloadParams
+from models.deadletter import DeadLetter
+from models.events import EntityKind
+from sinks.readback import BranchState, read_world
+from streams.settings import Settings, env_name
+from streams.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Worker:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def summary(self) -> dict[str, int]:
+        return httpx.get(f"http://127.0.0.1:{self.port}/summary", timeout=5).json()
+
+
+@dataclass
+class Pipeline:
+    unique: str
+    tmp: Path
+    settings: Settings
+    env: dict[str, str]
+    workers: list[Worker] = field(default_factory=list)
+
+    @classmethod
+    async def create(cls, unique: str, tmp: Path, **overrides: object) -> Pipeline:
+        base = Settings.from_env()
+        values: dict[str, object] = {
+            "app_id": f"cw-{unique}",
+            "objects_topic": f"objs.{unique}",
+            "links_topic": f"links.{unique}",
+            "dlq_topic": f"dlq.{unique}",
+            "main_branch": f"main-{unique}",
+            "warehouse": f"file://{tmp}/warehouse",
+            "unknown_world_policy": "create",
+            "batch_max_events": 500,
+            "batch_max_seconds": 0.5,
+            "causal_timeout_s": 60.0,
+            "session_timeout_s": 6.0,  # the broker's minimum: killed workers' partitions move fast
+        }
+        values.update(overrides)
+        settings = base.replace(**values)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
+        for name, value in vars(settings).items():
+            env[env_name(name)] = value.reveal() if hasattr(value, "reveal") else str(value)
+        env["PYTHONUNBUFFERED"] = "1"
+        await ensure_topics(settings)
+        headers = {"Nessie-Client-Spec": "2"}
+        async with httpx.AsyncClient(base_url=settings.nessie_url, headers=headers) as http:
+            main = (await http.get("/trees/main")).raise_for_status().json()["reference"]
+            resp = await http.post("/trees", params={"name": settings.main_branch, "type": "BRANCH"}, json=main)
+            resp.raise_for_status()
+        return cls(unique, tmp, settings, env)
+
+    def params(self, **kw: object) -> WorkloadParams:
+        """Workload parameters whose worlds and event ids belong to this pipeline only."""
+        defaults: dict[str, object] = {"world_prefix": f"t{self.unique[:8]}-", "id_prefix": f"{self.unique}-"}
+        defaults.update(kw)
+        return WorkloadParams(**defaults)  # type: ignore[arg-type]
+
+    # --- workers --------------------------------------------------------------------------------
+
+    def start_worker(self, fault: str | None = None, wait: bool = True) -> Worker:
+        port = free_port()
+        env = dict(self.env, CAUSEWAY_WEB_PORT=str(port))
+        if fault:
+            env["CAUSEWAY_FAULT"] = fault
+        log = self.tmp / f"worker-{len(self.workers)}-{port}.log"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "worker"],
+            cwd=ROOT,
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        worker = Worker(proc, port, log)
+        self.workers.append(worker)
+        if wait:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if not worker.alive():
+                    raise RuntimeError(f"worker exited at start-up; log:\n{log.read_text()[-3000:]}")
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        return worker
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.3)
+            raise RuntimeError(f"worker not healthy in 60s; log:\n{log.read_text()[-3000:]}")
+        return worker
+
+    def kill(self, worker: Worker, sig: int = signal.SIGKILL) -> None:
+        if worker.alive():
+            worker.proc.send_signal(sig)
+        worker.proc.wait(timeout=60)
+
+    def stop_all(self) -> None:
+        for w in self.workers:
+            if w.alive():
+                w.proc.send_signal(signal.SIGTERM)
+        for w in self.workers:
+            try:
+                w.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+
+    # --- Kafka ----------------------------------------------------------------------------------
+
+    def topic_of(self, kind: EntityKind) -> str:
+        return self.settings.objects_topic if kind is EntityKind.OBJECT else self.settings.links_topic
+
+    async def publish(self, records: list[Record]) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            for r in records:
+                await producer.send(self.topic_of(r.kind), r.value, key=r.key)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    async def lag(self) -> int:
+        """Sum over the change topics' partitions of end offset − the group's committed offset."""
+        s = self.settings
+        admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
+        consumer = AIOKafkaConsumer(bootstrap_servers=s.kafka_bootstrap)
+        await admin.start()
+        await consumer.start()
+        try:
+            tps = [TopicPartition(t, p) for t in (s.objects_topic, s.links_topic) for p in range(s.topic_partitions)]
+            ends = await consumer.end_offsets(tps)
+            committed = await admin.list_consumer_group_offsets(s.app_id)
+            total = 0
+            for tp in tps:
+                meta = committed.get(tp)
+                total += ends[tp] - (meta.offset if meta is not None and meta.offset >= 0 else 0)
+            return total
+        finally:
+            await consumer.stop()
+            await admin.close()
+
+    async def wait_drained(self, timeout: float = 120) -> None:  # noqa: ASYNC109 - a deadline, not a cancel
+        """Until the group's committed offsets reach the end of every change partition."""
+        deadline = time.monotonic() + timeout
+        lag = -1
+        while time.monotonic() < deadline:
+            lag = await self.lag()
+            if lag == 0:
+                return
+            await asyncio.sleep(0.5)
+        logs = "\n".join(f"--- {w.log.name}\n{w.log.read_text()[-2000:]}" for w in self.workers)
+        raise AssertionError(f"not drained after {timeout}s (lag {lag}); worker logs:\n{logs}")
+
+    async def dead_letters(self) -> list[DeadLetter]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = TopicPartition(self.settings.dlq_topic, 0)
+            consumer.assign([tp])
+            end = (await consumer.end_offsets([tp]))[tp]
+            consumer.seek(tp, 0)
+            out: list[DeadLetter] = []
+            while len(out) < end:
+                batch = await consumer.getmany(tp, timeout_ms=2000)
+                records = batch.get(tp, [])
+                if not records:
+                    break
+                out.extend(DeadLetter.from_record(r.key, r.value, list(r.headers)) for r in records)
+            return out
+        finally:
+            await consumer.stop()
+
+    def state(self, world: str) -> BranchState:
+        return read_world(self.settings, world)

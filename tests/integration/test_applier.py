@@ -1,0 +1,188 @@
+"""The change applier end to end: real Kafka, Redis and Nessie, worker processes, state vs model."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from bench.workload import Record, expected_state, generate
+from models.events import ChangeEvent, ChangeType, EntityKind
+from tests.integration.pipeline import Pipeline
+
+pytestmark = pytest.mark.integration
+
+
+def assert_matches_model(pipe: Pipeline, events: list[ChangeEvent]) -> None:
+    for world, want in expected_state(events).items():
+        got = pipe.state(world)
+        assert not got.duplicate_event_ids, f"{world}: duplicate events {got.duplicate_event_ids[:5]}"
+        assert set(got.event_ids) == want.event_ids, (
+            f"{world}: event log differs: missing {sorted(want.event_ids - set(got.event_ids))[:5]}, "
+            f"extra {sorted(set(got.event_ids) - want.event_ids)[:5]}"
+        )
+        assert got.objects == want.objects, f"{world}: entity_common differs from the model"
+        assert got.links == want.links, f"{world}: entity_edge differs from the model"
+
+
+@pytest.fixture
+async def pipe(unique: str, tmp_path: Path):
+    p = await Pipeline.create(unique, tmp_path)
+    yield p
+    p.stop_all()
+
+
+async def test_workload_lands_exactly_as_the_model(pipe: Pipeline) -> None:
+    wl = generate(pipe.params(events=2000, worlds=2, keys=60, seed=11))
+    pipe.start_worker()
+    await pipe.publish(wl.records)
+    await pipe.wait_drained()
+    assert_matches_model(pipe, wl.valid_events)
+    letters = await pipe.dead_letters()
+    assert len(letters) == wl.bad_count, Counter(dl.reason for dl in letters)
+    assert all(dl.reason and dl.detail and dl.topic == pipe.settings.objects_topic for dl in letters)
+    reasons = Counter(dl.reason for dl in letters)
+    assert set(reasons) <= {
+        "malformed-json",
+        "not-an-object",
+        "bad-world-id",
+        "unknown-change-type",
+        "missing-field",
+    }
+    # Publishing the same records again changes nothing: every event is a duplicate.
+    await pipe.publish(wl.records)
+    await pipe.wait_drained()
+    assert_matches_model(pipe, wl.valid_events)
+    summary = pipe.workers[0].summary()
+    assert summary["applied"] == len(wl.valid_events)
+
+
+def _event(pipe: Pipeline, n: int, pk: str, caused_by: str | None = None, version: int = 1) -> ChangeEvent:
+    return ChangeEvent(
+        event_id=f"{pipe.unique}-c{n}",
+        world_id="prod",
+        kind=EntityKind.OBJECT,
+        entity_type="Sensor",
+        entity_pk=pk,
+        change_type=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
+        version=version,
+        before=None,
+        after={"n": n},
+        caused_by=caused_by,
+        causal_order=n,
+        occurred_at_ms=1_767_225_600_000 + n,
+        schema_version=1,
+        source="test",
+    )
+
+
+def _rec(ev: ChangeEvent) -> Record:
+    return Record(ev.kind, ev.key.encode(), ev.encode(), ev)
+
+
+async def test_cross_partition_causes_published_after_effects(unique: str, tmp_path: Path) -> None:
+    pipe = await Pipeline.create(unique, tmp_path, causal_timeout_s=4.0)
+    try:
+        # Effects first, on other keys (so other partitions); each effect key has a follower event
+        # that must queue behind it. The causes come later; one cause never comes.
+        effects, followers, causes = [], [], []
+        for i in range(6):
+            cause = _event(pipe, 100 + i, f"cause-{i}")
+            effect = _event(pipe, 200 + i, f"effect-{i}", caused_by=cause.event_id)
+            follower = _event(pipe, 300 + i, f"effect-{i}", version=2)
+            causes.append(cause)
+            effects.append(effect)
+            followers.append(follower)
+        orphan = _event(pipe, 999, "orphan", caused_by=f"{pipe.unique}-never")
+        partitions = {hash(e.key) for e in effects + causes}
+        assert len(partitions) > 1
+        pipe.start_worker()
+        await pipe.publish([_rec(e) for e in effects + followers] + [_rec(orphan)])
+        await asyncio.sleep(2.0)
+        # Nothing of a waiting key may have taken effect yet.
+        early = pipe.state("prod")
+        assert not (set(early.event_ids) & {e.event_id for e in effects + followers})
+        await pipe.publish([_rec(c) for c in causes])
+        await pipe.wait_drained(timeout=90)
+        state = pipe.state("prod")
+        for i in range(6):
+            assert state.objects[f"effect-{i}"]["version"] == 2, "the follower applied after its effect"
+            assert f"cause-{i}" in state.objects
+        assert "orphan" not in state.objects
+        letters = await pipe.dead_letters()
+        assert [(dl.reason, dl.event_id) for dl in letters] == [("cause-missing", orphan.event_id)]
+        # Cause before effect: the effect's batch was committed no earlier than its cause's.
+        rows = _event_log(pipe)
+        for cause, effect in zip(causes, effects, strict=True):
+            assert rows[cause.event_id] <= rows[effect.event_id]
+    finally:
+        pipe.stop_all()
+
+
+def _event_log(pipe: Pipeline) -> dict[str, object]:
+    from sinks.catalog import NessieCatalog
+
+    cat = NessieCatalog.from_settings(pipe.settings, pipe.settings.main_branch)
+    table = cat.load_table((pipe.settings.namespace, "entity_events"))
+    return {
+        r["event_id"]: r["committed_at"]
+        for r in table.scan(selected_fields=("event_id", "committed_at")).to_arrow().to_pylist()
+    }
+
+
+async def test_three_workers_with_a_rebalance_mid_stream(pipe: Pipeline) -> None:
+    wl = generate(pipe.params(events=3000, worlds=3, keys=80, seed=21))
+    half = len(wl.records) // 2
+    first = pipe.start_worker()
+    await pipe.publish(wl.records[:half])
+    second = pipe.start_worker()
+    third = pipe.start_worker()
+    await asyncio.sleep(3)
+    pipe.kill(first, signal.SIGTERM)
+    await pipe.publish(wl.records[half:])
+    await pipe.wait_drained(timeout=180)
+    assert second.alive() and third.alive()
+    assert_matches_model(pipe, wl.valid_events)
+
+
+async def test_bad_input_never_takes_good_events_down(unique: str, tmp_path: Path) -> None:
+    pipe = await Pipeline.create(unique, tmp_path, max_event_bytes=500_000)
+    try:
+        await _bad_input_case(pipe)
+    finally:
+        pipe.stop_all()
+
+
+async def _bad_input_case(pipe: Pipeline) -> None:
+    good = [_event(pipe, i, f"good-{i}") for i in range(5)]
+    bad_values = [
+        b"{oops",
+        b"\xff\xfe",
+        b"[]",
+        b"null",
+        b'"str"',
+        orjson.dumps({"event_id": "x"}),
+        orjson.dumps({**good[0].to_wire(), "event_id": f"{pipe.unique}-b1", "world_id": "main@abc"}),
+        orjson.dumps({**good[0].to_wire(), "event_id": f"{pipe.unique}-b2", "change_type": "EXPLODE"}),
+        orjson.dumps({**good[0].to_wire(), "event_id": f"{pipe.unique}-b3", "version": "7"}),
+        orjson.dumps({**good[0].to_wire(), "event_id": f"{pipe.unique}-b4", "caused_by": f"{pipe.unique}-b4"}),
+        orjson.dumps({**good[0].to_wire(), "event_id": f"{pipe.unique}-b5", "after_properties": {"x": "y" * 600_000}}),
+    ]
+    records = [_rec(good[0])]
+    for i, value in enumerate(bad_values):
+        records.append(Record(EntityKind.OBJECT, b"prod::good-0", value, None))
+        if i + 1 < len(good):
+            records.append(_rec(good[i + 1]))
+    pipe.start_worker()
+    await pipe.publish(records)
+    await pipe.wait_drained()
+    state = pipe.state("prod")
+    assert {f"good-{i}" for i in range(5)} <= set(state.objects)
+    letters = await pipe.dead_letters()
+    assert len(letters) == len(bad_values)
+    assert all(dl.reason != "unknown" and dl.offset >= 0 for dl in letters)
+    assert pipe.workers[0].alive()

@@ -1,0 +1,78 @@
+"""Batch accumulation per world: flush on size or on age, with time passed in."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents.batching import BatchAccumulator
+
+
+def test_flush_on_size() -> None:
+    acc: BatchAccumulator[int] = BatchAccumulator(max_events=3, max_seconds=10.0)
+    assert not acc.add("w1", 1, now=0.0)
+    assert not acc.add("w1", 2, now=0.1)
+    assert acc.due(0.1) == []
+    assert acc.add("w1", 3, now=0.2)
+    assert acc.due(0.2) == ["w1"]
+    assert acc.take_due(0.2) == {"w1": [1, 2, 3]}
+    assert acc.size() == 0
+
+
+def test_flush_on_age_counts_from_the_first_item() -> None:
+    acc: BatchAccumulator[str] = BatchAccumulator(max_events=100, max_seconds=1.0)
+    acc.add("w1", "a", now=5.0)
+    acc.add("w1", "b", now=5.9)
+    acc.add("w2", "c", now=5.5)
+    assert acc.next_due_at() == 6.0
+    assert acc.due(5.99) == []
+    assert acc.due(6.0) == ["w1"]
+    assert acc.due(6.5) == ["w1", "w2"]  # oldest first
+    assert acc.take("w1") == ["a", "b"]
+    acc.add("w1", "d", now=6.6)  # a new batch, a new age
+    assert acc.due(7.0) == ["w2"]
+    assert acc.next_due_at() == 6.5
+
+
+def test_worlds_are_independent_and_take_all_empties() -> None:
+    acc: BatchAccumulator[int] = BatchAccumulator(max_events=2, max_seconds=1.0)
+    acc.add("a", 1, 0.0)
+    acc.add("b", 2, 0.0)
+    acc.add("a", 3, 0.0)
+    assert acc.due(0.0) == ["a"]
+    assert acc.size("a") == 2 and acc.size("b") == 1
+    assert sorted(acc.worlds()) == ["a", "b"]
+    assert acc.take_all() == {"a": [1, 3], "b": [2]}
+    assert acc.next_due_at() is None
+    assert acc.take("a") == []
+
+
+def test_bad_limits() -> None:
+    with pytest.raises(ValueError):
+        BatchAccumulator(max_events=0, max_seconds=1.0)
+    with pytest.raises(ValueError):
+        BatchAccumulator(max_events=1, max_seconds=-1.0)
+
+
+@given(
+    steps=st.lists(st.tuples(st.sampled_from(["w1", "w2", "w3"]), st.floats(0, 0.5, allow_nan=False)), max_size=60),
+    max_events=st.integers(1, 8),
+)
+@settings(max_examples=100, deadline=None)
+def test_flushing_due_batches_keeps_order_and_loses_nothing(steps: list[tuple[str, float]], max_events: int) -> None:
+    acc: BatchAccumulator[int] = BatchAccumulator(max_events=max_events, max_seconds=1.0)
+    now = 0.0
+    out: dict[str, list[int]] = {}
+    for i, (world, dt) in enumerate(steps):
+        now += dt
+        acc.add(world, i, now)
+        for w, items in acc.take_due(now).items():
+            assert 0 < len(items) <= max_events
+            out.setdefault(w, []).extend(items)
+        # nothing left behind is due
+        assert acc.due(now) == []
+    for w, items in acc.take_all().items():
+        out.setdefault(w, []).extend(items)
+    for world in {w for w, _ in steps}:
+        assert out[world] == [i for i, (w, _) in enumerate(steps) if w == world]

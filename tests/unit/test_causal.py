@@ -1,0 +1,599 @@
+"""The causal gate, alone and driven together with offsets, dedupe and batching through crashes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents.batching import BatchAccumulator
+from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED, CausalGate, GateOutput
+from agents.dedupe import STALE_VERSION, decide_versions, drop_duplicates, entity_ref, refs_to_check
+from agents.offsets import Arrival, EventRef, OffsetTracker
+from models.events import ChangeEvent, ChangeType, EntityKind
+
+OBJECTS = "onto.changes.objects"
+LINKS = "onto.changes.links"
+
+
+def event(
+    event_id: str,
+    pk: str,
+    caused_by: str | None = None,
+    world: str = "w1",
+    version: int = 1,
+    kind: EntityKind = EntityKind.OBJECT,
+) -> ChangeEvent:
+    return ChangeEvent(
+        event_id=event_id,
+        world_id=world,
+        kind=kind,
+        entity_type="T",
+        entity_pk=pk,
+        change_type=ChangeType.UPDATE,
+        version=version,
+        before=None,
+        after={"v": version},
+        caused_by=caused_by,
+        causal_order=None,
+        occurred_at_ms=0,
+        schema_version=0,
+        source="test",
+    )
+
+
+class Feed:
+    """Numbers offsets per partition so unit tests read like the event stream they describe."""
+
+    def __init__(self) -> None:
+        self.next: dict[tuple[str, int], int] = {}
+
+    def __call__(
+        self, event_id: str, pk: str, caused_by: str | None = None, partition: int = 0, **kw: object
+    ) -> Arrival:
+        topic = str(kw.pop("topic", OBJECTS))
+        off = self.next.get((topic, partition), 0)
+        self.next[(topic, partition)] = off + 1
+        return Arrival(event(event_id, pk, caused_by, **kw), topic, partition, off)  # type: ignore[arg-type]
+
+
+def ids(arrivals: Iterable[Arrival]) -> list[str]:
+    return [a.event.event_id for a in arrivals]
+
+
+def dead(out: GateOutput) -> list[tuple[str, str]]:
+    return [(r.arrival.event.event_id, r.reason) for r in out.dead]
+
+
+@pytest.fixture
+def gate() -> CausalGate:
+    return CausalGate(timeout_s=10.0, max_parked=100)
+
+
+@pytest.fixture
+def feed() -> Feed:
+    return Feed()
+
+
+# --- unit tests -----------------------------------------------------------------------------------
+
+
+def test_no_cause_goes_straight_through(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("a", "p1"), now=0)
+    gate.offer(feed("b", "p1"), now=0)
+    out = gate.drain()
+    assert ids(out.ready) == ["a", "b"] and not out.dead and not out.duplicates
+    assert gate.pending_count == 2 and not gate.drain()
+
+
+def test_effect_parks_and_its_key_queues_until_the_cause_arrives(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("e1", "p1", caused_by="c"), now=0)
+    gate.offer(feed("e2", "p1"), now=0)  # no cause of its own, but keeps key order
+    gate.offer(feed("x", "p2"), now=0)  # other keys are not held
+    assert ids(gate.drain().ready) == ["x"]
+    assert gate.parked_count == 2 and gate.unknown_causes() == {("w1", "c")}
+    gate.offer(feed("c", "p3", partition=1), now=1)
+    assert ids(gate.drain().ready) == ["c", "e1", "e2"]  # cause first, then the key in order
+    assert gate.parked_count == 0 and gate.unknown_causes() == set()
+
+
+def test_a_cause_pending_in_the_same_batch_releases_effects_after_it(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("c", "p1"), now=0)
+    gate.offer(feed("e", "p2", caused_by="c"), now=0)
+    assert ids(gate.drain().ready) == ["c", "e"]
+    gate.committed([("w1", "c"), ("w1", "e")])
+    assert gate.pending_count == 0
+    gate.offer(feed("f", "p3", caused_by="c"), now=1)  # cause remembered as applied
+    assert ids(gate.drain().ready) == ["f"]
+
+
+def test_a_cause_applied_by_another_worker_is_learned(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("e", "p1", caused_by="c"), now=0)
+    gate.offer(feed("e2", "p1", caused_by="e"), now=0)
+    assert gate.unknown_causes() == {("w1", "c"), ("w1", "e")}  # e may be a copy applied elsewhere
+    gate.learn_applied([("w1", "zzz")])
+    assert not gate.drain()
+    gate.learn_applied([("w1", "c")])
+    assert ids(gate.drain().ready) == ["e", "e2"]
+
+
+def test_timeout_dead_letters_frees_the_key_and_cascades(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("e1", "p1", caused_by="missing"), now=0)
+    gate.offer(feed("e2", "p1"), now=1)
+    gate.offer(feed("f", "p2", caused_by="e1"), now=2)  # waits on e1, which will never take effect
+    assert gate.next_deadline() == 10.0
+    gate.expire(9.9)
+    assert not gate.drain()
+    gate.expire(10.0)
+    out = gate.drain()
+    assert dead(out) == [("e1", CAUSE_MISSING), ("f", CAUSE_MISSING)]
+    assert "'missing' did not take effect within 10 s" in out.dead[0].detail
+    assert "was dead-lettered" in out.dead[1].detail
+    assert ids(out.ready) == ["e2"]  # the key is free again
+    assert gate.parked_count == 0 and gate.next_deadline() is None
+
+
+def test_an_event_waiting_only_on_its_key_does_not_time_out(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("e1", "p1", caused_by="c"), now=0)
+    gate.offer(feed("e2", "p1"), now=5)
+    gate.learn_applied([("w1", "c")])
+    assert ids(gate.drain().ready) == ["e1", "e2"]
+    gate.offer(feed("e3", "p1", caused_by="c2"), now=6)
+    gate.offer(feed("e4", "p1"), now=6)
+    gate.expire(100)
+    out = gate.drain()
+    assert dead(out) == [("e3", CAUSE_MISSING)] and ids(out.ready) == ["e4"]
+
+
+def test_self_caused_is_rejected(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("a", "p1", caused_by="a"), now=0)
+    assert dead(gate.drain()) == [("a", SELF_CAUSED)]
+
+
+def test_two_cycle_is_dead_lettered(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("a", "p1", caused_by="b"), now=0)
+    gate.offer(feed("b", "p2", caused_by="a"), now=0)
+    out = gate.drain()
+    assert sorted(dead(out)) == [("a", CAUSAL_CYCLE), ("b", CAUSAL_CYCLE)]
+    assert "a -> b -> a" in out.dead[0].detail or "b -> a -> b" in out.dead[0].detail
+    assert gate.parked_count == 0
+
+
+def test_longer_cycle_and_its_dependents(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("a", "p1", caused_by="c"), now=0)
+    gate.offer(feed("d", "p4", caused_by="a"), now=0)  # depends on the cycle, is not in it
+    gate.offer(feed("b", "p2", caused_by="a"), now=0)
+    gate.offer(feed("a2", "p1"), now=0)  # behind a on its key
+    gate.offer(feed("c", "p3", caused_by="b"), now=0)
+    out = gate.drain()
+    assert sorted(dead(out)) == sorted(
+        [("a", CAUSAL_CYCLE), ("b", CAUSAL_CYCLE), ("c", CAUSAL_CYCLE), ("d", CAUSE_MISSING)]
+    )
+    assert ids(out.ready) == ["a2"]
+
+
+def test_deadlock_through_key_order_is_a_cycle(gate: CausalGate, feed: Feed) -> None:
+    # A1 < A2 on key k1, B1 < B2 on key k2; A1 needs B2 and B1 needs A2: no order satisfies both.
+    gate.offer(feed("A1", "k1", caused_by="B2"), now=0)
+    gate.offer(feed("A2", "k1"), now=0)
+    gate.offer(feed("B1", "k2", caused_by="A2"), now=0)
+    gate.offer(feed("B2", "k2"), now=0)
+    out = gate.drain()
+    assert sorted(dead(out)) == [("A1", CAUSAL_CYCLE), ("B1", CAUSAL_CYCLE)]
+    assert sorted(ids(out.ready)) == ["A2", "B2"]
+
+
+def test_a_cause_in_another_world_does_not_count(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("c", "p1", world="w2"), now=0)
+    gate.offer(feed("e", "p2", caused_by="c", world="w1"), now=0)
+    out = gate.drain()
+    assert ids(out.ready) == ["c"]
+    assert gate.unknown_causes() == {("w1", "c")}
+    gate.committed([("w2", "c")])
+    gate.learn_applied([("w2", "c")])
+    assert not gate.drain()
+    gate.offer(feed("c", "p1", world="w1"), now=1)  # same id, its own world: now it counts
+    assert ids(gate.drain().ready) == ["c", "e"]
+
+
+def test_duplicates_of_parked_pending_and_applied_events(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("e", "p1", caused_by="c"), now=0)
+    gate.offer(feed("x", "p2"), now=0)
+    gate.drain()
+    gate.offer(feed("e", "p1"), now=0)  # parked copy
+    gate.offer(feed("x", "p2"), now=0)  # pending copy
+    gate.committed([("w1", "x")])
+    gate.offer(feed("x", "p2", partition=1), now=0)  # applied copy, on another partition
+    out = gate.drain()
+    assert ids(out.duplicates) == ["e", "x", "x"] and not out.ready
+
+
+def test_a_parked_event_learned_applied_leaves_as_duplicate(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("e", "p1", caused_by="c"), now=0)
+    gate.offer(feed("f", "p2", caused_by="e"), now=0)
+    gate.learn_applied([("w1", "e")])  # another worker committed a copy of e
+    out = gate.drain()
+    assert ids(out.duplicates) == ["e"] and ids(out.ready) == ["f"]
+
+
+def test_learning_about_our_own_pending_event_changes_nothing(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("c", "p1"), now=0)
+    gate.offer(feed("e", "p2", caused_by="q"), now=0)
+    assert gate.is_parked(("w1", "e")) and not gate.is_parked(("w1", "c"))
+    gate.learn_applied([("w1", "c")])  # our own mark, read back before we reported the commit
+    assert gate.pending_count == 1 and ids(gate.drain().ready) == ["c"]
+
+
+def test_objects_and_links_with_the_same_pk_do_not_wait_on_each_other(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("o1", "x", caused_by="nope"), now=0)
+    gate.offer(feed("l1", "x", topic=LINKS, kind=EntityKind.LINK), now=0)
+    assert ids(gate.drain().ready) == ["l1"]
+
+
+def test_full_signal_for_backpressure(feed: Feed) -> None:
+    gate = CausalGate(timeout_s=1.0, max_parked=2)
+    gate.offer(feed("a", "p1", caused_by="z"), now=0)
+    assert not gate.full
+    gate.offer(feed("b", "p2", caused_by="z"), now=0)
+    assert gate.full
+    gate.offer(feed("c", "p3", caused_by="z"), now=0)  # still accepted: the agent pauses fetching
+    assert gate.parked_count == 3
+    gate.learn_applied([("w1", "z")])
+    assert not gate.full and ids(gate.drain().ready) == ["a", "b", "c"]
+
+
+def test_revoke_drops_parked_events_of_the_partition_only(gate: CausalGate, feed: Feed) -> None:
+    gate.offer(feed("c", "p1", caused_by="zz", partition=0), now=0)
+    gate.offer(feed("c2", "p1", partition=0), now=0)
+    gate.offer(feed("e", "p2", caused_by="c", partition=1), now=0)
+    assert gate.revoke(("other", 0)) == 0
+    assert gate.revoke((OBJECTS, 0)) == 2
+    assert not gate.drain() and gate.parked_count == 1
+    assert gate.unknown_causes() == {("w1", "c")}  # the new owner applies c; we learn it
+    gate.learn_applied([("w1", "c")])
+    assert ids(gate.drain().ready) == ["e"]
+
+
+def test_constructor_checks() -> None:
+    with pytest.raises(ValueError):
+        CausalGate(timeout_s=0, max_parked=1)
+    with pytest.raises(ValueError):
+        CausalGate(timeout_s=1, max_parked=0)
+
+
+def test_forgotten_applied_ids_are_asked_again(feed: Feed) -> None:
+    gate = CausalGate(timeout_s=10.0, max_parked=10, remember_applied=1)
+    gate.committed([("w1", "a"), ("w1", "b")])  # a is forgotten
+    gate.offer(feed("e", "p1", caused_by="a"), now=0)
+    assert gate.unknown_causes() == {("w1", "a")}
+    gate.learn_applied([("w1", "a")])
+    assert ids(gate.drain().ready) == ["e"]
+
+
+# --- the gate, offsets, dedupe and batching together, through crashes ---------------------------
+
+TIMEOUT = 5.0
+MAX_PARKED = 5
+CAUSE_KINDS = ("none", "none", "earlier", "earlier", "earlier", "missing", "other-world", "any")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One produced event."""
+
+    eid: str
+    world: str
+    pk: str
+    version: int
+    cause: str | None
+
+    @property
+    def ref(self) -> EventRef:
+        return (self.world, self.eid)
+
+
+@dataclass
+class Workload:
+    specs: list[Spec]
+    logs: dict[int, list[Spec]]  # partition → records; the offset is the index
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> Workload:
+    """Events with per-key versions, causal chains in any direction, producer retries, 3 partitions."""
+    n = draw(st.integers(1, 14))
+    keys = [(w, p) for w in ("w1", "w2") for p in ("a", "b", "c", "d")]
+    partition_of = {k: draw(st.integers(0, 2)) for k in keys}
+    specs: list[Spec] = []
+    version: dict[tuple[str, str], int] = {}
+    for i in range(n):
+        world, pk = draw(st.sampled_from(keys))
+        kind = draw(st.sampled_from(CAUSE_KINDS))
+        cause: str | None = None
+        if kind == "earlier" and i > 0:
+            cause = draw(st.sampled_from([s.eid for s in specs if s.world == world] or ["nothing"]))
+        elif kind == "missing":
+            cause = f"missing{i}"
+        elif kind == "other-world" and i > 0:
+            cause = draw(st.sampled_from([s.eid for s in specs]))
+        elif kind == "any":  # may point forward, at itself, or close a cycle
+            cause = f"e{draw(st.integers(0, n - 1))}"
+        version[(world, pk)] = version.get((world, pk), 0) + draw(st.integers(1, 2))
+        specs.append(Spec(f"e{i}", world, pk, version[(world, pk)], cause))
+    # publication: any interleaving that keeps each key's own order
+    order = draw(st.permutations(range(n)))
+    slots: dict[tuple[str, str], list[int]] = {}
+    for pos, idx in enumerate(order):
+        slots.setdefault((specs[idx].world, specs[idx].pk), []).append(pos)
+    placed: list[Spec | None] = [None] * n
+    for key, positions in slots.items():
+        for pos, spec in zip(positions, [s for s in specs if (s.world, s.pk) == key], strict=True):
+            placed[pos] = spec
+    logs: dict[int, list[Spec]] = {0: [], 1: [], 2: []}
+    for slot in placed:
+        assert slot is not None
+        logs[partition_of[(slot.world, slot.pk)]].append(slot)
+    # producer retries: a copy lands later in the same partition
+    for _ in range(draw(st.integers(0, 3))):
+        spec = draw(st.sampled_from(specs))
+        log = logs[partition_of[(spec.world, spec.pk)]]
+        first = log.index(spec)
+        log.insert(draw(st.integers(first + 1, len(log))), spec)
+    return Workload(specs, logs)
+
+
+actions = st.lists(
+    st.one_of(
+        st.tuples(st.just("poll"), st.integers(0, 2), st.integers(1, 4)),
+        st.tuples(st.just("tick"), st.sampled_from([0.5, 2.0, 6.0])),
+        st.tuples(st.just("flush"), st.sampled_from(["ok", "before-commit", "after-commit", "after-mark"])),
+        st.tuples(st.just("crash")),
+        st.tuples(st.just("revoke"), st.integers(0, 2)),
+    ),
+    max_size=30,
+)
+
+
+class Crash(Exception):
+    """kill -9: every in-memory structure is lost; the branch, Redis, DLQ and Kafka commits stay."""
+
+
+@dataclass
+class Durable:
+    """What survives a crash: Kafka logs and committed offsets, branches, Redis marks, the DLQ."""
+
+    logs: dict[int, list[Spec]]
+    kafka: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0, 2: 0})
+    branch: dict[str, list[Spec]] = field(default_factory=lambda: {"w1": [], "w2": []})
+    marks: set[EventRef] = field(default_factory=set)
+    last_commit: dict[str, list[EventRef]] = field(default_factory=dict)
+    dlq: list[tuple[int, int, Spec, str]] = field(default_factory=list)
+
+
+class Worker:
+    """The change applier's decision loop with fake I/O, in the order of docs/architecture.md."""
+
+    def __init__(self, durable: Durable, now: float) -> None:
+        self.d = durable
+        self.now = now
+        self.tracker = OffsetTracker()
+        self.gate = CausalGate(timeout_s=TIMEOUT, max_parked=MAX_PARKED)
+        self.acc: BatchAccumulator[Arrival] = BatchAccumulator(max_events=3, max_seconds=1.0)
+        self.pos: dict[int, int] = {}
+        self.released: dict[tuple[str, str], tuple[int, int]] = {}  # order key → last (partition, offset)
+        # start-up repair: the last commit of each branch may lack its Redis marks
+        for refs in durable.last_commit.values():
+            durable.marks.update(refs)
+        for p in durable.logs:
+            self.assign(p)
+
+    def assign(self, p: int) -> None:
+        self.tracker.assign((OBJECTS, p), self.d.kafka[p])
+        self.pos[p] = self.d.kafka[p]
+
+    def lookup(self, refs: Iterable[EventRef]) -> set[EventRef]:
+        return {r for r in refs if r in self.d.marks}  # one pipelined EXISTS in the real agent
+
+    def poll(self, p: int, count: int) -> None:
+        if self.gate.full:
+            return  # backpressure: the agent pauses fetching until timeouts or causes free room
+        log = self.d.logs[p]
+        start = self.pos[p]
+        batch = []
+        for off in range(start, min(start + count, len(log))):
+            s = log[off]
+            e = event(s.eid, s.pk, s.cause, world=s.world, version=s.version)
+            batch.append(Arrival(e, OBJECTS, p, off))
+            assert self.tracker.consumed((OBJECTS, p), off)
+        self.pos[p] = start + len(batch)
+        marked = self.lookup(refs_to_check(batch, self.gate.unknown_causes()))
+        self.gate.learn_applied(marked)
+        split = drop_duplicates(batch, marked)
+        for a in split.duplicates:
+            self.tracker.done(a.tp, a.offset)
+        for a in split.fresh:
+            self.gate.offer(a, self.now)
+        self.handle(self.gate.drain())
+
+    def handle(self, out: GateOutput) -> None:
+        for a in out.ready:
+            okey = (a.topic, a.event.key)
+            assert a.offset > self.released.get(okey, (a.partition, -1))[1], "per-key order broken"
+            self.released[okey] = (a.partition, a.offset)
+            self.acc.add(a.event.world_id, a, self.now)
+        for r in out.dead:
+            self.d.dlq.append((r.arrival.partition, r.arrival.offset, self.spec(r.arrival), r.reason))
+            self.tracker.done(r.arrival.tp, r.arrival.offset)
+        for a in out.duplicates:
+            self.tracker.done(a.tp, a.offset)
+
+    def spec(self, a: Arrival) -> Spec:
+        return self.d.logs[a.partition][a.offset]
+
+    def tick(self, dt: float) -> None:
+        self.now += dt
+        self.gate.expire(self.now)
+        self.gate.learn_applied(self.lookup(self.gate.unknown_causes()))
+        self.handle(self.gate.drain())
+        for world, batch in self.acc.take_due(self.now).items():
+            self.commit(world, batch)
+
+    def flush(self, crash_at: str = "ok") -> None:
+        for world, batch in self.acc.take_all().items():
+            self.commit(world, batch, crash_at)
+
+    def commit(self, world: str, batch: list[Arrival], crash_at: str = "ok") -> None:
+        stored: dict[tuple[str, str, str, str], int] = {}
+        for s in self.d.branch[world]:
+            stored[entity_ref(event(s.eid, s.pk, world=s.world))] = s.version
+        decision = decide_versions(batch, stored)
+        for st_ in decision.stale:  # dead letters are published before the commit
+            a = st_.arrival
+            self.d.dlq.append((a.partition, a.offset, self.spec(a), st_.reason))
+        if crash_at == "before-commit":
+            raise Crash
+        settled = [a.ref for a in batch]
+        self.d.branch[world].extend(self.spec(a) for a in decision.apply)
+        self.d.last_commit[world] = settled
+        if crash_at == "after-commit":
+            raise Crash
+        self.d.marks.update(settled)
+        if crash_at == "after-mark":
+            raise Crash
+        self.gate.committed(settled)
+        self.handle(self.gate.drain())
+        for a in batch:
+            self.tracker.done(a.tp, a.offset)
+        self.ack()
+
+    def ack(self) -> None:
+        for (_, p), off in self.tracker.committable_all().items():
+            assert off >= self.d.kafka[p], "committed offset went backwards"
+            self.d.kafka[p] = off
+        check_no_loss(self.d)
+
+    def revoke(self, p: int) -> None:
+        self.flush()  # on_partitions_revoked: finish what was released, then let go
+        self.gate.revoke((OBJECTS, p))
+        self.tracker.revoke((OBJECTS, p))
+        self.released = {k: v for k, v in self.released.items() if v[0] != p}
+        self.assign(p)  # the new owner (here: us again) starts from the committed offset
+
+
+def settled(d: Durable, ref: EventRef) -> bool:
+    return any(s.ref == ref for s in d.branch[ref[0]]) or any(s.ref == ref for *_, s, _ in d.dlq)
+
+
+def check_no_loss(d: Durable) -> None:
+    """Below each committed offset, every event is settled or has a copy that will be read again."""
+    for p, log in d.logs.items():
+        for s in log[: d.kafka[p]]:
+            if settled(d, s.ref):
+                continue
+            again = any(
+                s2.ref == s.ref and off >= d.kafka[p2] for p2, l2 in d.logs.items() for off, s2 in enumerate(l2)
+            )
+            assert again, f"committed offset of partition {p} passed {s.eid}, which is neither applied nor dead"
+
+
+def run(w: Workload, steps: list[tuple]) -> Durable:
+    d = Durable(w.logs)
+    worker = Worker(d, 0.0)
+    for step in steps:
+        try:
+            if step[0] == "poll":
+                worker.poll(step[1], step[2])
+            elif step[0] == "tick":
+                worker.tick(step[1])
+            elif step[0] == "flush":
+                worker.flush(step[1])
+                worker.ack()
+            elif step[0] == "revoke":
+                worker.revoke(step[1])
+            else:
+                raise Crash
+        except Crash:
+            worker = Worker(d, worker.now)
+    for _ in range(12):  # then run to the end, with time passing for the timeouts
+        for p, log in d.logs.items():
+            worker.poll(p, len(log))
+        worker.tick(TIMEOUT + 1)
+        worker.flush()
+        worker.ack()
+    assert all(d.kafka[p] == len(log) for p, log in d.logs.items()), "a partition is stuck"
+    assert worker.gate.parked_count == 0 and worker.gate.pending_count == 0
+    return d
+
+
+def check_outcome(w: Workload, d: Durable) -> None:
+    by_ref = {s.ref: s for s in w.specs}
+    copies = {s.ref for log in d.logs.values() for s in log if sum(x.ref == s.ref for x in log) > 1}
+    for world, log in d.branch.items():
+        refs = [s.ref for s in log]
+        assert len(refs) == len(set(refs)), f"an event took effect twice in {world}"
+        versions: dict[str, int] = {}
+        for s in log:
+            if s.cause is not None:  # the cause took effect before (possibly superseded by a newer version)
+                cause = by_ref.get((world, s.cause))
+                assert cause is not None, f"{s.eid} applied though its cause {s.cause} is not in {world}"
+                assert versions.get(cause.pk, -1) >= cause.version, f"{s.eid} took effect before {s.cause}"
+            assert s.version > versions.get(s.pk, -1), "per-key order broken on the branch"
+            versions[s.pk] = s.version
+    for s in w.specs:
+        assert settled(d, s.ref), f"{s.eid} was lost"
+    applied = {s.ref for log in d.branch.values() for s in log}
+    for i, (*_, s, reason) in enumerate(d.dlq):
+        if reason == STALE_VERSION:  # only a late copy (or redelivery) of an event that never took effect
+            again = s.ref in copies or any(s2.ref == s.ref for *_, s2, _ in d.dlq[:i])
+            assert again, f"{s.eid} stale though published once and never dead-lettered before"
+            assert s.ref not in applied, f"a copy of {s.eid} got past dedupe after it took effect"
+        assert reason in (CAUSE_MISSING, CAUSAL_CYCLE, SELF_CAUSED, STALE_VERSION)
+
+
+@given(w=workloads(), steps=actions)
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_exactly_once_in_causal_order_through_crashes(w: Workload, steps: list[tuple]) -> None:
+    check_outcome(w, run(w, steps))
+
+
+def test_cross_partition_chain_published_backwards_with_a_crash_between_commit_and_mark() -> None:
+    specs = [Spec("e0", "w1", "a", 1, None), Spec("e1", "w1", "b", 1, "e0"), Spec("e2", "w1", "c", 1, "e1")]
+    w = Workload(specs, {0: [specs[2]], 1: [specs[1]], 2: [specs[0], specs[0]]})
+    steps: list[tuple] = [
+        ("poll", 0, 1),
+        ("poll", 1, 1),
+        ("poll", 2, 1),
+        ("flush", "after-commit"),
+        ("poll", 2, 2),
+    ]
+    d = run(w, steps)
+    check_outcome(w, d)
+    assert [s.eid for s in d.branch["w1"]] == ["e0", "e1", "e2"] and not d.dlq
+
+
+def test_a_late_copy_is_stale_and_still_settles_its_effects() -> None:
+    x = Spec("x", "w1", "a", 1, "c")  # waits for c, times out
+    y = Spec("y", "w1", "a", 2, None)  # queued behind x, applied once x is dead-lettered
+    c = Spec("c", "w1", "b", 1, None)
+    z = Spec("z", "w1", "d", 1, "x")  # caused by x: x's copy is stale, its entity is already past it
+    w = Workload([x, y, c, z], {0: [x, y, x], 1: [c], 2: [z]})
+    steps: list[tuple] = [
+        ("poll", 0, 2),
+        ("tick", 6.0),
+        ("flush", "ok"),
+        ("poll", 1, 1),
+        ("flush", "ok"),
+        ("poll", 0, 1),
+        ("flush", "ok"),
+        ("poll", 2, 1),
+    ]
+    d = run(w, steps)
+    check_outcome(w, d)
+    assert [s.eid for s in d.branch["w1"]] == ["y", "c", "z"]
+    assert [(s.eid, off, reason) for _, off, s, reason in d.dlq] == [
+        ("x", 0, CAUSE_MISSING),
+        ("x", 2, STALE_VERSION),
+    ]

@@ -1,0 +1,194 @@
+"""Pure pieces of the sink: offset range sets, projection rules, replay selection, ref parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from models.events import ChangeEvent, ChangeType, EntityKind
+from sinks import projection
+from sinks.catalog import RefSpec
+from sinks.committer import Batch, Source, _select
+from sinks.offsets import (
+    OffsetSet,
+    compact,
+    dumps_map,
+    format_ranges,
+    loads_map,
+    merge_maps,
+    parse_tp,
+    tp_name,
+)
+from sinks.projection import Stored
+
+T = "onto.changes.objects"
+
+
+def ev(eid: str, pk: str, change: str, version: int, typ: str = "person", **after: object) -> ChangeEvent:
+    return ChangeEvent(
+        event_id=eid,
+        world_id="w1",
+        kind=EntityKind.OBJECT,
+        entity_type=typ,
+        entity_pk="*" if change == "TRUNCATE" else pk,
+        change_type=ChangeType(change),
+        version=version,
+        before=None,
+        after=dict(after) if change not in ("DELETE", "TRUNCATE") else None,
+        caused_by=None,
+        causal_order=None,
+        occurred_at_ms=0,
+        schema_version=0,
+        source="",
+    )
+
+
+# --- offsets ---------------------------------------------------------------------------------------
+
+
+def test_compact_and_format_keep_gaps() -> None:
+    assert compact([5, 3, 4, 4, 10, 12, 11, 20]) == [(3, 5), (10, 12), (20, 20)]
+    assert format_ranges(range(100, 181)) + "," + format_ranges(range(182, 201)) == "100-180,182-200"
+    assert format_ranges([100, 101, 102, 105]) == "100-102,105"
+    assert format_ranges([]) == ""
+
+
+def test_offset_set_parse_format_roundtrip_and_membership() -> None:
+    s = OffsetSet.parse("100-180,182-200")
+    assert s.format() == "100-180,182-200"
+    assert 100 in s and 180 in s and 182 in s and 200 in s
+    assert 181 not in s and 99 not in s and 201 not in s
+    assert OffsetSet.parse("7").ranges == [(7, 7)]
+    with pytest.raises(ValueError):
+        OffsetSet.parse("9-3")
+
+
+def test_a_parked_offset_is_not_covered_by_later_commits() -> None:
+    """The trap from the brief: 850 waits while 851..900 commit; 850 must stay uncommitted."""
+    s = OffsetSet(floor=800)
+    s.add_range(800, 849)
+    s.add_range(851, 900)
+    assert 850 not in s
+    assert s.floor == 850 and s.format() == "851-900"
+    s.add(850)  # the parked event commits later
+    assert s.floor == 901 and s.ranges == []
+
+
+def test_adding_merges_touching_and_overlapping_ranges() -> None:
+    s = OffsetSet.parse("10-20,30-40")
+    s.add_range(21, 29)
+    assert s.format() == "10-40"
+    s.add_range(35, 50)
+    assert s.format() == "10-50"
+    s.add_range(5, 8)
+    assert s.format() == "5-8,10-50"
+
+
+def test_floor_absorbs_prefix_and_drops_detail_below() -> None:
+    s = OffsetSet.parse("0-9,15-20")
+    assert s.floor == 10 and s.format() == "15-20"
+    s.raise_floor(17)
+    assert s.floor == 21 and s.ranges == []
+    assert 3 in s and 16 in s and 21 not in s
+    s.raise_floor(5)  # never lowers
+    assert s.floor == 21
+
+
+def test_merge_maps_union_and_settled_floor() -> None:
+    base = {(T, 0): OffsetSet.parse("100-110", floor=50)}
+    added = {(T, 0): OffsetSet.parse("112-115"), (T, 1): OffsetSet.parse("3")}
+    merged = merge_maps(base, added, settled={(T, 0): 111})
+    assert str(merged[(T, 0)].format()) == "112-115" and merged[(T, 0)].floor == 111
+    assert merged[(T, 1)].format() == "3"
+    assert base[(T, 0)].format() == "100-110"  # inputs untouched
+    assert loads_map(dumps_map(merged)) == merged
+    assert parse_tp(tp_name((T, 3))) == (T, 3)
+
+
+# --- projection rules ----------------------------------------------------------------------------
+
+
+def test_create_then_update_in_one_batch_keeps_the_last() -> None:
+    p = projection.plan([ev("a", "p1", "CREATE", 1, n=1), ev("b", "p1", "UPDATE", 2, n=2)], {})
+    assert p.rows[("person", "p1")].event_id == "b" and not p.remove and not p.stale
+
+
+def test_update_with_version_not_above_stored_is_ignored() -> None:
+    stored = {("person", "p1"): Stored(5)}
+    p = projection.plan([ev("a", "p1", "UPDATE", 5), ev("b", "p1", "UPDATE", 3)], stored)
+    assert not p.changed and [e.event_id for e in p.stale] == ["a", "b"]
+
+
+def test_newer_update_replaces_the_stored_row() -> None:
+    p = projection.plan([ev("a", "p1", "UPDATE", 6)], {("person", "p1"): Stored(5)})
+    assert ("person", "p1") in p.rows and p.remove == {("person", "p1")}
+
+
+def test_delete_leaves_a_tombstone_that_blocks_older_updates() -> None:
+    p = projection.plan([ev("d", "p1", "DELETE", 7), ev("u", "p1", "UPDATE", 6)], {("person", "p1"): Stored(5)})
+    assert p.rows[("person", "p1")].change_type is ChangeType.DELETE
+    assert [e.event_id for e in p.stale] == ["u"]
+    later = projection.plan([ev("u", "p1", "UPDATE", 6)], {("person", "p1"): Stored(7, deleted=True)})
+    assert not later.changed
+
+
+def test_truncate_removes_every_row_of_the_type_only() -> None:
+    stored = {("person", "p1"): Stored(3), ("person", "p2"): Stored(9, True), ("org", "o1"): Stored(1)}
+    events = [ev("c", "p3", "CREATE", 1), ev("t", "*", "TRUNCATE", 0), ev("c2", "p1", "CREATE", 1)]
+    p = projection.plan(events, stored)
+    assert p.truncated == {"person"}
+    assert p.remove == {("person", "p1"), ("person", "p2")}
+    assert set(p.rows) == {("person", "p1")}  # p3 was created before the truncate: gone too
+    assert ("org", "o1") not in p.remove
+
+
+def test_snapshot_is_an_upsert_and_redelivery_is_a_no_op() -> None:
+    first = projection.plan([ev("s", "p1", "SNAPSHOT", 4)], {})
+    assert ("person", "p1") in first.rows
+    again = projection.plan([ev("s", "p1", "SNAPSHOT", 4)], {("person", "p1"): Stored(4)})
+    assert not again.changed
+
+
+def test_touched_and_dedupe() -> None:
+    events = [ev("a", "p1", "CREATE", 1), ev("a", "p1", "CREATE", 1), ev("t", "*", "TRUNCATE", 0, typ="org")]
+    assert [e.event_id for e in projection.dedupe(events)] == ["a", "t"]
+    assert projection.touched(events) == ({("person", "p1")}, {"org"})
+
+
+# --- replay selection ----------------------------------------------------------------------------
+
+
+def test_select_drops_committed_offsets_and_repeated_ids() -> None:
+    items = [
+        (ev("a", "p1", "CREATE", 1), Source(T, 0, 10)),
+        (ev("b", "p2", "CREATE", 1), Source(T, 0, 11)),
+        (ev("b", "p2", "CREATE", 1), Source(T, 0, 12)),  # producer retry: same id, new offset
+        (ev("c", "p3", "CREATE", 1), Source(T, 1, 10)),
+    ]
+    batch = Batch.from_sources("w1", "b1", items)
+    assert batch.offsets[(T, 0)].format() == "10-12"
+    chosen = _select(batch, {(T, 0): OffsetSet.parse("10")})
+    assert [e.event_id for e, _ in chosen] == ["b", "c"]
+
+
+# --- references ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "hash_", "ts"),
+    [
+        ("main", "main", None, None),
+        ("world-a@0123abcd0123abcd", "world-a", "0123abcd0123abcd", None),
+        ("main@*1700000000000", "main", None, 1700000000000),
+        ("main*2023-11-14T22:13:20Z", "main", None, 1700000000000),
+    ],
+)
+def test_ref_spec_parse(text: str, name: str, hash_: str | None, ts: int | None) -> None:
+    spec = RefSpec.parse(text)
+    assert (spec.name, spec.hash, spec.timestamp_ms) == (name, hash_, ts)
+    assert spec.pinned is (hash_ is not None or ts is not None)
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "main@zz", "1main"])
+def test_ref_spec_rejects(bad: str) -> None:
+    with pytest.raises(ValueError):
+        RefSpec.parse(bad)
