@@ -23,6 +23,7 @@ from agents.applier import Applier, RawRecord
 from agents.deadletters import DeadLetterPublisher
 from agents.marks import AppliedMarks
 from models.worlds import WorldNaming
+from monitoring.lag import OffsetProbe
 from monitoring.metrics import Metrics, register_faust_sensors
 from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
@@ -73,6 +74,13 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         worker_id=worker_id,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
     )
+    if os.environ.get("CAUSEWAY_CDC_MAPPING"):
+        # CDC ingest runs in the same process when a mapping is configured; a bad mapping stops
+        # start-up with every problem listed (MappingError), before any record is read.
+        from agents.cdc import attach
+        from agents.cdc_mapping import mapping_from_env
+
+        attach(app, settings, mapping_from_env(), metrics=metrics)
     topic = change_topics(app, settings)
     streams: list[Any] = []
 
@@ -133,28 +141,26 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     async def summary(web: Any, request: Any) -> Any:
         return json_response(applier.summary())
 
+    lag_probe = OffsetProbe(settings.kafka_bootstrap, settings.app_id)
+
     @app.timer(interval=5.0)
     async def export_lag() -> None:
-        await _export_lag(app, metrics)
+        await _export_lag(app, lag_probe, metrics, set(topic.topics))
 
     return app, applier
 
 
-async def _export_lag(app: faust.App, metrics: Metrics) -> None:
-    """Lag per assigned partition = broker end offset − the group's committed offset."""
-    consumer = app.consumer
+async def _export_lag(app: faust.App, probe: OffsetProbe, metrics: Metrics, topics: set[str]) -> None:
+    """Lag per assigned change-topic partition = broker end offset − the group's committed offset.
+
+    Both offsets come from the broker (``monitoring.lag``), not from Faust's consumer, so the gauges
+    match ``kafka-consumer-groups.sh --describe``; Faust's internal leader topic is left out.
+    """
     try:
-        assignment = consumer.assignment()
-        if not assignment:
-            return
-        ends = await consumer.highwaters(*assignment) if hasattr(consumer, "highwaters") else None
-        if ends is None:
-            ends = await consumer._thread._consumer.end_offsets(list(assignment))  # type: ignore[attr-defined]
-        for tp in assignment:
-            committed = await consumer._thread._consumer.committed(tp)  # type: ignore[attr-defined]
-            metrics.partition_offsets(tp.topic, tp.partition, int(ends.get(tp, 0) or 0), committed)
+        assigned = [(tp.topic, tp.partition) for tp in app.consumer.assignment() if tp.topic in topics]
+        await probe.export(metrics, assigned)
     except Exception as exc:  # noqa: BLE001 - metrics must never stop the worker
-        log.debug("lag export failed: %s", exc)
+        log.warning("lag export failed: %s: %s", type(exc).__name__, exc)
 
 
 def run_worker(settings: Settings) -> None:

@@ -83,7 +83,9 @@ class Pipeline:
         await ensure_topics(settings)
         headers = {"Nessie-Client-Spec": "2"}
         async with httpx.AsyncClient(base_url=settings.nessie_url, headers=headers) as http:
-            main = (await http.get("/trees/main")).raise_for_status().json()["reference"]
+            # Start from Nessie's empty root, not main: main may hold the demo's data.
+            root = (await http.get("/config")).raise_for_status().json()["noAncestorHash"]
+            main = {"type": "BRANCH", "name": "main", "hash": root}
             resp = await http.post("/trees", params={"name": settings.main_branch, "type": "BRANCH"}, json=main)
             resp.raise_for_status()
         return cls(unique, tmp, settings, env)
@@ -96,8 +98,9 @@ class Pipeline:
 
     # --- workers --------------------------------------------------------------------------------
 
-    def start_worker(self, fault: str | None = None, wait: bool = True) -> Worker:
-        port = free_port()
+    def start_worker(self, fault: str | None = None, wait: bool = True, port: int | None = None) -> Worker:
+        """Start a worker process; ``port`` (default: any free one) serves its /health and /metrics."""
+        port = port or free_port()
         env = dict(self.env, CAUSEWAY_WEB_PORT=str(port))
         if fault:
             env["CAUSEWAY_FAULT"] = fault
