@@ -35,6 +35,7 @@ from models.deadletter import DeadLetter
 from models.events import ChangeEvent, EntityKind, Invalid, decode
 from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome, Source
+from sinks.errors import NessieNotFound
 from sinks.offsets import OffsetSet
 from streams.settings import Settings
 
@@ -112,6 +113,8 @@ class Applier:
         self._known_worlds: set[str] = set()
         self._arrived_at: dict[tuple[str, str], float] = {}
         self._consumed_at: dict[TopicPartition, dict[int, float]] = defaultdict(dict)
+        # In-flight records by offset: dead letters carry the producer's exact bytes and headers.
+        self._records: dict[TopicPartition, dict[int, RawRecord]] = defaultdict(dict)
         self._batch_seq = 0
         self._kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
         self.totals: dict[str, int] = defaultdict(int)
@@ -131,6 +134,7 @@ class Applier:
                     continue  # a re-fetch of an offset already in hand
                 self._handles[rec.tp].append((rec.offset, rec.handle))
                 self._consumed_at[rec.tp][rec.offset] = now
+                self._records[rec.tp][rec.offset] = rec
                 self.metrics.consumed(rec.topic)
                 result = decode(rec.value, rec.key, self._kinds.get(rec.topic), self.settings.max_event_bytes)
                 if isinstance(result, Invalid):
@@ -175,6 +179,7 @@ class Applier:
                 self.tracker.revoke(tp)
                 self._handles.pop(tp, None)
                 self._consumed_at.pop(tp, None)
+                self._records.pop(tp, None)
                 if dropped:
                     log.info(
                         "revoked %s[%d]: dropped %d parked event(s); the new owner re-reads them",
@@ -226,7 +231,10 @@ class Applier:
         )
 
     def _raw_of(self, arrival: Arrival) -> tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes]]]:
-        # The original bytes are re-encoded from the event: the contract round-trips exactly.
+        rec = self._records.get(arrival.tp, {}).get(arrival.offset)
+        if rec is not None:
+            return rec.key, rec.value, rec.headers
+        # Not in flight here (should not happen): the contract round-trips, so re-encode.
         return arrival.event.key.encode(), arrival.event.encode(), ()
 
     async def _check_worlds(
@@ -365,9 +373,16 @@ class Applier:
         )
         started = time.monotonic()
         faults.reached("before-commit")
+
+        async def commit() -> CommitOutcome | None:
+            try:
+                return await self.committer.commit_batch_async(batch)
+            except NessieNotFound:
+                return None  # the branch is gone: retrying cannot help
+
         outcome = await self._retry(
             f"commit of {len(items)} event(s) to world {world}",
-            lambda: self.committer.commit_batch_async(batch),
+            commit,
             on_error=lambda exc: self.metrics.commit_failed(
                 world,
                 duration_s=time.monotonic() - started,
@@ -375,6 +390,14 @@ class Applier:
             ),
         )
         self.metrics.dependency("nessie", True)
+        if outcome is None:
+            # Deleted while its events were in flight: dead-letter them (an operator can redrive
+            # after re-creating the world) rather than re-creating a world somebody removed.
+            self._known_worlds.discard(world)
+            self._repaired.discard(world)
+            detail = f"world {world!r} has no branch any more (deleted while its events were in flight)"
+            await self._publish_dead([self._letter(a, UNKNOWN_WORLD, detail) for a in items])
+            return
         faults.reached("after-commit")
         stale_ids = set(outcome.stale_ids)
         stale = [a for a in items if a.event.event_id in stale_ids]
@@ -462,9 +485,11 @@ class Applier:
             if limit is None:
                 continue
             times = self._consumed_at[tp]
+            records = self._records[tp]
             while queue and queue[0][0] < limit:
                 offset, handle = queue.popleft()
                 times.pop(offset, None)
+                records.pop(offset, None)
                 out.append(handle)
         return out
 

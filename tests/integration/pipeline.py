@@ -159,6 +159,14 @@ class Pipeline:
         finally:
             await producer.stop()
 
+    async def publish_raw(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, value, key=key, headers=headers)
+        finally:
+            await producer.stop()
+
     async def lag(self) -> int:
         """Sum over the change topics' partitions of end offset − the group's committed offset."""
         s = self.settings

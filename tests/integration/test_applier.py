@@ -101,7 +101,11 @@ async def test_cross_partition_causes_published_after_effects(unique: str, tmp_p
         partitions = {hash(e.key) for e in effects + causes}
         assert len(partitions) > 1
         pipe.start_worker()
-        await pipe.publish([_rec(e) for e in effects + followers] + [_rec(orphan)])
+        # The orphan is sent as a producer might write it (indented JSON, a header of its own): its
+        # dead letter must carry exactly those bytes, so a redrive re-publishes what was sent.
+        orphan_bytes = orjson.dumps(orphan.to_wire(), option=orjson.OPT_INDENT_2)
+        await pipe.publish([_rec(e) for e in effects + followers])
+        await pipe.publish_raw(pipe.settings.objects_topic, orphan.key.encode(), orphan_bytes, [("trace", b"t-1")])
         await asyncio.sleep(2.0)
         # Nothing of a waiting key may have taken effect yet.
         early = pipe.state("prod")
@@ -115,6 +119,8 @@ async def test_cross_partition_causes_published_after_effects(unique: str, tmp_p
         assert "orphan" not in state.objects
         letters = await pipe.dead_letters()
         assert [(dl.reason, dl.event_id) for dl in letters] == [("cause-missing", orphan.event_id)]
+        assert letters[0].value == orphan_bytes
+        assert ("trace", b"t-1") in letters[0].original_headers
         # Cause before effect: the effect's batch was committed no earlier than its cause's.
         rows = _event_log(pipe)
         for cause, effect in zip(causes, effects, strict=True):
