@@ -133,7 +133,8 @@ async def _demo(
 ) -> None:
     run_id = time.strftime("%Y%m%d%H%M%S")
     params = WorkloadParams(
-        events=events, worlds=n_worlds, keys=keys, seed=seed, world_prefix="demo-", id_prefix=f"r{run_id}-"
+        events=events, worlds=n_worlds, keys=keys, seed=seed, world_prefix="demo-", id_prefix=f"r{run_id}-",
+        pk_prefix=f"r{run_id}",  # fresh entities per run: an earlier run's newer versions stay apart
     )
     workload = generate(params)
     naming = WorldNaming(settings.prod_world, settings.main_branch)
@@ -193,7 +194,14 @@ async def _demo(
             rows = state.rows()
             want = model.get(world)
             ours = {e for e in state.event_ids if e.startswith(params.id_prefix)}
-            ok = want is not None and ours == want.event_ids and not state.duplicate_event_ids
+            mine = params.pk_prefix
+            ok = (
+                want is not None
+                and ours == want.event_ids
+                and not state.duplicate_event_ids
+                and {k: v for k, v in state.objects.items() if k.startswith(mine)} == want.objects
+                and {k: v for k, v in state.links.items() if k.startswith(mine)} == want.links
+            )
             click.echo(f"{world:10} {branch:16} {commits:>7} {rows['entity_events']:>13} "
                        f"{rows['entity_common']:>13} {rows['entity_edge']:>11}  {'yes' if ok else 'NO'}")
     click.echo("")
