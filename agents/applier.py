@@ -32,11 +32,10 @@ from agents.causal import CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.offsets import Arrival, OffsetTracker, TopicPartition
 from models.deadletter import DeadLetter
-from models.events import ChangeEvent, EntityKind, Invalid, decode
+from models.events import EntityKind, Invalid, decode
 from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome, Source
 from sinks.errors import NessieNotFound
-from sinks.offsets import OffsetSet
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -142,7 +141,7 @@ class Applier:
                 else:
                     arrivals.append(Arrival(result, rec.topic, rec.partition, rec.offset))
             self.totals["consumed"] += len(records)
-            arrivals = await self._check_worlds(arrivals, dead, {r.tp: r for r in records}, records)
+            arrivals = await self._check_worlds(arrivals, dead)
             await self._dedupe_and_gate(arrivals, now)
             self._collect_gate_output(dead)
             await self._publish_dead(dead)
@@ -237,9 +236,7 @@ class Applier:
         # Not in flight here (should not happen): the contract round-trips, so re-encode.
         return arrival.event.key.encode(), arrival.event.encode(), ()
 
-    async def _check_worlds(
-        self, arrivals: list[Arrival], dead: list[DeadLetter], _by_tp: Any, _records: Any
-    ) -> list[Arrival]:
+    async def _check_worlds(self, arrivals: list[Arrival], dead: list[DeadLetter]) -> list[Arrival]:
         worlds = {a.event.world_id for a in arrivals} - self._known_worlds
         for world in worlds:
             if await self._retry(f"check world {world}", lambda w=world: self.worlds.exists(w)):
@@ -502,19 +499,11 @@ class Applier:
             parked[world] += 1
         for world, n in parked.items():
             self.metrics.set_parked(world, n)
-        oldest = min((min(t.values()) for t in self._consumed_at.values() if t), default=None)
+        # Offsets are consumed in order, so each partition's first entry is its oldest.
+        oldest = min((next(iter(t.values())) for t in self._consumed_at.values() if t), default=None)
         inflight = self.tracker.in_flight()
         # In-flight is exported per process under the pseudo-world "all": one partition carries many worlds.
         self.metrics.inflight("all", inflight, time.time() - (self.clock() - oldest) if oldest else None)
 
     def summary(self) -> dict[str, int]:
         return dict(self.totals) | {"parked": self.gate.parked_count, "in_flight": self.tracker.in_flight()}
-
-
-def committed_offsets_contain(offsets: dict[TopicPartition, OffsetSet], a: Arrival) -> bool:
-    s = offsets.get(a.tp)
-    return s is not None and a.offset in s
-
-
-def event_of(a: Arrival) -> ChangeEvent:
-    return a.event
