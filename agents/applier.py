@@ -110,7 +110,8 @@ class Applier:
         self.lock = asyncio.Lock()
         self._handles: dict[TopicPartition, deque[tuple[int, Any]]] = defaultdict(deque)
         self._known_worlds: set[str] = set()
-        self._arrived_at: dict[tuple[str, str], float] = {}
+        # Events the gate is holding: when they were parked and from which partition.
+        self._parked_at: dict[tuple[str, str], tuple[float, TopicPartition]] = {}
         self._consumed_at: dict[TopicPartition, dict[int, float]] = defaultdict(dict)
         # In-flight records by offset: dead letters carry the producer's exact bytes and headers.
         self._records: dict[TopicPartition, dict[int, RawRecord]] = defaultdict(dict)
@@ -179,6 +180,8 @@ class Applier:
                 self._handles.pop(tp, None)
                 self._consumed_at.pop(tp, None)
                 self._records.pop(tp, None)
+                for ref in [r for r, (_, src) in self._parked_at.items() if src == tp]:
+                    del self._parked_at[ref]
                 if dropped:
                     log.info(
                         "revoked %s[%d]: dropped %d parked event(s); the new owner re-reads them",
@@ -306,9 +309,14 @@ class Applier:
         if marked:
             # Every marked ref counts: causes of new arrivals as well as of parked events.
             self.gate.learn_applied(marked)
+        parked: dict[str, int] = defaultdict(int)
         for a in split.fresh:
-            self._arrived_at[a.ref] = now
             self.gate.offer(a, now)
+            if self.gate.is_parked(a.ref):
+                self._parked_at[a.ref] = (now, a.tp)
+                parked[a.event.world_id] += 1
+        for world, n in parked.items():
+            self.metrics.event_outcome(world, "parked", n)
 
     def _collect_gate_output(self, dead: list[DeadLetter]) -> None:
         out = self.gate.drain()
@@ -316,16 +324,16 @@ class Applier:
         waited: dict[str, list[float]] = defaultdict(list)
         for a in out.ready:
             self.batches.add(a.event.world_id, a, now)
-            start = self._arrived_at.pop(a.ref, now)
-            if now - start > 0:
-                waited[a.event.world_id].append(now - start)
+            held = self._parked_at.pop(a.ref, None)
+            if held is not None:
+                waited[a.event.world_id].append(now - held[0])
         for world, waits in waited.items():
             self.metrics.released(world, waits)
         for rej in out.dead:
-            self._arrived_at.pop(rej.arrival.ref, None)
+            self._parked_at.pop(rej.arrival.ref, None)
             dead.append(self._rejected_letter(rej))
         for a in out.duplicates:
-            self._arrived_at.pop(a.ref, None)
+            self._parked_at.pop(a.ref, None)
             self.metrics.event_outcome(a.event.world_id, "duplicate")
             self.totals["duplicates"] += 1
             self._settle(a)
@@ -491,19 +499,20 @@ class Applier:
         return out
 
     def _export_gauges(self) -> None:
+        """Parked and in-flight per world (parked + batched), with the oldest one's wall-clock time."""
+        now_mono, now_wall = self.clock(), time.time()
         parked: dict[str, int] = defaultdict(int)
-        for world in self._known_worlds:
-            parked[world] += 0
-        # The gate counts parked events in total; attribute them to worlds from the arrival table.
-        for (world, _), _t in self._arrived_at.items():
+        oldest: dict[str, float] = {}
+        for (world, _), (since, _tp) in self._parked_at.items():
             parked[world] += 1
-        for world, n in parked.items():
-            self.metrics.set_parked(world, n)
-        # Offsets are consumed in order, so each partition's first entry is its oldest.
-        oldest = min((next(iter(t.values())) for t in self._consumed_at.values() if t), default=None)
-        inflight = self.tracker.in_flight()
-        # In-flight is exported per process under the pseudo-world "all": one partition carries many worlds.
-        self.metrics.inflight("all", inflight, time.time() - (self.clock() - oldest) if oldest else None)
+            oldest[world] = min(oldest.get(world, since), since)
+        for world in self._known_worlds | set(parked):
+            self.metrics.set_parked(world, parked[world])
+            count = parked[world] + self.batches.size(world)
+            since = oldest.get(world)
+            if since is None and self.batches.size(world):
+                since = now_mono - min(self.settings.batch_max_seconds, now_mono)  # batched: at most this old
+            self.metrics.inflight(world, count, now_wall - (now_mono - since) if since is not None else None)
 
     def summary(self) -> dict[str, int]:
         return dict(self.totals) | {"parked": self.gate.parked_count, "in_flight": self.tracker.in_flight()}

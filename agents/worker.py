@@ -67,7 +67,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     applier = Applier(
         settings,
         marks=AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s),
-        committer=BatchCommitter(settings),
+        committer=BatchCommitter(settings, on_retry=metrics.commit_retry),
         dead_letters=DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic),
         worlds=_Worlds(settings),
         metrics=metrics,
@@ -81,6 +81,12 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         from agents.cdc_mapping import mapping_from_env
 
         attach(app, settings, mapping_from_env(), metrics=metrics)
+    # Schema sync (control-plane schema changes → Iceberg schema evolution per world branch) and the
+    # periodic reconciliation run beside the applier, each with its own consumer group.
+    from agents import reconcile, schema_sync
+
+    schema_sync.attach(app, settings, metrics)
+    reconcile.attach(app, settings, metrics)
     topic = change_topics(app, settings)
     streams: list[Any] = []
 

@@ -39,6 +39,7 @@ class WorkloadParams:
     bad_rate: float = 0.01
     world_prefix: str = "w"
     id_prefix: str = ""  # event ids are "<id_prefix>ev-<seed>-<n>": unique prefixes keep runs apart
+    pk_prefix: str = ""  # object / link pks are "<pk_prefix>obj-<n>" / "<pk_prefix>lnk-<n>" (no "-" in it)
 
     def world_ids(self) -> list[str]:
         return ["prod"] + [f"{self.world_prefix}{i}" for i in range(1, self.worlds)]
@@ -173,7 +174,7 @@ def generate(params: WorkloadParams) -> Workload:
 
     def new_object(world: str) -> tuple[str, str]:
         fresh[world] += 1
-        pk = f"obj-{fresh[world]}"
+        pk = f"{params.pk_prefix}obj-{fresh[world]}"
         return pk, OBJECT_TYPES[fresh[world] % len(OBJECT_TYPES)]
 
     while len(wl.records) + len(delayed) < params.events:
@@ -206,7 +207,7 @@ def generate(params: WorkloadParams) -> Workload:
                 world,
                 EntityKind.LINK,
                 "connected_to",
-                f"lnk-{link_n}",
+                f"{params.pk_prefix}lnk-{link_n}",
                 ChangeType.CREATE,
                 {"weight": rng.randint(1, 9)},
                 caused_by,
@@ -219,7 +220,7 @@ def generate(params: WorkloadParams) -> Workload:
             and kind_roll < params.link_share + params.update_share
         ):
             pk = rng.choice(live[world])
-            etype = OBJECT_TYPES[int(pk.split("-")[1]) % len(OBJECT_TYPES)]
+            etype = OBJECT_TYPES[int(pk.rsplit("-", 1)[1]) % len(OBJECT_TYPES)]
             if rng.random() < params.delete_share / max(params.update_share, 1e-9):
                 ev = make(world, EntityKind.OBJECT, etype, pk, ChangeType.DELETE, None, caused_by)
                 live[world].remove(pk)
@@ -241,7 +242,7 @@ def generate(params: WorkloadParams) -> Workload:
         else:
             if fresh[world] >= params.keys and live[world]:
                 pk = rng.choice(live[world])
-                etype = OBJECT_TYPES[int(pk.split("-")[1]) % len(OBJECT_TYPES)]
+                etype = OBJECT_TYPES[int(pk.rsplit("-", 1)[1]) % len(OBJECT_TYPES)]
                 ev = make(
                     world,
                     EntityKind.OBJECT,
@@ -297,3 +298,78 @@ def expected_state(events: list[ChangeEvent]) -> dict[str, WorldState]:
         target = out[world].objects if kind is EntityKind.OBJECT else out[world].links
         target[pk] = {"type": ev.entity_type, "version": ev.version, "properties": ev.after}
     return out
+
+
+# --- Debezium CDC envelopes ---------------------------------------------------------------------------
+
+_DEBEZIUM_OP = {ChangeType.CREATE: "c", ChangeType.UPDATE: "u", ChangeType.DELETE: "d", ChangeType.SNAPSHOT: "r"}
+
+
+@dataclass(frozen=True)
+class CdcRecord:
+    topic: str
+    key: bytes
+    value: bytes
+
+
+def debezium_topic(source: str, entity_type: str) -> str:
+    return f"cdc.raw.{source}.{entity_type.lower()}"
+
+
+def debezium_records(workload: Workload, source: str = "bench") -> list[CdcRecord]:
+    """The workload's valid object and link changes as Postgres-style Debezium envelopes (schemaless JSON).
+
+    One table per object type (and one for links), the world in a ``tenant`` column, the pk in ``id``;
+    ``source.lsn`` is the event's sequence number, so versions stay increasing per entity. Causes cannot
+    be declared in CDC, so ``caused_by`` is dropped; duplicates are republished byte-identical (a
+    connector restart) and bad input stays bad. Feed the topics to ``python -m agents.cdc`` with
+    :func:`debezium_mapping`.
+    """
+    out: list[CdcRecord] = []
+    for n, rec in enumerate(workload.records):
+        ev = rec.event
+        if ev is None:
+            out.append(CdcRecord(debezium_topic(source, OBJECT_TYPES[0]), rec.key, rec.value))
+            continue
+        row_after = None if ev.after is None else {"id": ev.entity_pk, "tenant": ev.world_id, **ev.after}
+        row_before = {"id": ev.entity_pk, "tenant": ev.world_id} if ev.change_type is ChangeType.DELETE else None
+        if ev.kind is EntityKind.LINK:
+            for row in (row_after, row_before):
+                if row is not None:
+                    row.update({"from_id": ev.from_pk, "to_id": ev.to_pk})
+        table = ev.entity_type.lower()
+        payload = {
+            "before": row_before,
+            "after": row_after,
+            "op": _DEBEZIUM_OP[ev.change_type],
+            "ts_ms": ev.occurred_at_ms,
+            "source": {
+                "connector": "postgresql",
+                "name": source,
+                "db": "bench",
+                "schema": "public",
+                "table": table,
+                "lsn": ev.causal_order or n,
+                "ts_ms": ev.occurred_at_ms,
+            },
+        }
+        key = orjson.dumps({"id": ev.entity_pk})
+        out.append(CdcRecord(debezium_topic(source, ev.entity_type), key, orjson.dumps(payload)))
+    return out
+
+
+def debezium_mapping(source: str = "bench") -> dict[str, Any]:
+    """The CDC mapping (agents.cdc_mapping format) that turns :func:`debezium_records` back into events."""
+    tables: list[dict[str, Any]] = [
+        {"topic": debezium_topic(source, t), "world": {"column": "tenant"}, "object_type": t, "pk": "id"}
+        for t in OBJECT_TYPES
+    ]
+    tables.append(
+        {
+            "topic": debezium_topic(source, "connected_to"),
+            "world": {"column": "tenant"},
+            "link": {"type": "connected_to", "from": "from_id", "to": "to_id"},
+            "pk": "id",
+        }
+    )
+    return {"unmapped": "dlq", "tables": tables}

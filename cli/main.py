@@ -79,6 +79,7 @@ def _register_optional_groups() -> None:
         ("cli.ops", "dlq"),
         ("cli.ops", "offsets"),
         ("cli.ops", "rebuild"),
+        ("cli.reconcile", "reconcile"),
     ):
         try:
             mod = importlib.import_module(module)

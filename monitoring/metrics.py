@@ -47,6 +47,7 @@ LAYERS: tuple[Layer, ...] = ("control", "data", "intelligence")
 
 UNKNOWN_WORLD = "unknown"  # the event carried no readable world id
 INVALID_WORLD = "invalid"  # it carried one that may not become a label (or a branch)
+ALL_WORLDS = "all"  # in-flight counts of a whole worker process (Metrics.inflight)
 OTHER_REASON = "other"
 _REASON = re.compile(r"[a-z0-9][a-z0-9_.-]{0,47}")
 
@@ -123,12 +124,12 @@ class Metrics:
         )
         self.inflight_events = g(
             "causeway_inflight_events",
-            "Events consumed but not yet committed (buffered, parked or committing), per world.",
+            "Events consumed but not yet committed (buffered, parked or committing), per world or 'all' per worker.",
             ("world",),
         )
         self.inflight_oldest = g(
             "causeway_inflight_oldest_timestamp_seconds",
-            "When the oldest in-flight event of a world was consumed (Unix time); absent when none is.",
+            "When the oldest in-flight event of a world (or 'all') was consumed (Unix time); absent when none is.",
             ("world",),
         )
         self.e2e_latency = h(
@@ -341,8 +342,13 @@ class Metrics:
         self.events_consumed.labels(topic).inc(n)
 
     def inflight(self, world: str, count: int, oldest_consumed_at: float | None) -> None:
-        """Set a world's in-flight count and when its oldest in-flight event was consumed."""
-        w = self._world(world)
+        """Set a world's in-flight count and when its oldest in-flight event was consumed.
+
+        The applier counts in-flight events per process (offsets of a partition belong to many
+        worlds) and reports them under the pseudo-world ``all`` (``ALL_WORLDS``); a scope like that
+        must not get a world's outcome series, so this never creates them.
+        """
+        w = world_label(world)
         self.inflight_events.labels(w).set(count)
         if count > 0 and oldest_consumed_at is not None:
             self.inflight_oldest.labels(w).set(oldest_consumed_at)

@@ -12,6 +12,7 @@ from typing import Any
 
 RI = "$__rate_interval"
 W = 'world=~"$world"'
+WA = 'world=~"($world)|all"'  # also the per-process in-flight series (world="all")
 T = 'topic=~"$topic"'
 
 
@@ -53,6 +54,11 @@ def _quantiles(
 def _mean(metric: str) -> Q:
     return Q(f"sum(rate({metric}_sum[{RI}])) / sum(rate({metric}_count[{RI}]))", "mean")
 
+
+SCHEMA_SYNC_ONLY = (
+    "set by schema sync (issue 7) for the worlds it has synced; the change-applier worker alone "
+    "exports no schema versions"
+)
 
 OVERVIEW = (
     Panel(
@@ -108,15 +114,17 @@ OVERVIEW = (
     ),
     Panel(
         "In-flight events",
-        "Events consumed but not yet committed (buffered, parked or committing).",
+        "Events consumed but not yet committed (buffered, parked or committing). A worker that "
+        "counts them per process rather than per world (the change applier does: one partition "
+        'carries many worlds) reports world "all", which every world selection includes.',
         "short",
-        (Q(f"sum by (world) (causeway_inflight_events{{{W}}})", "{{world}}"),),
+        (Q(f"sum by (world) (causeway_inflight_events{{{WA}}})", "{{world}}"),),
     ),
     Panel(
         "Oldest in-flight event age",
-        "How long the oldest consumed-but-uncommitted event has waited.",
+        'How long the oldest consumed-but-uncommitted event has waited (world "all": a whole worker).',
         "s",
-        (Q(f"time() - min by (world) (causeway_inflight_oldest_timestamp_seconds{{{W}}})", "{{world}}"),),
+        (Q(f"time() - min by (world) (causeway_inflight_oldest_timestamp_seconds{{{WA}}})", "{{world}}"),),
         empty_at_rest="the series exists only while a world has events in flight; between flushes "
         "a lightly loaded world has none",
         thresholds=(("yellow", 60),),
@@ -157,12 +165,14 @@ CONSISTENCY = (
         "Schema version the control, data and intelligence layers have reached per world (the version vector).",
         "short",
         (Q(f"max by (world, layer) (causeway_schema_version{{{W}}})", "{{world}} {{layer}}"),),
+        empty_at_rest=SCHEMA_SYNC_ONLY,
     ),
     Panel(
         "Version vector difference",
         "Largest minus smallest layer version per world. Alert: CausewayVersionVectorDiverged (>5).",
         "short",
         (Q(f"max by (world) (causeway_version_vector_difference{{{W}}})", "{{world}}"),),
+        empty_at_rest=SCHEMA_SYNC_ONLY,
         thresholds=(("yellow", 5),),
     ),
     Panel(

@@ -12,7 +12,9 @@ Order of one attempt (every decision is taken against the head it read, and take
    updated in the same metadata version.
 4. ``entity_common`` / ``entity_edge``: the stored ``(version, deleted)`` of every touched key is
    read at ``H`` and :func:`sinks.projection.plan` decides the rows; rows are changed merge-on-read
-   (below).
+   (below). Rows are built against the table schema *at* ``H`` and the schema contracts recorded
+   with it, so the typed property columns a schema-sync commit added are filled from then on (a
+   batch that raced that commit conflicts, reloads and is built again with the new columns).
 5. All staged table pointers are published as **one** Nessie commit expecting ``H``, with author,
    message and properties ``causeway.world``, ``causeway.batch_id``, ``causeway.event_count`` and
    ``causeway.offsets.<topic>/<partition>`` = the batch's exact offsets (``"100-180,182-200"``).
@@ -114,7 +116,7 @@ from sinks.rowdelta import (
     write_position_deletes,
 )
 from sinks.rows import Source, events_arrow, projection_arrow
-from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, table_properties
+from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, contracts, table_properties
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -207,8 +209,12 @@ class BatchCommitter:
         max_delete_files: int = 8,
         max_small_files: int = 32,
         index_cache_bytes: int = 256 * 1024 * 1024,
+        on_retry: Callable[[str, str], None] | None = None,
     ) -> None:
         self.settings = settings
+        #: Called (from the committing thread) as ``on_retry(world_id, reason)`` before each retry;
+        #: reason is ``conflict`` or ``unknown_state``. The worker feeds it to its metrics.
+        self.on_retry = on_retry
         self.client = client or SyncNessieClient.from_settings(settings)
         self.naming = naming or WorldNaming(settings.prod_world, settings.main_branch)
         self.before_publish = before_publish
@@ -263,6 +269,9 @@ class BatchCommitter:
             finally:
                 cat.discard()
             if attempt <= retries:
+                if self.on_retry is not None:
+                    reason = "unknown_state" if isinstance(last, CommitStateUnknown) else "conflict"
+                    self.on_retry(batch.world_id, reason)
                 time.sleep(self.backoff(attempt))
         if unknown:
             found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
@@ -375,6 +384,10 @@ class BatchCommitter:
         """The one Nessie commit of a batch (a seam for fault-injection tests)."""
         return cat.publish(message, properties).hash
 
+    def load_or_create(self, cat: NessieCatalog, tdef: TableDef) -> Table:
+        """``tdef`` on ``cat``'s reference, created (staged with the next publish) when absent."""
+        return self._load_or_create(cat, self.settings.namespace, tdef)
+
     def _load_or_create(self, cat: NessieCatalog, ns: str, tdef: TableDef) -> Table:
         try:
             return cat.load_table((ns, tdef.name))
@@ -453,7 +466,16 @@ class BatchCommitter:
                 new_deletes.setdefault(path, []).append(pos)
         stats.rows_deleted = sum(len(v) for v in new_deletes.values())
 
-        rows = projection_arrow(tdef, list(plan.rows.values()), batch.batch_id, now)
+        # Typed columns follow the table's schema *at this head* (schema sync may have evolved it
+        # since the last attempt) and the contracts recorded with it.
+        rows = projection_arrow(
+            tdef,
+            list(plan.rows.values()),
+            batch.batch_id,
+            now,
+            table.schema().as_arrow(),
+            contracts(table.metadata.properties),
+        )
         stats.rows_written = rows.num_rows
         to_remove, carried = self._compact(table, state, new_deletes, stats)
         parts = [rows] + carried
@@ -563,8 +585,7 @@ class BatchCommitter:
         schema = table.schema().as_arrow()
         for path, dead_set in chosen:
             live = state.files[path]
-            with table.io.new_input(path).open() as f:
-                t = pq.read_table(f)
+            t = read_data_file(table, path)
             stats.bytes_read += live.data_file.file_size_in_bytes
             if dead_set:
                 dead = pa.array(sorted(dead_set), pa.int64())
@@ -583,6 +604,74 @@ class BatchCommitter:
         old = [s.snapshot_id for s in metadata.snapshots if s.snapshot_id not in protected]
         if old:
             ExpireSnapshots(tx).by_ids(old).commit()
+
+
+def read_data_file(table: Table, path: str) -> pa.Table:
+    """A data file's rows in file order, under the table's *current* schema.
+
+    Columns are matched by Iceberg field id, so a file written before a rename reads under the new
+    name, one written before an added column reads it as null, and a widened column is promoted.
+    """
+    from pyiceberg.io.pyarrow import _to_requested_schema, pyarrow_to_schema
+
+    with table.io.new_input(path).open() as f:
+        raw = pq.read_table(f)
+    file_schema = pyarrow_to_schema(raw.schema)
+    wanted = table.schema()
+    batches = [_to_requested_schema(wanted, file_schema, b) for b in raw.to_batches()]
+    return pa.Table.from_batches(batches, schema=wanted.as_arrow()) if batches else wanted.as_arrow().empty_table()
+
+
+def read_rows(
+    table: Table, tdef: TableDef, match: Callable[[pa.Table], pa.Array], cache: FileCache | None = None
+) -> pa.Table | None:
+    """Full live rows (current schema) that ``match`` selects on the key columns, with ``_file``/``_pos``.
+
+    ``match`` sees the key columns plus ``version``, ``deleted`` and ``event_id``. Files with no
+    selected row are not read in full.
+    """
+    type_col, pk_col = tdef.key
+    state = read_state(table, [type_col, pk_col, "version", "deleted", "event_id"], match, cache)
+    if state.index is None:
+        return None
+    parts: list[pa.Table] = []
+    index = state.index
+    for path in pc.unique(index.column("_file")).to_pylist():
+        pos = index.filter(pc.equal(index.column("_file"), path)).column("_pos")
+        rows = read_data_file(table, path).take(pos)
+        rows = rows.append_column("_pos", pos.combine_chunks()).append_column(
+            "_file", pa.array([path] * len(pos), pa.string())
+        )
+        parts.append(rows)
+    return pa.concat_tables(parts)
+
+
+def stage_replacement(
+    tx: Transaction, table: Table, rows: pa.Table, deletes: Mapping[str, Sequence[int]], properties: dict[str, str]
+) -> FlushStats:
+    """Add ``rows`` (current schema) and mask ``deletes`` ({data file: positions}) in one snapshot of ``tx``.
+
+    The merge-on-read write of a repair or a backfill; ``tx`` is committed by the caller (inside
+    catalog staging, so the change is published with the rest of its Nessie commit).
+    """
+    stats = FlushStats()
+    rd = RowDelta(tx, properties)
+    if rows.num_rows:
+        files = list(_dataframe_to_data_files(tx.table_metadata, rows, table.io))
+        rd.add(files)
+        stats.rows_written = rows.num_rows
+        stats.files_added += len(files)
+        stats.bytes_written += sum(f.file_size_in_bytes for f in files)
+    if any(deletes.values()):
+        dfile = write_position_deletes(table.io, new_delete_location(table), {p: list(v) for p, v in deletes.items()})
+        if dfile is not None:
+            rd.add([dfile])
+            stats.rows_deleted = dfile.record_count
+            stats.files_added += 1
+            stats.bytes_written += dfile.file_size_in_bytes
+    if not rd.empty:
+        rd.commit()
+    return stats
 
 
 def _finish(outcome: CommitOutcome, started: float) -> CommitOutcome:
@@ -621,4 +710,7 @@ __all__ = [
     "NessieError",
     "RetriesExhausted",
     "Source",
+    "read_data_file",
+    "read_rows",
+    "stage_replacement",
 ]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
+from typing import Any
 
 import orjson
 import pyarrow as pa
 
 from models.events import ChangeEvent, ChangeType
+from models.schema import Primitive, Property, PropType, TypeSchema
 from sinks.offsets import TopicPartition
 from sinks.tables import EDGE, EVENTS, TableDef
 
@@ -75,10 +79,23 @@ def events_arrow(
     return pa.table(cols, schema=schema)
 
 
-def projection_arrow(tdef: TableDef, events: list[ChangeEvent], batch_id: str, now: datetime) -> pa.Table:
-    """The rows a plan writes: one per key, a tombstone for a DELETE."""
+def projection_arrow(
+    tdef: TableDef,
+    events: list[ChangeEvent],
+    batch_id: str,
+    now: datetime,
+    schema: pa.Schema | None = None,
+    types: Mapping[str, TypeSchema] | None = None,
+) -> pa.Table:
+    """The rows a plan writes: one per key, a tombstone for a DELETE.
+
+    ``schema`` is the table's *current* Arrow schema (it grows with schema evolution; default: the
+    base layout) and ``types`` the applied contracts: every typed column of a known property is
+    filled from the event's ``after`` properties (by current name, then by earlier names); the JSON
+    ``properties`` column keeps everything, including properties no contract knows yet.
+    """
     type_col, pk_col = tdef.key
-    schema = tdef.arrow_schema
+    schema = schema if schema is not None else tdef.arrow_schema
     n = len(events)
     deleted = [e.change_type is ChangeType.DELETE for e in events]
     cols: dict[str, object] = {
@@ -96,4 +113,86 @@ def projection_arrow(tdef: TableDef, events: list[ChangeEvent], batch_id: str, n
     if tdef is EDGE:
         cols["from_pk"] = [e.from_pk for e in events]
         cols["to_pk"] = [e.to_pk for e in events]
+    cols.update(typed_columns(schema, types or {}, events, deleted))
+    for name in schema.names:  # typed columns of properties no event here carries
+        if name not in cols:
+            cols[name] = pa.nulls(n, schema.field(name).type)
     return pa.table(cols, schema=schema)
+
+
+def typed_columns(
+    schema: pa.Schema, types: Mapping[str, TypeSchema], events: Sequence[ChangeEvent], deleted: Sequence[bool]
+) -> dict[str, pa.Array]:
+    """The typed property columns of ``events`` that exist in ``schema`` (others are left out)."""
+    present = set(schema.names)
+    wanted: dict[str, list[Any]] = {}
+    n = len(events)
+    for i, (ev, gone) in enumerate(zip(events, deleted, strict=True)):
+        contract = types.get(ev.entity_type)
+        if contract is None or gone or not ev.after:
+            continue
+        for prop in contract.properties:
+            col = prop.column(contract.type_name)
+            if col not in present:
+                continue  # the contract is ahead of the table (never after a schema-sync commit)
+            value = property_value(ev.after, prop)
+            if value is not None:
+                wanted.setdefault(col, [None] * n)[i] = value
+    return {col: pa.array(values, schema.field(col).type) for col, values in wanted.items()}
+
+
+def property_value(after: Mapping[str, Any], prop: Property) -> Any:
+    """The typed value of ``prop`` in an event's properties, or None (absent or not convertible).
+
+    A value that does not convert (a string in an int property, say) stays only in the JSON column;
+    the typed column is null for that row.
+    """
+    for name in (prop.name, *prop.aliases):
+        if name in after:
+            return coerce(after[name], prop.type)
+    return None
+
+
+def coerce(value: Any, t: PropType) -> Any:
+    """``value`` (decoded JSON) as a Python value of type ``t``, or None if it does not convert."""
+    if value is None:
+        return None
+    p = t.primitive
+    try:
+        if p is Primitive.STRING:
+            return value if isinstance(value, str) else None
+        if p is Primitive.BOOLEAN:
+            return value if isinstance(value, bool) else None
+        if isinstance(value, bool):
+            return None  # JSON true/false is never a number
+        if p in (Primitive.INT, Primitive.LONG):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if not isinstance(value, int):
+                return None
+            bits = 31 if p is Primitive.INT else 63
+            return value if -(2**bits) <= value < 2**bits else None
+        if p in (Primitive.FLOAT, Primitive.DOUBLE):
+            if not isinstance(value, int | float):
+                return None
+            f = float(value)
+            if p is Primitive.FLOAT and math.isfinite(f) and abs(f) > 3.4028234e38:
+                return None
+            return f
+        if p is Primitive.DECIMAL:
+            if not isinstance(value, int | float | str):
+                return None
+            d = Decimal(str(value)).quantize(Decimal(1).scaleb(-t.scale))
+            return d if len(d.as_tuple().digits) <= t.precision else None
+        if p is Primitive.DATE:
+            return date.fromisoformat(value[:10]) if isinstance(value, str) else None
+        if p is Primitive.TIMESTAMP:
+            if isinstance(value, int):
+                return datetime.fromtimestamp(value / 1000, UTC)
+            if isinstance(value, str):
+                dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+                return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+            return None
+    except (ValueError, InvalidOperation, OverflowError, OSError):
+        return None
+    return None

@@ -4,10 +4,16 @@
 * ``entity_common`` — objects, one live row per ``(object_type_id, object_pk)``.
 * ``entity_edge`` — links, one live row per ``(link_type, link_pk)``.
 
-Properties are stored as JSON text (``properties``); typed property columns are added later by
-schema evolution (schema sync), which is why the projections are read by column *name* and the
-key columns never change. A deleted entity stays as a tombstone row (``deleted = true``) that
-keeps its version, so a late, older event cannot resurrect it; readers filter ``not deleted``.
+Properties are stored twice in the projections: as JSON text (``properties``, the lossless
+catch-all: every property an event carried, known to the schema or not) and, for the properties
+the world's schema contract defines (``models.schema``), as typed columns ``p_<type>__<name>``
+that schema sync adds by Iceberg schema evolution. Which column holds which property is recorded
+in the table property ``causeway.schema.<type>`` (a ``TypeSchema`` as JSON) in the same commit
+as the evolution, so writers and readers resolve a column by property id, never by guessing from
+names; the key columns never change. See docs/schema.md for the layout decision.
+
+A deleted entity stays as a tombstone row (``deleted = true``) that keeps its version, so a late,
+older event cannot resurrect it; readers filter ``not deleted``.
 
 The projections are unpartitioned on purpose: the committer changes rows with positional delete
 files plus a pk index (see ``sinks.committer``), which keeps a flush's rewritten bytes bounded
@@ -16,6 +22,7 @@ without partitioning; a bucket spec would only multiply small files.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -23,6 +30,11 @@ from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
     IntegerType,
     LongType,
     NestedField,
@@ -30,12 +42,17 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from models.events import EntityKind
+from models.schema import AddColumn, ColumnOp, DocColumn, Primitive, PropType, RenameColumn, TypeSchema, WidenColumn
+
 ENTITY_EVENTS = "entity_events"
 ENTITY_COMMON = "entity_common"
 ENTITY_EDGE = "entity_edge"
 
 #: Table property holding the cumulative committed-offset summary (JSON, see sinks.offsets).
 OFFSETS_PROPERTY = "causeway.committed-offsets"
+#: Prefix of the table properties holding each type's applied schema contract (TypeSchema JSON).
+SCHEMA_PROPERTY_PREFIX = "causeway.schema."
 
 
 def _f(fid: int, name: str, typ: object, required: bool = False, doc: str | None = None) -> NestedField:
@@ -141,3 +158,62 @@ def table_properties(target_file_bytes: int) -> dict[str, str]:
         "commit.manifest-merge.enabled": "true",
         "commit.manifest.min-count-to-merge": "16",
     }
+
+
+# --- typed property columns -----------------------------------------------------------------------
+
+
+def projection_for(kind: EntityKind) -> TableDef:
+    """The projection table of a kind: ``entity_common`` for objects, ``entity_edge`` for links."""
+    return COMMON if kind is EntityKind.OBJECT else EDGE
+
+
+def iceberg_type(t: PropType) -> IcebergType:
+    """The Iceberg type of a property type (timestamps are stored as ``timestamptz``, UTC)."""
+    simple: dict[Primitive, IcebergType] = {
+        Primitive.STRING: StringType(),
+        Primitive.INT: IntegerType(),
+        Primitive.LONG: LongType(),
+        Primitive.FLOAT: FloatType(),
+        Primitive.DOUBLE: DoubleType(),
+        Primitive.BOOLEAN: BooleanType(),
+        Primitive.DATE: DateType(),
+        Primitive.TIMESTAMP: TimestamptzType(),
+    }
+    if t.primitive is Primitive.DECIMAL:
+        return DecimalType(t.precision, t.scale)
+    return simple[t.primitive]
+
+
+def schema_property(type_name: str) -> str:
+    return SCHEMA_PROPERTY_PREFIX + type_name
+
+
+def contracts(properties: Mapping[str, str]) -> dict[str, TypeSchema]:
+    """The applied schema contracts recorded in a projection table's properties, by type name."""
+    out: dict[str, TypeSchema] = {}
+    for key, value in properties.items():
+        if key.startswith(SCHEMA_PROPERTY_PREFIX):
+            ts = TypeSchema.from_json(value)
+            out[ts.type_name] = ts
+    return out
+
+
+def evolve(update: object, ops: tuple[ColumnOp, ...]) -> None:
+    """Carry out column operations on a pyiceberg ``UpdateSchema`` (metadata only, no data rewrite).
+
+    Added columns are optional (old rows read as null until backfilled); widening uses Iceberg's
+    type promotion (int→long, float→double, decimal precision up), which readers apply to old files.
+    """
+    from pyiceberg.table.update.schema import UpdateSchema
+
+    assert isinstance(update, UpdateSchema)
+    for op in ops:
+        if isinstance(op, AddColumn):
+            update.add_column((op.column,), iceberg_type(op.type), doc=op.doc)
+        elif isinstance(op, RenameColumn):
+            update.rename_column((op.old,), op.new)
+        elif isinstance(op, WidenColumn):
+            update.update_column((op.column,), field_type=iceberg_type(op.type))
+        elif isinstance(op, DocColumn):
+            update.update_column((op.column,), doc=op.doc)

@@ -78,6 +78,29 @@ class Settings:
     commit_backoff_s: float = _opt(0.05, "Base of the jittered exponential backoff between commit retries.")
     snapshot_expire_every: int = _opt(20, "Expire old snapshots every N commits per table to bound metadata.")
     target_file_bytes: int = _opt(64 * 1024 * 1024, "Roll data files at about this many bytes.")
+    # --- schema sync and reconciliation (agents/schema_sync.py, agents/reconcile.py) -------------
+    schema_topic: str = _opt(
+        "onto.schema.updated", "Control-plane schema.updated events (models.schema), consumed by schema sync."
+    )
+    schema_answer_topic: str = _opt(
+        "onto.storage.schema.updated", "Schema sync's storage.schema.updated answers (applied, duplicate, refused)."
+    )
+    schema_intelligence_topic: str = _opt(
+        "onto.intelligence.schema.updated",
+        "The intelligence layer's schema acknowledgements ({world_id, version}) for the version vector.",
+    )
+    control_counts_topic: str = _opt(
+        "onto.control.counts",
+        "Control-plane object count checkpoints per world and type (docs/schema.md), read by reconciliation.",
+    )
+    reconcile_interval_s: float = _opt(
+        300.0, "Reconciliation runs this often per worker that runs it; 0 disables the timer (CLI only)."
+    )
+    reconcile_threshold: int = _opt(
+        0,
+        "Repair a type when a count differs by more than this (control, projection, event log). 0 repairs "
+        "any drift; higher tolerates in-flight events between the control count and the branch.",
+    )
     # --- observability ---------------------------------------------------------------------------
     web_port: int = _opt(6066, "Worker HTTP port: /metrics and /health.")
     log_level: str = _opt("info", "Log level: debug, info, warning, error.")

@@ -8,11 +8,8 @@ subprocesses, so a test can kill -9 one and start another exactly as an operator
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,33 +18,15 @@ import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from bench.procs import ROOT, Worker, free_port, start_worker, wait_healthy, worker_env
 from bench.workload import Record, WorkloadParams
 from models.deadletter import DeadLetter
 from models.events import EntityKind
 from sinks.readback import BranchState, read_world
-from streams.settings import Settings, env_name
+from streams.settings import Settings
 from streams.topics import ensure_topics
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Worker:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def summary(self) -> dict[str, int]:
-        return httpx.get(f"http://127.0.0.1:{self.port}/summary", timeout=5).json()
+__all__ = ["ROOT", "Pipeline", "Worker", "free_port"]
 
 
 @dataclass
@@ -76,10 +55,7 @@ class Pipeline:
         }
         values.update(overrides)
         settings = base.replace(**values)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
-        for name, value in vars(settings).items():
-            env[env_name(name)] = value.reveal() if hasattr(value, "reveal") else str(value)
-        env["PYTHONUNBUFFERED"] = "1"
+        env = worker_env(settings)
         await ensure_topics(settings)
         headers = {"Nessie-Client-Spec": "2"}
         async with httpx.AsyncClient(base_url=settings.nessie_url, headers=headers) as http:
@@ -101,31 +77,11 @@ class Pipeline:
     def start_worker(self, fault: str | None = None, wait: bool = True, port: int | None = None) -> Worker:
         """Start a worker process; ``port`` (default: any free one) serves its /health and /metrics."""
         port = port or free_port()
-        env = dict(self.env, CAUSEWAY_WEB_PORT=str(port))
-        if fault:
-            env["CAUSEWAY_FAULT"] = fault
         log = self.tmp / f"worker-{len(self.workers)}-{port}.log"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "worker"],
-            cwd=ROOT,
-            env=env,
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        worker = Worker(proc, port, log)
+        worker = start_worker(self.env, log, fault=fault, wait=False, port=port)
         self.workers.append(worker)
         if wait:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                if not worker.alive():
-                    raise RuntimeError(f"worker exited at start-up; log:\n{log.read_text()[-3000:]}")
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                        return worker
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
-            raise RuntimeError(f"worker not healthy in 60s; log:\n{log.read_text()[-3000:]}")
+            wait_healthy(worker)
         return worker
 
     def kill(self, worker: Worker, sig: int = signal.SIGKILL) -> None:

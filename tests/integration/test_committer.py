@@ -205,9 +205,10 @@ def test_eight_concurrent_committers_on_one_branch_lose_no_update(
     errors: list[BaseException] = []
     outcomes = []
     start = threading.Barrier(8)
+    retries: list[tuple[str, str]] = []
 
     def run(n: int) -> None:
-        committer = BatchCommitter(settings, client)
+        committer = BatchCommitter(settings, client, on_retry=lambda w, reason: retries.append((w, reason)))
         events = [obj(world, f"w{n}-{i}", "CREATE", 1, writer=n) for i in range(20)]
         # Every writer also bumps the shared key "shared" with a distinct version.
         events.append(obj(world, "shared", "UPDATE", n + 1, writer=n))
@@ -224,6 +225,9 @@ def test_eight_concurrent_committers_on_one_branch_lose_no_update(
         t.join()
     assert not errors, errors
     assert sum(o.attempts for o in outcomes) > 8, "writers on one branch should have met conflicts"
+    # Every retry was reported (for the OCC metrics), as a conflict of this world.
+    assert len(retries) == sum(o.attempts - 1 for o in outcomes)
+    assert set(retries) == {(world, "conflict")}
     cat = BatchCommitter(settings, client).catalog(branch)
     state = objects(cat)
     assert {pk for pk in state if pk != "shared"} == {f"w{n}-{i}" for n in range(8) for i in range(20)}

@@ -4,8 +4,9 @@ For now the endpoint is causeway's metrics registry served from this test on 127
 the scrape targets scripts/services.sh configures), fed by a thread that plays a healthy worker under
 steady load: events consumed, deduplicated and committed, offsets polled, dependencies probed, one
 reconciliation run. No faults (dead letters, retries, merges). Every query must parse; every query
-not documented as "empty at rest" must return data. Once the worker exists, this test will run it
-under load instead of the simulation.
+not documented as "empty at rest" must return data. The real worker under load is in
+test_metrics_live.py; this simulation stays because it also sets what that worker does not export
+yet (a schema version vector, a reconciliation run), so those panels are seen returning data too.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring import docs
 from monitoring.dashboards import DASHBOARDS, build
+from monitoring.lag import PartitionOffsets
 from monitoring.metrics import (
+    ALL_WORLDS,
     INVALID_WORLD,
     OTHER_REASON,
     UNKNOWN_WORLD,
@@ -165,6 +167,23 @@ def test_inflight_oldest_timestamp_disappears_when_nothing_is_in_flight(m: Metri
     m.inflight("w1", 0, None)
     assert get("causeway_inflight_oldest_timestamp_seconds", {"world": "w1"}) is None
     assert get("causeway_inflight_events", {"world": "w1"}) == 0
+
+
+def test_inflight_per_worker_scope_creates_no_world_series(m: Metrics) -> None:
+    # The applier reports in-flight events per process as world "all": that must not appear as a
+    # world with (zero) commit and outcome series, or the dashboards' world list would show it.
+    get = m.registry.get_sample_value
+    m.inflight(ALL_WORLDS, 4, 99.0)
+    assert get("causeway_inflight_events", {"world": ALL_WORLDS}) == 4
+    assert get("causeway_commits_total", {"world": ALL_WORLDS, "outcome": "committed"}) is None
+    assert get("causeway_events_total", {"world": ALL_WORLDS, "outcome": "applied", "reason": ""}) is None
+
+
+def test_partition_offsets_lag_counts_from_the_earliest_offset_when_never_committed() -> None:
+    assert PartitionOffsets("t", 0, end=120, low=20, committed=None).lag == 100
+    assert PartitionOffsets("t", 0, end=120, low=20, committed=-1).lag == 100
+    assert PartitionOffsets("t", 0, end=120, low=20, committed=115).lag == 5
+    assert PartitionOffsets("t", 0, end=120, low=20, committed=120).lag == 0
 
 
 def test_first_sight_of_a_world_creates_its_outcome_series_at_zero(m: Metrics) -> None:

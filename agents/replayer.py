@@ -1,0 +1,409 @@
+"""Running a replay: a plain consumer assigned to the range feeds the normal applier in-process.
+
+The records go through :class:`agents.applier.Applier` with the real Redis marks, batch committer,
+dead-letter publisher and world checks, exactly as a worker would process them, so dedupe makes a
+replay harmless. The consumer has no group: the worker group's offsets are never touched.
+
+One wrapper sits between the applier and the committer, :class:`ReplayCommitter`:
+
+* it drops ``Batch.settled`` (the floors a worker passes to keep the branch's offset summary
+  short): a replay reads a slice, possibly filtered, so "everything below my position is settled"
+  is not true for it, and a floor could hide events the live worker has not applied yet;
+* it asks the branch's event log which of the batch's event ids it already holds and leaves those
+  out. Redis marks expire (``dedupe_ttl_s``) and an offset reset can move a branch's recorded floor
+  past events that never took effect; the log is the truth. An event whose offset is recorded as
+  settled but whose id is *not* in the log (skipped by an offset reset) is applied, with its source
+  offset kept out of the committer's offset check.
+
+Checkpoints live in Redis (``causeway:replay:<id>``, TTL ``dedupe_ttl_s``): the operator may resume
+from another host or pod, Redis already holds the cross-worker state, and a checkpoint is worth
+exactly as long as the dedupe marks that make re-reading harmless. Losing one only means reading
+again from the start, which dedupe absorbs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import In
+
+from agents.applier import Applier, RawRecord
+from agents.deadletters import DeadLetterPublisher
+from agents.marks import AppliedMarks
+from agents.replay import Checkpoint, ReplayError, ReplaySpec, next_offset, resolve_range, rewrite
+from models.events import EntityKind, Invalid, decode
+from models.worlds import WorldNaming
+from monitoring.metrics import Metrics
+from sinks.committer import Batch, BatchCommitter, CommitOutcome
+from sinks.nessie import NessieClient
+from sinks.readback import recent_event_ids
+from sinks.tables import ENTITY_EVENTS
+from streams.settings import Settings
+from worlds.manager import ForkSource, WorldManager
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_PREFIX = "causeway:replay:"
+
+
+class CheckpointStore:
+    """Replay checkpoints in Redis, one JSON document per replay id."""
+
+    def __init__(self, client: aioredis.Redis, ttl_s: int) -> None:
+        self.redis = client
+        self.ttl = ttl_s
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CheckpointStore:
+        return cls(aioredis.Redis.from_url(settings.redis_url), settings.dedupe_ttl_s)
+
+    async def load(self, replay_id: str) -> Checkpoint | None:
+        raw = await self.redis.get(CHECKPOINT_PREFIX + replay_id)
+        return Checkpoint.from_json(raw) if raw else None
+
+    async def save(self, cp: Checkpoint) -> None:
+        cp.updated_ms = int(time.time() * 1000)
+        await self.redis.set(CHECKPOINT_PREFIX + cp.replay_id, cp.to_json(), ex=self.ttl)
+
+    async def delete(self, replay_id: str) -> None:
+        await self.redis.delete(CHECKPOINT_PREFIX + replay_id)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+@dataclass
+class CommitCounts:
+    applied: int = 0
+    stale: int = 0
+    in_log: int = 0  # left out: the branch's log already holds the event id
+    by_offset: int = 0  # left out by the committer: offset already recorded on the branch
+    unrecorded: int = 0  # offset recorded as settled but the event was missing from the log
+
+
+class ReplayCommitter:
+    """The batch committer as a replay needs it (see the module docstring)."""
+
+    def __init__(self, inner: BatchCommitter) -> None:
+        self.inner = inner
+        self.counts = CommitCounts()
+
+    async def commit_batch_async(self, batch: Batch) -> CommitOutcome:
+        return await asyncio.to_thread(self.commit_batch, batch)
+
+    def commit_batch(self, batch: Batch) -> CommitOutcome:
+        branch = self.inner.naming.branch(batch.world_id)
+        present = self.event_ids_in_log(branch, [e.event_id for e in batch.events])
+        recorded = self.inner.committed_offsets(branch)
+        sources = list(batch.sources) if batch.sources is not None else [None] * len(batch.events)
+        events, kept_sources = [], []
+        for ev, src in zip(batch.events, sources, strict=True):
+            if ev.event_id in present:
+                self.counts.in_log += 1
+                continue
+            if src is not None and src.tp in recorded and src.offset in recorded[src.tp]:
+                self.counts.unrecorded += 1
+                src = None  # recorded as settled, yet not in the log: it never took effect
+            events.append(ev)
+            kept_sources.append(src)
+        outcome = self.inner.commit_batch(
+            Batch(batch.world_id, batch.batch_id, events, batch.offsets, kept_sources, settled={})
+        )
+        self.counts.applied += outcome.events_appended - outcome.events_stale
+        self.counts.stale += outcome.events_stale
+        self.counts.by_offset += outcome.events_replayed
+        return outcome
+
+    def event_ids_in_log(self, branch: str, ids: Sequence[str]) -> set[str]:
+        if not ids:
+            return set()
+        cat = self.inner.catalog(branch)
+        try:
+            table = cat.load_table((self.inner.settings.namespace, ENTITY_EVENTS))
+        except NoSuchTableError:
+            return set()
+        wanted = In("event_id", set(ids))  # type: ignore[call-arg, arg-type]
+        rows = table.scan(row_filter=wanted, selected_fields=("event_id",)).to_arrow()
+        return set(rows.column("event_id").to_pylist())
+
+
+class _Worlds:
+    def __init__(self, manager: WorldManager) -> None:
+        self.manager = manager
+
+    async def exists(self, world_id: str) -> bool:
+        return await self.manager.get(world_id) is not None
+
+    async def ensure(self, world_id: str) -> None:
+        await self.manager.create(world_id)
+
+
+@dataclass
+class ReplayReport:
+    replay_id: str
+    checkpoint: Checkpoint
+    resumed: bool
+    already_complete: bool
+    read_this_run: int = 0
+    seconds: float = 0.0
+    world_created: bool = False
+    interrupted: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+Progress = Callable[[int], None]
+
+
+async def plan(settings: Settings, spec: ReplaySpec) -> dict[tuple[str, int], tuple[int, int]]:
+    """Resolve the spec to concrete ``[start, end)`` per partition (reads the brokers only)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps: list[TopicPartition] = []
+        for topic in spec.topics:
+            available = consumer.partitions_for_topic(topic)
+            if not available:
+                await consumer._client.force_metadata_update()  # lazily fetched for unknown topics
+                available = consumer.partitions_for_topic(topic)
+            if not available:
+                raise ReplayError(f"topic {topic} does not exist")
+            tps += [TopicPartition(topic, p) for p in spec.partitions(topic, available)]
+        begins = await consumer.beginning_offsets(tps)
+        ends = await consumer.end_offsets(tps)
+        at_from = await consumer.offsets_for_times(dict.fromkeys(tps, spec.from_ms)) if spec.from_ms else {}
+        at_to = await consumer.offsets_for_times(dict.fromkeys(tps, spec.to_ms)) if spec.to_ms else {}
+        out = {}
+        for tp in tps:
+            f, t = at_from.get(tp), at_to.get(tp)
+            out[(tp.topic, tp.partition)] = resolve_range(
+                spec,
+                (tp.topic, tp.partition),
+                begins[tp],
+                ends[tp],
+                f.offset if f is not None else None,
+                t.offset if t is not None else None,
+            )
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def prepare_world(settings: Settings, spec: ReplaySpec, source_world: str) -> tuple[str, bool]:
+    """Create the into-world branch at ``spec.fork_from`` and mark the events it already holds.
+
+    The marks say "applied in the new world" for every event id of the forked log, which is true:
+    the fork holds them. Without them an event whose cause predates the fork would wait for a
+    cause the new world's marks never show. Returns (fork hash, created).
+    """
+    assert spec.into_world is not None
+    naming = WorldNaming(settings.prod_world, settings.main_branch)
+    async with NessieClient.from_settings(settings) as nessie:
+        manager = WorldManager(nessie, naming)
+        source = ForkSource(commit=spec.fork_from) if spec.fork_from else ForkSource(world=source_world)
+        world, created = await manager.create(spec.into_world, source)
+    ids = await asyncio.to_thread(_log_event_ids, settings, f"{world.branch}@{world.hash}")
+    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s)
+    try:
+        for i in range(0, len(ids), 5000):
+            await marks.mark([(spec.into_world, e) for e in ids[i : i + 5000]])
+    finally:
+        await marks.close()
+    return world.hash, created
+
+
+def expand_commit(settings: Settings, world: str, prefix: str, max_commits: int = 20_000) -> str:
+    """The full hash of a commit of ``world``'s branch given a prefix (Nessie needs full hashes)."""
+    if len(prefix) == 64:
+        return prefix
+    from sinks.nessie import SyncNessieClient
+
+    branch = WorldNaming(settings.prod_world, settings.main_branch).branch(world)
+    seen = 0
+    with SyncNessieClient.from_settings(settings) as client:
+        empty = client.config().no_ancestor_hash  # the empty repository's beginning: not in any history
+        if empty.startswith(prefix.lower()):
+            return empty
+        for page in client.history(branch, max_records=500):
+            for entry in page:
+                if entry.hash.startswith(prefix.lower()):
+                    return entry.hash
+                seen += 1
+            if seen >= max_commits:
+                break
+    raise ReplayError(f"no commit {prefix} in the newest {seen} commits of {branch}; give the full hash")
+
+
+def _log_event_ids(settings: Settings, ref: str) -> list[str]:
+    from sinks.catalog import NessieCatalog
+
+    cat = NessieCatalog.from_settings(settings, ref)
+    try:
+        table = cat.load_table((settings.namespace, ENTITY_EVENTS))
+    except NoSuchTableError:
+        return []
+    return table.scan(selected_fields=("event_id",)).to_arrow().column("event_id").to_pylist()
+
+
+async def run_replay(
+    settings: Settings,
+    spec: ReplaySpec,
+    *,
+    store: CheckpointStore,
+    progress: Progress | None = None,
+    restart: bool = False,
+    stop_after: int | None = None,
+    wait_parked_s: float = 5.0,
+    on_start: Callable[[Checkpoint], None] | None = None,
+) -> ReplayReport:
+    """Replay ``spec`` from its checkpoint (or from the start); returns what happened.
+
+    ``stop_after`` stops after about that many records have been read (an interruption, for tests
+    and for bounded runs); the checkpoint then says where to resume.
+    """
+    started = time.monotonic()
+    rid = spec.replay_id()
+    cp = None if restart else await store.load(rid)
+    resumed = cp is not None
+    world_created = False
+    if cp is None:
+        ranges = await plan(settings, spec)
+        cp = Checkpoint.start(rid, spec, ranges, int(time.time() * 1000))
+        if spec.into_world:
+            source_world = spec.worlds[0] if spec.worlds else settings.prod_world
+            cp.fork_hash, world_created = await prepare_world(settings, spec, source_world)
+        await store.save(cp)
+    report = ReplayReport(rid, cp, resumed, cp.complete, world_created=world_created)
+    if on_start is not None:
+        on_start(cp)
+    if cp.complete:
+        return report
+    cp.runs += 1
+
+    naming = WorldNaming(settings.prod_world, settings.main_branch)
+    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s)
+    committer = ReplayCommitter(BatchCommitter(settings))
+    dlq = DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic)
+    nessie = NessieClient.from_settings(settings)
+    applier = Applier(
+        settings,
+        marks=marks,
+        committer=committer,
+        dead_letters=dlq,
+        worlds=_Worlds(WorldManager(nessie, naming)),
+        metrics=Metrics(),
+        worker_id=f"replay-{rid}",
+        recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
+    )
+    kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
+    remaining = cp.remaining()
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, max_poll_records=2000
+    )
+    await consumer.start()
+    counts = dict.fromkeys(("read", "filtered_out", "invalid_skipped"), 0)
+    read_pos: dict[tuple[str, int], int] = {tp: start for tp, (start, _) in remaining.items()}
+    try:
+        assigned = [TopicPartition(t, p) for (t, p) in remaining]
+        consumer.assign(assigned)
+        for (t, p), (start, _) in remaining.items():
+            consumer.seek(TopicPartition(t, p), start)
+        active = set(remaining)
+        while active:
+            batches = await consumer.getmany(timeout_ms=500, max_records=settings.batch_max_events)
+            records: list[RawRecord] = []
+            for ktp, recs in batches.items():
+                tp = (ktp.topic, ktp.partition)
+                end = remaining[tp][1]
+                for r in recs:
+                    if r.offset >= end:
+                        break
+                    read_pos[tp] = r.offset + 1
+                    counts["read"] += 1
+                    raw = _select(spec, kinds.get(ktp.topic), r, settings.max_event_bytes, counts)
+                    if raw is not None:
+                        records.append(RawRecord(ktp.topic, ktp.partition, r.offset, raw[0], raw[1], raw[2], None))
+            for tp in list(active):
+                # The position passes gaps (compaction, transaction markers) that yield no record.
+                ktp = TopicPartition(*tp)
+                read_pos[tp] = max(read_pos[tp], min(await consumer.position(ktp), remaining[tp][1]))
+                if read_pos[tp] >= remaining[tp][1]:
+                    active.discard(tp)
+                    consumer.pause(ktp)
+            if records:
+                await applier.process(records)
+            await applier.tick()
+            _advance(cp, applier, read_pos)
+            if progress is not None and batches:
+                progress(sum(len(v) for v in batches.values()))
+            await store.save(cp)
+            if stop_after is not None and counts["read"] >= stop_after:
+                report.interrupted = True
+                break
+        await applier.flush_all()
+        deadline = time.monotonic() + wait_parked_s
+        while applier.gate.parked_count and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            await applier.tick()
+        _advance(cp, applier, read_pos)
+    finally:
+        totals = applier.summary()
+        c = committer.counts
+        cp.add(
+            counts
+            | {
+                "applied": c.applied,
+                "duplicates": totals.get("duplicates", 0) + c.in_log + c.by_offset,
+                "stale": c.stale,
+                "dead_lettered": totals.get("dead_lettered", 0),
+            }
+        )
+        cp.parked = applier.gate.parked_count
+        await store.save(cp)
+        report.read_this_run = counts["read"]
+        await consumer.stop()
+        await dlq.stop()
+        await marks.close()
+        await nessie.aclose()
+    if cp.parked:
+        report.notes.append(
+            f"{cp.parked} event(s) still wait for a cause outside the range; their partitions resume "
+            "at the first of them (run again, or widen the range to include the causes)"
+        )
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _advance(cp: Checkpoint, applier: Applier, read_pos: dict[tuple[str, int], int]) -> None:
+    for tp, pos in read_pos.items():
+        first = applier.tracker.committable(tp) if applier.tracker.in_flight(tp) else None
+        cp.advance(tp, next_offset(pos, first))
+
+
+def _select(
+    spec: ReplaySpec, kind: EntityKind | None, rec: object, max_bytes: int, counts: dict[str, int]
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]] | None:
+    """The (key, value, headers) to feed for one consumed record, or None when it is left out.
+
+    Invalid records are left out: they were dead-lettered when first read, and a second dead letter
+    would only duplicate the first (``causeway dlq`` is the way to deal with them).
+    """
+    key, value = rec.key, rec.value  # type: ignore[attr-defined]
+    headers = list(rec.headers or [])  # type: ignore[attr-defined]
+    result = decode(value, key, kind, max_bytes)
+    if isinstance(result, Invalid):
+        counts["invalid_skipped"] += 1
+        return None
+    if not spec.selects(result):
+        counts["filtered_out"] += 1
+        return None
+    if spec.into_world:
+        event = rewrite(result, spec.into_world)
+        return event.key.encode(), event.encode(), headers
+    return key, value, headers

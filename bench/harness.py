@@ -1,0 +1,555 @@
+"""One benchmark run: the same preloaded input, three contenders, one after the other, on the same services.
+
+For each contender (``ceiling``, ``causeway``, ``naive``):
+
+1. its own copy of the change topics is preloaded with the *same* records (same keys, so the same
+   partitions) before anything is timed; it gets its own consumer group, branches and warehouse;
+2. its processes start; the clock starts when the broker reports the group Stable with every
+   member (start-up is reported apart); the preload is "done" when the group's committed offsets
+   reach every partition's end (each contender commits Kafka offsets only after its Nessie commit);
+   the naive contender is capped by time and its measured rate is reported as such;
+3. the latency phase: records of a second workload (fresh keys) are published at a steady
+   ``latency_rate`` for ``latency_seconds``; each one's latency is the time from its Kafka
+   timestamp (set when it was sent) to the Nessie commit that carries its offset, read from the
+   branches' history — "visible on the branch". A capped naive run skips its backlog first;
+4. figures: events/s, latency, Nessie commits and commit duration, peak RSS, CPU s per 1k events
+   (the contender's processes; the services' CPU is reported apart), write amplification from the
+   warehouse (every Parquet byte written, and the bytes no longer referenced by the final snapshots,
+   per byte ingested) and metadata size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiokafka import AIOKafkaProducer
+
+from bench import measure
+from bench.contender import ContenderConfig
+from bench.procs import PYTHON, ROOT, GroupWatch, Sampler, service_pids, start_worker, stop, worker_env
+from bench.profiles import Profile
+from bench.workload import Record, WorkloadParams, generate
+from models.events import EntityKind
+from models.worlds import WorldNaming
+from sinks.catalog import NessieCatalog
+from sinks.nessie import Reference, SyncNessieClient
+from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
+from streams.settings import Settings
+from streams.topics import ensure_topics
+
+RESULTS = ROOT / "bench" / "results"
+Offsets = dict[tuple[str, int, int], tuple[int, int]]  # (topic, partition, offset) -> (timestamp ms, bytes)
+
+
+@dataclass
+class Plan:
+    """Names and settings of one contender in one run."""
+
+    name: str
+    topics: tuple[str, str]
+    group: str
+    branches: dict[str, str]  # world -> branch
+    warehouse: str
+    tables: tuple[str, ...]
+    settings: Settings
+
+
+@dataclass
+class Phase:
+    started: float = 0.0  # monotonic
+    ready: float = 0.0
+    ended: float = 0.0
+    ended_epoch: float = 0.0
+    settled: int = 0
+    lag: int = 0
+    cpu: float = 0.0
+    services_cpu: dict[str, float] = field(default_factory=dict)
+
+
+class Run:
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        out_dir: Path = RESULTS,
+        work_dir: Path | None = None,
+        py_spy: bool = False,
+        log: Any = print,
+    ) -> None:
+        self.profile = profile
+        self.unique = uuid.uuid4().hex[:8]
+        self.out_dir = out_dir
+        self.work = work_dir or Path(tempfile.mkdtemp(prefix=f"causeway-bench-{self.unique}-"))
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.base = Settings.from_env()
+        self.client = SyncNessieClient.from_settings(self.base)
+        self.root_hash = self.client.config().no_ancestor_hash
+        self.py_spy = py_spy
+        self.log = log
+        self.params = WorkloadParams(
+            events=profile.events,
+            worlds=profile.worlds,
+            keys=profile.keys,
+            seed=profile.seed,
+            update_share=profile.update_share,
+            delete_share=profile.delete_share,
+            link_share=profile.link_share,
+            causal_share=profile.causal_share,
+            late_cause_share=profile.late_cause_share,
+            duplicate_rate=profile.duplicate_rate,
+            bad_rate=profile.bad_rate,
+            world_prefix=f"b{self.unique}-",
+            id_prefix=f"{self.unique}-",
+        )
+        latency_events = max(1, int(profile.latency_rate * profile.latency_seconds))
+        self.latency_params = WorkloadParams(
+            events=latency_events,
+            worlds=profile.worlds,
+            keys=max(10, min(profile.keys, latency_events // 2)),
+            seed=profile.seed + 1,
+            causal_share=profile.causal_share,
+            late_cause_share=profile.late_cause_share,
+            duplicate_rate=0.0,
+            bad_rate=0.0,
+            world_prefix=f"b{self.unique}-",
+            id_prefix=f"{self.unique}-lat-",
+            pk_prefix="lat",
+        )
+
+    # --- plans -----------------------------------------------------------------------------------
+
+    def plan(self, name: str) -> Plan:
+        u = self.unique
+        topics = (f"bench.{u}.{name}.objects", f"bench.{u}.{name}.links")
+        warehouse = f"file://{self.work}/{name}/warehouse"
+        worlds = self.params.world_ids()
+        if name == "causeway":
+            settings = self.base.replace(
+                app_id=f"bench-{u}-causeway",
+                objects_topic=topics[0],
+                links_topic=topics[1],
+                dlq_topic=f"bench.{u}.causeway.dlq",
+                main_branch=f"bench-{u}-cw-main",
+                warehouse=warehouse,
+                unknown_world_policy="create",
+                topic_partitions=self.profile.partitions,
+                batch_max_events=self.profile.batch_max_events,
+                batch_max_seconds=self.profile.batch_max_seconds,
+                causal_timeout_s=60.0,
+                log_level="warning",
+            )
+            naming = WorldNaming(settings.prod_world, settings.main_branch)
+            branches = {w: naming.branch(w) for w in worlds}
+            tables: tuple[str, ...] = (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE)
+        else:
+            settings = self.base.replace(
+                objects_topic=topics[0],
+                links_topic=topics[1],
+                warehouse=warehouse,
+                topic_partitions=self.profile.partitions,
+            )
+            short = "nv" if name == "naive" else "cl"
+            branches = {w: f"bench-{u}-{short}-{w}" for w in worlds}
+            tables = (ENTITY_EVENTS,) if name == "ceiling" else (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE)
+        return Plan(name, topics, f"bench-{u}-{name}", branches, warehouse, tables, settings)
+
+    def _branch_from_root(self, name: str) -> None:
+        self.client.create_branch(name, Reference("main", "BRANCH", self.root_hash))
+
+    # --- Kafka -----------------------------------------------------------------------------------
+
+    async def _publish(self, plan: Plan, records: list[Record], rate: float | None = None) -> Offsets:
+        """Publish ``records`` to the plan's topics (as fast as possible, or paced at ``rate``/s)."""
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.base.kafka_bootstrap, linger_ms=5, max_batch_size=512 * 1024, acks=1
+        )
+        await producer.start()
+        out: Offsets = {}
+        try:
+            futures: list[tuple[Any, int]] = []
+            started = time.monotonic()
+            tick = max(1, int((rate or 0) / 100))
+            for i, r in enumerate(records):
+                topic = plan.topics[0] if r.kind is EntityKind.OBJECT else plan.topics[1]
+                futures.append((await producer.send(topic, r.value, key=r.key), len(r.value)))
+                if rate and (i + 1) % tick == 0:
+                    delay = started + (i + 1) / rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                if len(futures) >= 20_000:
+                    await self._settle_futures(futures, out)
+            await self._settle_futures(futures, out)
+        finally:
+            await producer.stop()
+        return out
+
+    @staticmethod
+    async def _settle_futures(futures: list[tuple[Any, int]], out: Offsets) -> None:
+        metas = await asyncio.gather(*(f for f, _ in futures))
+        for meta, (_, size) in zip(metas, futures, strict=True):
+            out[(meta.topic, meta.partition, meta.offset)] = (meta.timestamp, size)
+        futures.clear()
+
+    # --- processes -------------------------------------------------------------------------------
+
+    def _start(self, plan: Plan, index: int) -> tuple[subprocess.Popen[bytes], Any]:
+        log = self.work / f"{plan.name}-{index}.log"
+        if plan.name == "causeway":
+            worker = start_worker(worker_env(plan.settings), log, wait=True)
+            return worker.proc, worker
+        cfg = ContenderConfig(
+            name=plan.name,
+            bootstrap=self.base.kafka_bootstrap,
+            topics=list(plan.topics),
+            group=plan.group,
+            branches=plan.branches,
+            warehouse=plan.warehouse,
+            stats_path=str(self.work / f"{plan.name}-{index}.stats.json"),
+            namespace=self.base.namespace,
+            batch_size=self.profile.naive_batch if plan.name == "naive" else self.profile.ceiling_batch,
+            redis_url=self.base.redis_url,
+            redis_prefix=f"bench:{self.unique}:processed:",
+            expire_every=self.base.snapshot_expire_every,
+            target_file_bytes=self.base.target_file_bytes,
+        )
+        cfg_path = self.work / f"{plan.name}-{index}.json"
+        cfg.dump(cfg_path)
+        env = worker_env(self.base)
+        proc = subprocess.Popen(
+            [PYTHON, "-m", f"bench.{plan.name}", str(cfg_path)],
+            cwd=ROOT,
+            env=env,
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        return proc, cfg
+
+    def _attach_py_spy(self, pid: int, name: str) -> subprocess.Popen[bytes] | None:
+        exe = Path(PYTHON).parent / "py-spy"
+        if not exe.exists():
+            self.log("  py-spy not installed in the venv: no profile (pip install py-spy)")
+            return None
+        out = self.work / f"{name}-{pid}.pyspy.txt"
+        return subprocess.Popen(
+            [str(exe), "record", "--pid", str(pid), "--rate", "50", "--nonblocking", "--format", "raw", "-o", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.work / f"{name}-{pid}.pyspy.log").open("wb"),
+        )
+
+    # --- one contender ---------------------------------------------------------------------------
+
+    async def contender(self, name: str, records: list[Record], latency_records: list[Record]) -> dict[str, Any]:
+        plan = self.plan(name)
+        p = self.profile
+        await ensure_topics(plan.settings)
+        if name == "causeway":
+            self._branch_from_root(plan.settings.main_branch)
+        else:
+            for branch in plan.branches.values():
+                self._branch_from_root(branch)
+        self.log(f"[{name}] preloading {len(records)} records")
+        preload = await self._publish(plan, records)
+        sampler = Sampler(services=service_pids())
+        sampler.start()
+        procs: list[subprocess.Popen[bytes]] = []
+        handles: list[Any] = []
+        spies: list[subprocess.Popen[bytes]] = []
+        a, b = Phase(), Phase()
+        capped = False
+        try:
+            async with GroupWatch(self.base.kafka_bootstrap, plan.group, plan.topics, p.partitions) as watch:
+                members = p.workers if name == "causeway" else 1
+                a.started = time.monotonic()
+                for i in range(members):
+                    proc, handle = self._start(plan, i)
+                    procs.append(proc)
+                    handles.append(handle)
+                    sampler.add(proc.pid)
+                a.ready = await watch.wait_ready(members, 120, lambda: all(pr.poll() is None for pr in procs))
+                a.cpu, a.services_cpu = sampler.cpu_now()
+                if self.py_spy and name == "causeway":
+                    spies = [s for s in (self._attach_py_spy(pr.pid, name) for pr in procs) if s]
+                self.log(f"[{name}] {members} process(es) ready after {a.ready - a.started:.1f}s; draining")
+
+                def alive() -> bool:
+                    return all(pr.poll() is None for pr in procs)
+
+                timeout = p.naive_cap_s if name == "naive" else p.drain_timeout_s
+                a.ended, prog = await watch.wait_drained(timeout, alive)
+                a.ended_epoch = time.time()
+                a.settled, a.lag = prog.done, prog.lag
+                cpu_end, svc_end = sampler.cpu_now()
+                a.services_cpu = {k: round(v - a.services_cpu.get(k, 0.0), 2) for k, v in svc_end.items()}
+                a.cpu = cpu_end - a.cpu
+                capped = prog.lag > 0
+                self.log(
+                    f"[{name}] preload: {a.settled} settled in {a.ended - a.ready:.1f}s"
+                    + (f" (capped at {timeout:.0f}s, {prog.lag} left)" if capped else "")
+                )
+                if capped:
+                    # Skip the backlog so the latency phase measures fresh records, not the queue.
+                    stop(procs)
+                    await watch.reset_to_end()
+                    for i in range(members):
+                        proc, handle = self._start(plan, members + i)
+                        procs.append(proc)
+                        handles.append(handle)
+                        sampler.add(proc.pid)
+                    procs = procs[members:]
+                    await watch.wait_ready(members, 120, alive)
+                b.started = time.monotonic()
+                b.cpu, _ = sampler.cpu_now()
+                self.log(f"[{name}] latency phase: {len(latency_records)} records at {p.latency_rate}/s")
+                paced = await self._publish(plan, latency_records, rate=p.latency_rate)
+                b.ended, prog_b = await watch.wait_drained(p.latency_drain_s, alive)
+                b.settled, b.lag = prog_b.done, prog_b.lag
+                b.cpu = sampler.cpu_now()[0] - b.cpu
+                metrics_texts = []
+                summaries = []
+                if name == "causeway":
+                    for h in handles:
+                        if h.alive():
+                            try:
+                                metrics_texts.append(h.metrics_text())
+                                summaries.append(h.summary())
+                            except httpx.HTTPError:
+                                pass
+        finally:
+            for s in spies:
+                s.send_signal(2)  # SIGINT: py-spy writes its output
+            for s in spies:
+                try:
+                    s.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    s.kill()
+            stop(procs)
+            sampler.stop()
+        finished_epoch = time.time()
+        return self._figures(
+            plan, preload, paced, a, b, capped, sampler, metrics_texts, summaries, handles, finished_epoch
+        )
+
+    def _figures(
+        self,
+        plan: Plan,
+        preload: Offsets,
+        paced: Offsets,
+        a: Phase,
+        b: Phase,
+        capped: bool,
+        sampler: Sampler,
+        metrics_texts: list[str],
+        summaries: list[dict[str, Any]],
+        handles: list[Any],
+        finished_epoch: float,
+    ) -> dict[str, Any]:
+        name = plan.name
+        hist = measure.read_history(self.client, plan.branches.values(), {self.root_hash})
+        visible = hist.visible_at()
+        latencies = []
+        censored = 0
+        for key, (ts_ms, _) in paced.items():
+            seen = visible.get(key)
+            if seen is None:
+                censored += 1
+                latencies.append(finished_epoch - ts_ms / 1000)
+            else:
+                latencies.append(max(0.0, seen - ts_ms / 1000))
+        ingested = sum(size for key, (_, size) in {**preload, **paced}.items() if key in visible)
+        wh = measure.warehouse_sizes(measure.warehouse_path(plan.warehouse))
+        catalog = NessieCatalog.from_settings(plan.settings, next(iter(plan.branches.values())), client=self.client)
+        live = measure.live_bytes(catalog, plan.branches.values(), self.base.namespace, plan.tables)
+        events_visible = len(visible)
+        if name == "causeway":
+            commit_s = measure.histogram(metrics_texts, "causeway_commit_duration_seconds")
+            details: dict[str, Any] = {"worker_totals": _sum_dicts(summaries)}
+        else:
+            stats = [json.loads(Path(h.stats_path).read_text()) for h in handles if Path(h.stats_path).exists()]
+            commit_s = stats[-1]["commit_seconds"] if stats else {}
+            details = {"stats": stats}
+        preload_s = a.ended - a.ready
+        if capped and name == "naive":
+            # The naive consumer never commits Kafka offsets past a deferred event, so its group offsets
+            # understate its progress; count what its commits carried by the cap, plus what it skipped.
+            in_commits = sum(1 for key, t in visible.items() if key in preload and t <= a.ended_epoch)
+            last = details["stats"][0] if details["stats"] else {}
+            a.settled = max(a.settled, in_commits + last.get("bad", 0) + last.get("duplicates", 0))
+        rate = a.settled / preload_s if preload_s > 0 else 0.0
+        per_k = 1000.0 / a.settled if a.settled else 0.0
+        return {
+            "events_preloaded": len(preload),
+            "events_settled": a.settled,
+            "capped": capped,
+            "startup_s": round(a.ready - a.started, 2),
+            "preload_s": round(preload_s, 2),
+            "events_per_s": round(rate, 1),
+            "latency_offered_rate": self.profile.latency_rate,
+            "latency_records": len(paced),
+            "latency_s": measure.quantiles(latencies),
+            "latency_censored": censored,
+            "nessie_commits": len(hist.commits),
+            "commits_per_1k_events": round(1000 * len(hist.commits) / events_visible, 2) if events_visible else None,
+            "commit_s": commit_s,
+            "peak_rss_mb": round(sampler.peak_rss / 2**20, 1),
+            "peak_rss_per_process_mb": round(sampler.peak_rss_per_process / 2**20, 1),
+            "cpu_s_per_1k_events": round(a.cpu * per_k, 3),
+            "services_cpu_s_per_1k_events": {k: round(v * per_k, 3) for k, v in a.services_cpu.items()},
+            "bytes_ingested": ingested,
+            "data_bytes_written": wh.data_bytes,
+            "data_files_written": wh.data_files,
+            "live_bytes": live,
+            "write_amplification": round(wh.data_bytes / ingested, 3) if ingested else None,
+            "rewrite_amplification": round(max(0, wh.data_bytes - live) / ingested, 3) if ingested else None,
+            "metadata_bytes_written": wh.metadata_bytes,
+            "metadata_bytes_per_1k_events": round(1000 * wh.metadata_bytes / events_visible)
+            if events_visible
+            else None,
+            "current_metadata_json_bytes": wh.current_metadata_json_bytes,
+            "events_visible": events_visible,
+            "latency_phase_lag": b.lag,
+            "details": details,
+        }
+
+    # --- the run ---------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        started = datetime.now(UTC)
+        self.log(f"run {self.unique}: profile {self.profile.name}, work dir {self.work}")
+        t0 = time.monotonic()
+        wl = generate(self.params)
+        lat = generate(self.latency_params)
+        self.log(f"generated {len(wl.records)} + {len(lat.records)} records in {time.monotonic() - t0:.1f}s")
+        results: dict[str, Any] = {}
+        for name in self.profile.contenders:
+            results[name] = await self.contender(name, wl.records, lat.records)
+            self.log(f"[{name}] {results[name]['events_per_s']} events/s, latency {results[name]['latency_s']}")
+        doc = {
+            "run": {
+                "id": self.unique,
+                "started": started.isoformat(timespec="seconds"),
+                "seconds": round(time.monotonic() - t0, 1),
+                "command": " ".join(["python -m bench", *sys.argv[1:]]) if sys.argv[0].endswith("bench") else None,
+                "profile": asdict(self.profile),
+                "workload": {"records": len(wl.records), "valid": len(wl.valid_events), "bad": wl.bad_count},
+                "machine": machine(),
+                "versions": versions(self.base),
+                "work_dir": str(self.work),
+            },
+            "contenders": results,
+            "ratios": ratios(results),
+        }
+        return doc
+
+
+def _sum_dicts(dicts: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for d in dicts:
+        for k, v in d.items():
+            if isinstance(v, int | float):
+                out[k] += int(v)
+    return dict(out)
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    """causeway / ceiling and causeway / naive for the headline figures."""
+    cw = results.get("causeway")
+    out: dict[str, Any] = {}
+    if not cw:
+        return out
+    for other in ("ceiling", "naive"):
+        o = results.get(other)
+        if not o:
+            continue
+        r: dict[str, Any] = {}
+        if o["events_per_s"]:
+            r["events_per_s"] = round(cw["events_per_s"] / o["events_per_s"], 3)
+        for q in ("p50", "p99"):
+            if cw["latency_s"].get(q) and o["latency_s"].get(q):
+                r[f"latency_{q}"] = round(cw["latency_s"][q] / o["latency_s"][q], 3)
+        if o["cpu_s_per_1k_events"]:
+            r["cpu_s_per_1k_events"] = round(cw["cpu_s_per_1k_events"] / o["cpu_s_per_1k_events"], 3)
+        if o["peak_rss_mb"]:
+            r["peak_rss_mb"] = round(cw["peak_rss_mb"] / o["peak_rss_mb"], 3)
+        out[f"causeway/{other}"] = r
+    return out
+
+
+def machine() -> dict[str, Any]:
+    import psutil
+
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+    }
+
+
+def versions(settings: Settings) -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, Any] = {}
+    for pkg in ("pyiceberg", "pyarrow", "aiokafka", "faust-streaming", "redis", "orjson", "httpx"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    try:
+        out["nessie"] = httpx.get(f"{settings.nessie_url}/config", timeout=5).json().get("actualApiVersion")
+        cfg = httpx.get(settings.nessie_url.replace("/api/v2", "/api/v2/config"), timeout=5).json()
+        out["nessie_server"] = cfg.get("serverVersion") or cfg.get("specVersion")
+    except (httpx.HTTPError, ValueError):
+        pass
+    libs = os.environ.get("CAUSEWAY_KAFKA_LIBS", "")
+    out["kafka"] = next((part for part in libs.split("/") if part.startswith("kafka-")), None)
+    try:
+        import redis
+
+        out["redis_server"] = redis.Redis.from_url(settings.redis_url).info("server").get("redis_version")
+    except Exception:  # noqa: BLE001 - a version is nice to have
+        pass
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout
+        out["causeway_git"] = rev.strip() + ("+dirty" if dirty.strip() else "")
+    except OSError:
+        pass
+    return out
+
+
+def save(doc: dict[str, Any], out_dir: Path = RESULTS) -> tuple[Path, Path]:
+    from bench.report import markdown
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = doc["run"]["started"].replace(":", "").replace("-", "")
+    base = out_dir / f"{stamp}-{doc['run']['profile']['name']}-{doc['run']['id']}"
+    json_path = base.with_suffix(".json")
+    md_path = base.with_suffix(".md")
+    json_path.write_text(json.dumps(doc, indent=2, default=str))
+    md_path.write_text(markdown(doc))
+    return json_path, md_path

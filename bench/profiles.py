@@ -1,0 +1,102 @@
+"""Named benchmark profiles: the workload, the contenders' knobs and the time caps of a run.
+
+``tiny`` is for the smoke test, ``small`` is the default (a few minutes on a 2-core box), ``full``
+and the ``curve-*`` / ``soak`` profiles are documented in docs/benchmarks.md and not run in CI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+CONTENDERS = ("ceiling", "causeway", "naive")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    events: int  # preloaded records (duplicates and bad input included)
+    worlds: int
+    keys: int  # objects per world
+    workers: int = 1  # causeway worker processes
+    partitions: int = 4
+    seed: int = 7
+    update_share: float = 0.6
+    delete_share: float = 0.05
+    link_share: float = 0.15
+    causal_share: float = 0.1
+    late_cause_share: float = 0.5
+    duplicate_rate: float = 0.02
+    bad_rate: float = 0.01
+    contenders: tuple[str, ...] = CONTENDERS
+    # causeway worker settings (production defaults unless a profile needs otherwise)
+    batch_max_events: int = 10_000
+    batch_max_seconds: float = 1.0
+    # naive: events per Nessie commit (1 = a commit per event), and its time cap for the preload
+    naive_batch: int = 10
+    naive_cap_s: float = 60.0
+    # ceiling: records per getmany (one append per world per batch)
+    ceiling_batch: int = 10_000
+    # the latency phase: records published at this steady rate after the preload drained
+    latency_rate: int = 1_000
+    latency_seconds: float = 10.0
+    latency_drain_s: float = 30.0  # how long to wait for the paced records to become visible
+    drain_timeout_s: float = 900.0  # causeway / ceiling: give up draining the preload after this
+
+    def with_(self, **changes: object) -> Profile:
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            "tiny",
+            events=1_500,
+            worlds=2,
+            keys=100,
+            naive_cap_s=10,
+            latency_rate=200,
+            latency_seconds=3,
+            latency_drain_s=10,
+            drain_timeout_s=60,
+        ),
+        Profile("small", events=50_000, worlds=3, keys=5_000, naive_cap_s=45, latency_rate=1_000, latency_seconds=10),
+        Profile(
+            "full",
+            events=1_000_000,
+            worlds=10,
+            keys=100_000,
+            workers=2,
+            naive_cap_s=300,
+            latency_rate=10_000,
+            latency_seconds=60,
+            latency_drain_s=60,
+            drain_timeout_s=3_600,
+        ),
+        # The scaling curve: `python -m bench scale --axis events|worlds|workers|keys` varies one knob.
+        Profile(
+            "curve", events=100_000, worlds=10, keys=10_000, naive_cap_s=60, latency_rate=5_000, latency_seconds=20
+        ),
+        # One world holding 1M keys under update-heavy load.
+        Profile(
+            "keys-1m",
+            events=2_000_000,
+            worlds=1,
+            keys=1_000_000,
+            update_share=0.8,
+            link_share=0.05,
+            contenders=("ceiling", "causeway"),
+            latency_rate=10_000,
+            latency_seconds=30,
+            drain_timeout_s=3_600,
+        ),
+    )
+}
+
+SCALE_AXES: dict[str, list[dict[str, object]]] = {
+    "events": [{"events": 100_000}, {"events": 1_000_000}],
+    "worlds": [{"worlds": 1}, {"worlds": 10}, {"worlds": 100}],
+    "workers": [{"workers": 1}, {"workers": 2}, {"workers": 3}],
+    "keys": [{"keys": 1_000_000, "worlds": 1, "update_share": 0.8, "events": 1_000_000}],
+}

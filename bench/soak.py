@@ -1,0 +1,190 @@
+"""Soak: causeway's workers under a steady offered load for a long time; do commit latency and memory stay flat?
+
+    python -m bench soak --minutes 30 --rate 2000 --worlds 3 --workers 1
+
+The load is published in chunks of a generated workload; each chunk uses fresh keys (``pk_prefix``), so
+the worlds' tables keep growing for the whole soak — flat commit latency therefore also means "cost
+does not grow with table size". Every minute the harness records the workers' RSS, the commits and
+mean commit duration of that window (from the workers' histogram) and the consumer lag; at the end it
+reads the branches' history once and adds the e2e latency of a 1% sample of records per window.
+The verdict compares the last three windows with the first three after a two-window warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from bench import measure
+from bench.harness import Run, machine, versions
+from bench.procs import GroupWatch, Sampler, service_pids, stop
+from bench.profiles import Profile
+from bench.workload import generate
+from models.events import EntityKind
+
+WINDOW_S = 60.0
+SAMPLE_EVERY = 100
+
+
+def _flat(series: list[float], warmup: int = 2, span: int = 3) -> dict[str, Any]:
+    body = series[warmup:]
+    if len(body) < 2 * span:
+        return {"verdict": "too short", "first": None, "last": None}
+    first = sum(body[:span]) / span
+    last = sum(body[-span:]) / span
+    ratio = last / first if first else None
+    return {
+        "first": round(first, 4),
+        "last": round(last, 4),
+        "ratio": round(ratio, 3) if ratio else None,
+        "verdict": "flat" if ratio is not None and ratio <= 1.5 else "growing",
+    }
+
+
+async def soak(args: argparse.Namespace) -> dict[str, Any]:
+    profile = Profile(
+        "soak",
+        events=0,
+        worlds=args.worlds,
+        keys=args.keys,
+        workers=args.workers,
+        contenders=("causeway",),
+        latency_rate=args.rate,
+    )
+    run = Run(profile, out_dir=args.out, log=lambda m: print(m, flush=True))
+    plan = run.plan("causeway")
+    from streams.topics import ensure_topics
+
+    await ensure_topics(plan.settings)
+    run._branch_from_root(plan.settings.main_branch)
+    sampler = Sampler(services=service_pids())
+    sampler.start()
+    procs = []
+    handles = []
+    windows: list[dict[str, Any]] = []
+    sampled: dict[tuple[str, int, int], tuple[float, int]] = {}  # key -> (publish time, window)
+    duration = args.minutes * 60
+    chunk_events = max(1_000, int(args.rate * 30))
+    try:
+        async with GroupWatch(run.base.kafka_bootstrap, plan.group, plan.topics, profile.partitions) as watch:
+            for i in range(args.workers):
+                proc, handle = run._start(plan, i)
+                procs.append(proc)
+                handles.append(handle)
+                sampler.add(proc.pid)
+            await watch.wait_ready(args.workers, 120, lambda: all(p.poll() is None for p in procs))
+            producer = AIOKafkaProducer(bootstrap_servers=run.base.kafka_bootstrap, linger_ms=5, acks=1)
+            await producer.start()
+            try:
+                started = time.monotonic()
+                sent = 0
+                chunk_no = 0
+                next_chunk = asyncio.create_task(asyncio.to_thread(_chunk, run, chunk_events, chunk_no))
+                window_end = started + WINDOW_S
+                prev_hist: dict[str, float] = {}
+                while time.monotonic() - started < duration:
+                    records = await next_chunk
+                    chunk_no += 1
+                    next_chunk = asyncio.create_task(asyncio.to_thread(_chunk, run, chunk_events, chunk_no))
+                    futures = []
+                    for r in records:
+                        topic = plan.topics[0] if r.kind is EntityKind.OBJECT else plan.topics[1]
+                        fut = await producer.send(topic, r.value, key=r.key)
+                        sent += 1
+                        if sent % SAMPLE_EVERY == 0:
+                            futures.append((fut, len(windows)))
+                        if sent % max(1, args.rate // 100) == 0:
+                            delay = started + sent / args.rate - time.monotonic()
+                            if delay > 0:
+                                await asyncio.sleep(delay)
+                        if time.monotonic() >= window_end:
+                            windows.append(await _window(watch, sampler, handles, prev_hist, len(windows)))
+                            print(json.dumps(windows[-1]), flush=True)
+                            window_end += WINDOW_S
+                        if time.monotonic() - started >= duration:
+                            break
+                    for fut, w in futures:
+                        meta = await fut
+                        sampled[(meta.topic, meta.partition, meta.offset)] = (meta.timestamp / 1000, w)
+                next_chunk.cancel()
+            finally:
+                await producer.stop()
+            await watch.wait_drained(120)
+    finally:
+        stop(procs)
+        sampler.stop()
+    hist = measure.read_history(run.client, plan.branches.values(), {run.root_hash})
+    visible = hist.visible_at()
+    per_window: dict[int, list[float]] = {}
+    for key, (t, w) in sampled.items():
+        seen = visible.get(key)
+        per_window.setdefault(w, []).append((seen - t) if seen else float("inf"))
+    for i, w in enumerate(windows):
+        w["latency_s"] = measure.quantiles([x for x in per_window.get(i, []) if x != float("inf")])
+        w["not_visible"] = sum(1 for x in per_window.get(i, []) if x == float("inf"))
+    doc = {
+        "run": {
+            "id": run.unique,
+            "kind": "soak",
+            "started": datetime.now(UTC).isoformat(timespec="seconds"),
+            "minutes": args.minutes,
+            "rate": args.rate,
+            "worlds": args.worlds,
+            "workers": args.workers,
+            "machine": machine(),
+            "versions": versions(run.base),
+        },
+        "windows": windows,
+        "commit_mean_s": _flat([w["commit_mean_s"] or 0.0 for w in windows]),
+        "rss_mb": _flat([w["rss_mb"] for w in windows]),
+    }
+    return doc
+
+
+def _chunk(run: Run, events: int, n: int) -> list[Any]:
+    from dataclasses import replace
+
+    params = replace(
+        run.params, events=events, seed=run.params.seed + n, id_prefix=f"{run.unique}-{n}-", pk_prefix=f"c{n}"
+    )
+    return generate(params).records
+
+
+async def _window(
+    watch: GroupWatch, sampler: Sampler, handles: list[Any], prev: dict[str, float], index: int
+) -> dict[str, Any]:
+    texts = []
+    for h in handles:
+        try:
+            texts.append(h.metrics_text())
+        except Exception:  # noqa: BLE001 - a missed scrape only thins the window
+            pass
+    total = measure.counter(texts, "causeway_commit_duration_seconds_sum")
+    count = measure.counter(texts, "causeway_commit_duration_seconds_count")
+    d_total, d_count = total - prev.get("sum", 0.0), count - prev.get("count", 0.0)
+    prev.update(sum=total, count=count)
+    progress = await watch.progress()
+    sampler.cpu_now()
+    return {
+        "window": index,
+        "commits": int(d_count),
+        "commit_mean_s": round(d_total / d_count, 4) if d_count else None,
+        "rss_mb": round((sampler.rss_series[-1][1] if sampler.rss_series else 0) / 2**20, 1),
+        "lag": progress.lag,
+    }
+
+
+def soak_main(args: argparse.Namespace) -> int:
+    doc = asyncio.run(soak(args))
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"soak-{doc['run']['id']}.json"
+    path.write_text(json.dumps(doc, indent=2, default=str))
+    print(json.dumps({k: doc[k] for k in ("commit_mean_s", "rss_mb")}, indent=2))
+    print(f"results: {path}")
+    return 0 if doc["commit_mean_s"]["verdict"] != "growing" and doc["rss_mb"]["verdict"] != "growing" else 1

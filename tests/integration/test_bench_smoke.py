@@ -1,0 +1,66 @@
+"""The benchmark harness runs end to end on a tiny profile and reports every figure for every contender.
+
+No timing thresholds: targets belong in docs/benchmarks.md, not in tests.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import main
+from bench.profiles import CONTENDERS
+
+pytestmark = pytest.mark.integration
+
+FIGURES = (
+    "events_preloaded",
+    "events_settled",
+    "capped",
+    "startup_s",
+    "preload_s",
+    "events_per_s",
+    "latency_s",
+    "latency_censored",
+    "nessie_commits",
+    "commit_s",
+    "peak_rss_mb",
+    "cpu_s_per_1k_events",
+    "services_cpu_s_per_1k_events",
+    "bytes_ingested",
+    "data_bytes_written",
+    "write_amplification",
+    "rewrite_amplification",
+    "metadata_bytes_written",
+    "metadata_bytes_per_1k_events",
+    "current_metadata_json_bytes",
+)
+
+
+@pytest.mark.timeout(240)
+def test_tiny_run_reports_every_figure(
+    tmp_path: Path, kafka_bootstrap: str, redis_url: str, nessie_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "--profile", "tiny", "--out", str(tmp_path)]) == 0
+    [result] = tmp_path.glob("*.json")
+    doc = json.loads(result.read_text())
+    assert set(doc["contenders"]) == set(CONTENDERS)
+    for name, fig in doc["contenders"].items():
+        missing = [k for k in FIGURES if fig.get(k) is None]
+        assert not missing, f"{name} lacks {missing}"
+        assert fig["events_preloaded"] == doc["run"]["workload"]["records"]
+        assert fig["events_per_s"] > 0, name
+        assert fig["nessie_commits"] > 0, name
+        assert fig["data_bytes_written"] > 0, name
+        assert {"p50", "p95", "p99"} <= set(fig["latency_s"]), name
+        assert {"mean", "p50", "p99"} <= set(fig["commit_s"]), name
+    for name in ("causeway", "ceiling"):
+        assert not doc["contenders"][name]["capped"], f"{name} must drain the tiny preload"
+    assert set(doc["ratios"]) == {"causeway/ceiling", "causeway/naive"}
+    for key in ("machine", "versions", "profile", "workload"):
+        assert doc["run"][key], key
+    [table] = tmp_path.glob("*.md")
+    assert "| events/s" in table.read_text()
+    assert "causeway/ceiling" in capsys.readouterr().out

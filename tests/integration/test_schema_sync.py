@@ -1,0 +1,253 @@
+"""Schema sync against the real Kafka and Nessie: typed columns appear, stay readable, and refuse narrowing."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from agents.schema_sync import SchemaStore, SchemaSync
+from bench.workload import Record
+from models.deadletter import DeadLetter
+from models.events import ChangeEvent, ChangeType, EntityKind
+from models.schema import StorageSchemaUpdated, validate_change
+from monitoring.metrics import Metrics
+from sinks.catalog import NessieCatalog
+from sinks.committer import Batch, BatchCommitter, Source
+from sinks.nessie import Reference, SyncNessieClient
+from streams.settings import Settings
+from tests.integration.pipeline import Pipeline
+
+pytestmark = pytest.mark.integration
+
+TYPE = "Equipment"
+
+
+def event(world: str, pk: str, version: int, **after: object) -> ChangeEvent:
+    return ChangeEvent(
+        event_id=f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
+        world_id=world,
+        kind=EntityKind.OBJECT,
+        entity_type=TYPE,
+        entity_pk=pk,
+        change_type=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
+        version=version,
+        before=None,
+        after=dict(after),
+        caused_by=None,
+        causal_order=None,
+        occurred_at_ms=int(time.time() * 1000),
+        schema_version=0,
+        source="test",
+    )
+
+
+def schema_change(world: str, version: int, *ops: dict[str, object]) -> bytes:
+    doc = {
+        "change_id": f"{world}-v{version}-{uuid.uuid4().hex[:4]}",
+        "world_id": world,
+        "kind": "object",
+        "type_name": TYPE,
+        "version": version,
+        "occurred_at": int(time.time() * 1000),
+        "changes": list(ops),
+    }
+    validate_change(doc)  # the test sends only well-formed changes
+    return orjson.dumps(doc)
+
+
+def rows(cat: NessieCatalog, *cols: str) -> dict[str, dict[str, object]]:
+    t = cat.load_table("onto.entity_common").scan(selected_fields=("object_pk", *cols)).to_arrow()
+    return {r["object_pk"]: r for r in t.to_pylist()}
+
+
+@pytest.fixture
+def sync_settings(settings: Settings, warehouse: str, unique: str, nessie_url: str, kafka_bootstrap: str) -> Settings:
+    return settings.replace(
+        warehouse=warehouse,
+        app_id=f"cw-{unique}",
+        schema_topic=f"schema.{unique}",
+        schema_answer_topic=f"schema-answer.{unique}",
+        schema_intelligence_topic=f"schema-intel.{unique}",
+        dlq_topic=f"dlq.{unique}",
+        commit_backoff_s=0.02,
+    )
+
+
+@pytest.fixture
+def world(nessie_url: str, unique: str) -> str:
+    with SyncNessieClient(nessie_url) as client:
+        client.create_branch(f"world-t{unique}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
+    return f"t{unique}"
+
+
+@pytest.fixture
+async def agent(sync_settings: Settings) -> AsyncIterator[SchemaSync]:
+    sync = SchemaSync(sync_settings, Metrics(), poll_timeout_ms=100)
+    await sync.start()
+    task = asyncio.create_task(sync.run())
+    yield sync
+    await sync.stop()
+    task.cancel()
+
+
+async def read_topic(settings: Settings, topic: str, n: int, timeout: float = 20) -> list[tuple[bytes, list]]:  # noqa: ASYNC109
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        out: list[tuple[bytes, list]] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n and time.monotonic() < deadline:
+            for recs in (await consumer.getmany(tp, timeout_ms=500)).values():
+                out += [(r.value, list(r.headers)) for r in recs]
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def wait_for(predicate, timeout: float = 20, what: str = "condition") -> None:  # noqa: ASYNC109, ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(predicate):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_agent_adds_renames_widens_in_version_order_and_refuses_narrowing(
+    sync_settings: Settings, world: str, agent: SchemaSync
+) -> None:
+    s = sync_settings
+    committer = BatchCommitter(s)
+    offsets = iter(range(10_000))
+
+    def commit(*evs: ChangeEvent) -> None:
+        items = [(e, Source("objs", 0, next(offsets))) for e in evs]
+        committer.commit_batch(Batch.from_sources(world, uuid.uuid4().hex, items))
+
+    # Events carrying properties no schema knows yet: kept in the JSON column.
+    commit(event(world, "a", 1, status="ok", temp=20), event(world, "b", 1, status="broken", extra="x"))
+    cat = committer.catalog(f"world-{world}")
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
+    await producer.start()
+    try:
+        v1 = schema_change(world, 1, {"op": "add", "id": "p1", "name": "status", "type": "string"},
+                           {"op": "add", "id": "p2", "name": "temp", "type": "int"})  # fmt: skip
+        sent = time.monotonic()
+        await producer.send_and_wait(s.schema_topic, v1)
+        await wait_for(lambda: "p_equipment__status" in cat.load_table("onto.entity_common").schema().column_names,
+                       what="the added column")  # fmt: skip
+        delay_ms = (time.monotonic() - sent) * 1000
+        print(f"\nschema.updated → Iceberg column visible on the branch: {delay_ms:.0f} ms")
+        got = rows(cat, "p_equipment__status", "p_equipment__temp")
+        assert got["a"]["p_equipment__status"] == "ok" and got["a"]["p_equipment__temp"] == 20
+        assert got["b"]["p_equipment__status"] == "broken" and got["b"]["p_equipment__temp"] is None
+
+        # v3 before v2: the gap waits; v2 arrives; both apply in order.
+        v2 = schema_change(world, 2, {"op": "rename", "id": "p1", "name": "state"})
+        v3 = schema_change(world, 3, {"op": "widen", "id": "p2", "type": "long"})
+        await producer.send_and_wait(s.schema_topic, v3)
+        await asyncio.sleep(1.0)
+        assert "p_equipment__status" in cat.load_table("onto.entity_common").schema().column_names
+        assert agent.summary()["waiting"] == 1
+        await producer.send_and_wait(s.schema_topic, v2)
+        await wait_for(lambda: str(cat.load_table("onto.entity_common").schema().find_field("p_equipment__temp")
+                                   .field_type) == "long", what="rename then widen")  # fmt: skip
+        # Old data files are read under the new name; new events use the new name.
+        commit(event(world, "c", 1, state="new", temp=2**40))
+        got = rows(cat, "p_equipment__state", "p_equipment__temp")
+        assert {k: v["p_equipment__state"] for k, v in got.items()} == {"a": "ok", "b": "broken", "c": "new"}
+        assert got["c"]["p_equipment__temp"] == 2**40
+
+        # Narrowing is refused: dead letter with the reason, a metric, an answer; schema unchanged.
+        v4 = schema_change(world, 4, {"op": "widen", "id": "p2", "type": "int"})
+        await producer.send_and_wait(s.schema_topic, v4)
+        letters = await read_topic(s, s.dlq_topic, 1)
+        dl = DeadLetter.from_record(None, letters[0][0], letters[0][1])
+        assert dl.reason == "narrowing" and "long → int" in dl.detail
+        answers = [StorageSchemaUpdated.decode(v) for v, _ in await read_topic(s, s.schema_answer_topic, 4)]
+        assert [(a.requested_version, a.status, a.version) for a in answers] == [
+            (1, "applied", 1), (2, "applied", 2), (3, "applied", 3), (4, "refused", 3)
+        ]  # fmt: skip
+        assert str(cat.load_table("onto.entity_common").schema().find_field("p_equipment__temp").field_type) == "long"
+        refused = agent.metrics.registry.get_sample_value(
+            "causeway_schema_changes_total", {"world": world, "outcome": "refused", "reason": "narrowing"}
+        )
+        assert refused == 1
+        reg = agent.metrics.registry
+        assert reg.get_sample_value("causeway_schema_version", {"world": world, "layer": "data"}) == 3
+        assert reg.get_sample_value("causeway_schema_version", {"world": world, "layer": "control"}) == 4
+        assert reg.get_sample_value("causeway_version_vector_difference", {"world": world}) == 1
+    finally:
+        await producer.stop()
+
+
+async def test_property_added_while_a_worker_applies_events(unique: str, tmp_path: Path) -> None:
+    """Events before, racing and after a schema change all end up with the typed value."""
+    pipe = await Pipeline.create(unique, tmp_path, batch_max_events=50, batch_max_seconds=0.1)
+    world = f"t{unique[:8]}-w"
+    store = SchemaStore(pipe.settings)
+
+    def record(pk: str, version: int, level: int) -> Record:
+        ev = event(world, pk, version, level=level, name=pk)
+        return Record(EntityKind.OBJECT, ev.key.encode(), ev.encode(), ev)
+
+    try:
+        pipe.start_worker()
+        await pipe.publish([record(f"before-{i}", 1, i) for i in range(100)])
+        await pipe.wait_drained(60)
+        change = validate_change(orjson.loads(schema_change(world, 1, {"op": "add", "id": "lvl", "name": "level",
+                                                                       "type": "long"})))  # fmt: skip
+
+        async def flow() -> None:
+            for k in range(10):
+                await pipe.publish([record(f"race-{k}-{i}", 1, 1000 + i) for i in range(30)])
+                await asyncio.sleep(0.05)
+
+        results = await asyncio.gather(flow(), asyncio.to_thread(store.apply, change))
+        assert results[1].verdict == "applied"
+        await pipe.publish([record(f"after-{i}", 1, 5000 + i) for i in range(50)])
+        await pipe.publish([record(f"before-{i}", 2, 9000 + i) for i in range(10)])  # updates of old rows
+        await pipe.wait_drained(60)
+    finally:
+        pipe.stop_all()
+    cat = NessieCatalog.from_settings(pipe.settings, f"world-{world}")
+    got = rows(cat, "properties", "p_equipment__level")
+    assert len(got) == 100 + 300 + 50
+    wrong = {pk: r for pk, r in got.items() if r["p_equipment__level"] != orjson.loads(r["properties"])["level"]}
+    assert not wrong, list(wrong.items())[:3]
+    assert got["before-3"]["p_equipment__level"] == 9003
+
+
+def test_a_batch_racing_the_schema_commit_is_rebuilt_with_the_typed_column(sync_settings: Settings, world: str) -> None:
+    """Deterministic race: the schema commit lands between a batch's planning and its publish."""
+    s = sync_settings
+    store = SchemaStore(s)
+    change = validate_change(orjson.loads(schema_change(world, 1, {"op": "add", "id": "t", "name": "temp",
+                                                                   "type": "double"})))  # fmt: skip
+
+    def schema_lands_first(cat: NessieCatalog, batch: Batch, attempt: int) -> None:
+        if attempt == 1:
+            assert store.apply(change).verdict == "applied"
+
+    racer = BatchCommitter(s, before_publish=schema_lands_first)
+    first = BatchCommitter(s).commit_batch(
+        Batch.from_sources(world, "b0", [(event(world, "old", 1, temp=1.5), Source("objs", 0, 0))])
+    )
+    assert first.attempts == 1
+    outcome = racer.commit_batch(
+        Batch.from_sources(world, "b1", [(event(world, "new", 1, temp=2), Source("objs", 0, 1))])
+    )
+    assert outcome.attempts == 2  # conflicted with the schema commit, rebuilt on the new head
+    got = rows(racer.catalog(f"world-{world}"), "p_equipment__temp")
+    assert got["old"]["p_equipment__temp"] == 1.5  # backfilled by the schema commit
+    assert got["new"]["p_equipment__temp"] == 2.0  # written typed by the retried batch

@@ -1,0 +1,88 @@
+"""Dead-letter filters and redrive decisions (pure)."""
+
+from __future__ import annotations
+
+from agents.redrive import H_REDRIVEN_FROM, DlqFilter, DlqRecord, decide, redrive_headers
+from models.deadletter import H_REDRIVE, DeadLetter
+from models.events import ChangeEvent, ChangeType, EntityKind
+
+EV = ChangeEvent(
+    event_id="e-1",
+    world_id="w1",
+    kind=EntityKind.OBJECT,
+    entity_type="Sensor",
+    entity_pk="pk",
+    change_type=ChangeType.CREATE,
+    version=1,
+    before=None,
+    after={"x": 1},
+    caused_by=None,
+    causal_order=None,
+    occurred_at_ms=0,
+    schema_version=0,
+    source="",
+)
+
+
+def _rec(
+    reason: str = "unknown-world", value: bytes | None = None, topic: str = "objs", redrives: int = 0
+) -> DlqRecord:
+    letter = DeadLetter(
+        reason,
+        "detail",
+        topic,
+        2,
+        40,
+        EV.key.encode(),
+        EV.encode() if value is None else value,
+        EV.event_id,
+        EV.world_id,
+        first_seen_ms=1000,
+        redrive_count=redrives,
+        original_headers=[("trace", b"abc")],
+    )
+    return DlqRecord(0, 17, 1000, letter)
+
+
+def _decide(rec: DlqRecord, **kw: object):  # type: ignore[no-untyped-def]
+    args: dict[str, object] = {
+        "kind": EntityKind.OBJECT,
+        "max_bytes": 1_000_000,
+        "applied": set(),
+        "worlds_present": {"w1"},
+        "redriven": set(),
+    }
+    args.update(kw)
+    return decide(rec, **args)  # type: ignore[arg-type]
+
+
+def test_filter() -> None:
+    rec = _rec()
+    assert DlqFilter().matches(rec)
+    assert DlqFilter(reasons=("unknown-world",), worlds=("w1",), topics=("objs",), refs=("0:17",)).matches(rec)
+    assert not DlqFilter(reasons=("malformed-json",)).matches(rec)
+    assert not DlqFilter(since_ms=1001).matches(rec)
+    assert DlqFilter(until_ms=1001, event_ids=("e-1",)).matches(rec)
+
+
+def test_decisions() -> None:
+    assert _decide(_rec()).action == "redrive"
+    assert _decide(_rec(), worlds_present=set()).action == "world-missing"
+    assert _decide(_rec(), worlds_present=set(), force=True).action == "redrive"
+    assert _decide(_rec(), applied={("w1", "e-1")}).action == "applied"
+    assert _decide(_rec(), redriven={"0:17"}).action == "already-redriven"
+    assert _decide(_rec(), redriven={"0:17"}, again=True).action == "redrive"
+    bad = _rec("malformed-json", value=b"{nope")
+    assert _decide(bad).action == "invalid"
+    assert _decide(bad, force=True).action == "redrive"
+    assert _decide(_rec(topic="")).action == "no-origin"
+    # A stale-version letter of an existing world is sent (the world check is only for unknown-world).
+    assert _decide(_rec("stale-version"), worlds_present=set()).action == "redrive"
+
+
+def test_redrive_headers_keep_originals_and_count_up() -> None:
+    headers = dict(redrive_headers(_rec(redrives=2), "dlq.t"))
+    assert headers["trace"] == b"abc"
+    assert headers[H_REDRIVE] == b"3"
+    assert headers[H_REDRIVEN_FROM] == b"dlq.t/0@17"
+    assert "causeway.reason" not in headers

@@ -1,0 +1,193 @@
+"""Rebuild a world's projections on a new branch, diff them, and swap the world onto it.
+
+1. Pin the world's head ``H``; read ``entity_events`` and both projections at ``H``.
+2. Fold the log (:mod:`worlds.rebuild`) and diff against the live projections.
+3. Unless identical (or a dry run): create branch ``rebuild-<world>-<H[:12]>`` at ``H`` and
+   overwrite ``entity_common`` and ``entity_edge`` there in **one** Nessie commit (the event log
+   and its committed-offset summary are untouched). A second run finds that branch and reuses it.
+4. ``swap``: assign the world's branch to the rebuilt head *expecting* ``H``. Nessie refuses if the
+   world moved meanwhile (a worker committed): nothing changes, and the operator runs it again.
+   The rebuilt head is a child of ``H``, so the swap loses no commit. The rebuild branch is then
+   deleted.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import orjson
+import pyarrow as pa
+from pyiceberg.exceptions import NoSuchTableError
+
+from models.worlds import WorldNaming
+from sinks.catalog import NessieCatalog
+from sinks.errors import NessieConflict, NessieNotFound
+from sinks.nessie import Reference, SyncNessieClient
+from sinks.tables import COMMON, EDGE, ENTITY_EVENTS, TableDef, table_properties
+from streams.settings import Settings
+from worlds.rebuild import LOG_COLUMNS, Key, Rebuilt, Row, TableDiff, diff, fold
+
+PROP_REBUILD_OF = "causeway.rebuild_of"
+
+
+class RebuildError(Exception):
+    """The rebuild or swap cannot proceed; the message says why and what to do."""
+
+
+@dataclass
+class RebuildResult:
+    world: str
+    branch: str
+    head: str
+    rebuilt: Rebuilt
+    diffs: list[TableDiff] = field(default_factory=list)
+    rebuild_branch: str | None = None
+    rebuild_head: str | None = None
+    reused: bool = False
+    swapped: bool = False
+
+    @property
+    def identical(self) -> bool:
+        return all(d.identical for d in self.diffs)
+
+
+def _read(cat: NessieCatalog, ns: str, table: str, columns: tuple[str, ...] | None = None, **kw: Any) -> list[Row]:
+    try:
+        tbl = cat.load_table((ns, table))
+    except NoSuchTableError:
+        return []
+    scan = tbl.scan(selected_fields=columns, **kw) if columns else tbl.scan(**kw)
+    return scan.to_arrow().to_pylist()
+
+
+def _live(rows: list[Row], tdef: TableDef) -> dict[Key, Row]:
+    type_col, pk_col = tdef.key
+    return {(r[type_col], r[pk_col]): r for r in rows}
+
+
+def rebuild_name(world: str, head: str) -> str:
+    return f"rebuild-{world}-{head[:12]}"
+
+
+def rebuild(settings: Settings, world: str, *, write: bool = True, swap: bool = False) -> RebuildResult:
+    """Rebuild ``world`` (see the module docstring); ``write=False`` is the dry run."""
+    naming = WorldNaming(settings.prod_world, settings.main_branch)
+    branch = naming.branch(world)
+    client = SyncNessieClient.from_settings(settings)
+    try:
+        head = client.get_reference(branch).hash
+    except NessieNotFound as exc:
+        raise RebuildError(f"world {world} has no branch {branch}") from exc
+    ns = settings.namespace
+    cat = NessieCatalog.from_settings(settings, f"{branch}@{head}", client=client)
+    log_rows = _read(cat, ns, ENTITY_EVENTS, LOG_COLUMNS, row_filter="applied == true")
+    rebuilt = fold(log_rows)
+    live_objects = _live(_read(cat, ns, COMMON.name), COMMON)
+    live_links = _live(_read(cat, ns, EDGE.name), EDGE)
+    result = RebuildResult(world, branch, head, rebuilt)
+    result.diffs = [diff(COMMON.name, live_objects, rebuilt.objects), diff(EDGE.name, live_links, rebuilt.links)]
+    if not write or result.identical:
+        return result
+
+    rb = rebuild_name(world, head)
+    result.rebuild_branch = rb
+    try:
+        existing = client.get_reference(rb)
+    except NessieNotFound:
+        existing = None
+    if existing is not None:
+        last = next(iter(next(iter(client.history(rb, max_records=1)))), None)
+        if last is None or last.properties.get(PROP_REBUILD_OF) != head:
+            raise RebuildError(f"branch {rb} exists but is not a rebuild of {head[:12]}; delete it and retry")
+        result.rebuild_head, result.reused = existing.hash, True
+    else:
+        client.create_branch(rb, Reference(branch, "BRANCH", head))
+        result.rebuild_head = _write(settings, client, rb, world, head, rebuilt)
+    if swap:
+        _swap(client, result)
+    return result
+
+
+def _write(settings: Settings, client: SyncNessieClient, rb: str, world: str, head: str, rebuilt: Rebuilt) -> str:
+    cat = NessieCatalog.from_settings(settings, rb, client=client)
+    cat.begin()
+    try:
+        for tdef, rows in ((COMMON, rebuilt.objects), (EDGE, rebuilt.links)):
+            try:
+                table = cat.load_table((settings.namespace, tdef.name))
+            except NoSuchTableError:
+                if not rows:
+                    continue
+                table = cat.create_table(
+                    (settings.namespace, tdef.name),
+                    tdef.schema,
+                    partition_spec=tdef.spec,
+                    properties=table_properties(settings.target_file_bytes),
+                )
+            tx = table.transaction()
+            with warnings.catch_warnings():
+                # pyiceberg notes it rewrites instead of merge-on-read: a full overwrite is meant.
+                warnings.filterwarnings("ignore", "Merge on read is not yet supported", UserWarning)
+                tx.overwrite(_arrow(table, tdef, list(rows.values())))
+            tx.commit_transaction()
+        published = cat.publish(
+            f"causeway: rebuild projections of world {world} from its event log at {head[:12]}",
+            {PROP_REBUILD_OF: head, "causeway.world": world},
+        )
+    except BaseException:
+        cat.discard()
+        raise
+    return published.hash
+
+
+def _arrow(table: Any, tdef: TableDef, rows: list[Row]) -> pa.Table:
+    """The rebuilt rows under the table's *current* schema.
+
+    Typed property columns added by schema evolution are filled from the JSON properties with the
+    contracts recorded on the table, as the live committer fills them, when that code is present.
+    """
+    base = pa.Table.from_pylist(rows, schema=tdef.arrow_schema)
+    schema = table.schema().as_arrow()
+    extra = [n for n in schema.names if n not in base.column_names]
+    typed: dict[str, pa.Array] = {}
+    if extra and rows:
+        try:
+            from sinks.rows import typed_columns  # type: ignore[attr-defined]
+            from sinks.tables import contracts  # type: ignore[attr-defined]
+        except ImportError:
+            pass
+        else:
+            shims = [
+                SimpleNamespace(
+                    entity_type=r[tdef.key[0]], after=orjson.loads(r["properties"]) if r["properties"] else None
+                )
+                for r in rows
+            ]
+            deleted = [r["deleted"] for r in rows]
+            typed = typed_columns(schema, contracts(table.metadata.properties), shims, deleted)  # type: ignore[arg-type]
+    cols = {
+        n: base.column(n) if n in base.column_names else typed.get(n, pa.nulls(len(rows), schema.field(n).type))
+        for n in schema.names
+    }
+    return pa.table(cols, schema=schema)
+
+
+def _swap(client: SyncNessieClient, result: RebuildResult) -> None:
+    assert result.rebuild_branch is not None and result.rebuild_head is not None
+    try:
+        client.assign_reference(
+            result.branch, result.head, Reference(result.rebuild_branch, "BRANCH", result.rebuild_head)
+        )
+    except NessieConflict as exc:
+        raise RebuildError(
+            f"world {result.world} moved since {result.head[:12]} (a worker committed); nothing was swapped. "
+            f"Run the rebuild again (it starts from the new head), or stop the workers first"
+        ) from exc
+    result.swapped = True
+    try:
+        client.delete_reference(result.rebuild_branch, result.rebuild_head, "BRANCH")
+    except (NessieConflict, NessieNotFound):
+        pass  # someone moved or removed it; the swap stands
