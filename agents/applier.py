@@ -206,30 +206,25 @@ class Applier:
         world_id: str | None = None,
     ) -> DeadLetter:
         if isinstance(rec, Arrival):
-            raw = self._raw_of(rec)
-            return DeadLetter(
-                reason,
-                detail,
-                rec.topic,
-                rec.partition,
-                rec.offset,
-                raw[0],
-                raw[1],
-                rec.event.event_id,
-                rec.event.world_id,
-                original_headers=list(raw[2]),
-            )
+            key, value, headers = self._raw_of(rec)
+            event_id, world_id = rec.event.event_id, rec.event.world_id
+        else:
+            key, value, headers = rec.key, rec.value, rec.headers
+        # A redriven record that fails again keeps its history: first sighting and redrive count.
+        previous = DeadLetter.from_record(key, value, list(headers))
         return DeadLetter(
             reason,
             detail,
             rec.topic,
             rec.partition,
             rec.offset,
-            rec.key,
-            rec.value,
+            key,
+            value,
             event_id,
             world_id,
-            original_headers=list(rec.headers),
+            first_seen_ms=previous.first_seen_ms or int(time.time() * 1000),
+            redrive_count=previous.redrive_count,
+            original_headers=list(headers),
         )
 
     def _raw_of(self, arrival: Arrival) -> tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes]]]:

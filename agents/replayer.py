@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +53,22 @@ from worlds.manager import ForkSource, WorldManager
 log = logging.getLogger(__name__)
 
 CHECKPOINT_PREFIX = "causeway:replay:"
+LOCK_SUFFIX = ":lock"
+LOCK_TTL_S = 60
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode() if isinstance(value, bytes) else (value or "")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class CheckpointStore:
@@ -59,6 +77,7 @@ class CheckpointStore:
     def __init__(self, client: aioredis.Redis, ttl_s: int) -> None:
         self.redis = client
         self.ttl = ttl_s
+        self.me = f"{socket.gethostname()}:{os.getpid()}"
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CheckpointStore:
@@ -70,7 +89,34 @@ class CheckpointStore:
 
     async def save(self, cp: Checkpoint) -> None:
         cp.updated_ms = int(time.time() * 1000)
-        await self.redis.set(CHECKPOINT_PREFIX + cp.replay_id, cp.to_json(), ex=self.ttl)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(CHECKPOINT_PREFIX + cp.replay_id, cp.to_json(), ex=self.ttl)
+            pipe.expire(CHECKPOINT_PREFIX + cp.replay_id + LOCK_SUFFIX, LOCK_TTL_S)
+            await pipe.execute()
+
+    async def acquire(self, replay_id: str) -> None:
+        """Hold the replay's lock (one process per replay id); raises ReplayError if it is held.
+
+        The lock expires ``LOCK_TTL_S`` after the last checkpoint save, so a killed run frees it;
+        on the same host a holder whose process is gone is replaced at once.
+        """
+        key = CHECKPOINT_PREFIX + replay_id + LOCK_SUFFIX
+        if await self.redis.set(key, self.me, nx=True, ex=LOCK_TTL_S):
+            return
+        holder = _text(await self.redis.get(key))
+        host, _, pid = holder.rpartition(":")
+        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+            await self.redis.set(key, self.me, ex=LOCK_TTL_S)
+            return
+        ttl = await self.redis.ttl(key)
+        raise ReplayError(
+            f"replay {replay_id} is already running ({holder}); if that process is gone its lock expires in {ttl}s"
+        )
+
+    async def release(self, replay_id: str) -> None:
+        key = CHECKPOINT_PREFIX + replay_id + LOCK_SUFFIX
+        if _text(await self.redis.get(key)) == self.me:
+            await self.redis.delete(key)
 
     async def delete(self, replay_id: str) -> None:
         await self.redis.delete(CHECKPOINT_PREFIX + replay_id)
@@ -195,17 +241,32 @@ async def plan(settings: Settings, spec: ReplaySpec) -> dict[tuple[str, int], tu
         await consumer.stop()
 
 
-async def prepare_world(settings: Settings, spec: ReplaySpec, source_world: str) -> tuple[str, bool]:
+async def prepare_world(
+    settings: Settings, spec: ReplaySpec, source_world: str, allow_existing: bool = False
+) -> tuple[str, bool]:
     """Create the into-world branch at ``spec.fork_from`` and mark the events it already holds.
 
     The marks say "applied in the new world" for every event id of the forked log, which is true:
     the fork holds them. Without them an event whose cause predates the fork would wait for a
     cause the new world's marks never show. Returns (fork hash, created).
+
+    A world that already exists is refused unless it still sits at the fork point (a run that
+    stopped right after creating it) or ``allow_existing`` (``--restart``): a replay must not write
+    into somebody's world by a typo.
     """
     assert spec.into_world is not None
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     async with NessieClient.from_settings(settings) as nessie:
         manager = WorldManager(nessie, naming)
+        existing = await manager.get(spec.into_world)
+        if existing is not None and not allow_existing:
+            src = await manager.get(source_world)
+            fork_point = spec.fork_from or (src.hash if src else None)
+            if existing.hash != fork_point:
+                raise ReplayError(
+                    f"world {spec.into_world} already exists at {existing.hash[:12]}, not at the fork point; "
+                    "choose a new world id, delete it first, or replay into it anyway with --restart"
+                )
         source = ForkSource(commit=spec.fork_from) if spec.fork_from else ForkSource(world=source_world)
         world, created = await manager.create(spec.into_world, source)
     ids = await asyncio.to_thread(_log_event_ids, settings, f"{world.branch}@{world.hash}")
@@ -265,8 +326,27 @@ async def run_replay(
     """Replay ``spec`` from its checkpoint (or from the start); returns what happened.
 
     ``stop_after`` stops after about that many records have been read (an interruption, for tests
-    and for bounded runs); the checkpoint then says where to resume.
+    and for bounded runs); the checkpoint then says where to resume. Raises ReplayError while
+    another process runs the same replay.
     """
+    rid = spec.replay_id()
+    await store.acquire(rid)
+    try:
+        return await _run(settings, spec, store, progress, restart, stop_after, wait_parked_s, on_start)
+    finally:
+        await store.release(rid)
+
+
+async def _run(
+    settings: Settings,
+    spec: ReplaySpec,
+    store: CheckpointStore,
+    progress: Progress | None,
+    restart: bool,
+    stop_after: int | None,
+    wait_parked_s: float,
+    on_start: Callable[[Checkpoint], None] | None,
+) -> ReplayReport:
     started = time.monotonic()
     rid = spec.replay_id()
     cp = None if restart else await store.load(rid)
@@ -277,7 +357,7 @@ async def run_replay(
         cp = Checkpoint.start(rid, spec, ranges, int(time.time() * 1000))
         if spec.into_world:
             source_world = spec.worlds[0] if spec.worlds else settings.prod_world
-            cp.fork_hash, world_created = await prepare_world(settings, spec, source_world)
+            cp.fork_hash, world_created = await prepare_world(settings, spec, source_world, restart)
         await store.save(cp)
     report = ReplayReport(rid, cp, resumed, cp.complete, world_created=world_created)
     if on_start is not None:

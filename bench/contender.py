@@ -82,11 +82,12 @@ class Stats:
     def summary(self) -> dict[str, Any]:
         secs = sorted(self.commit_seconds)
         out = {k: v for k, v in asdict(self).items() if k != "commit_seconds"}
-        out["commit_seconds"] = _quantiles(secs)
+        out["commit_seconds"] = quantiles_summary(secs)
+        out["commit_seconds_raw"] = [round(x, 4) for x in self.commit_seconds]
         return out
 
 
-def _quantiles(values: Sequence[float]) -> dict[str, float]:
+def quantiles_summary(values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)

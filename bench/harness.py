@@ -39,7 +39,7 @@ import httpx
 from aiokafka import AIOKafkaProducer
 
 from bench import measure
-from bench.contender import ContenderConfig
+from bench.contender import ContenderConfig, quantiles_summary
 from bench.procs import PYTHON, ROOT, GroupWatch, Sampler, service_pids, start_worker, stop, worker_env
 from bench.profiles import Profile
 from bench.workload import Record, WorkloadParams, generate
@@ -376,10 +376,15 @@ class Run:
         events_visible = len(visible)
         if name == "causeway":
             commit_s = measure.histogram(metrics_texts, "causeway_commit_duration_seconds")
-            details: dict[str, Any] = {"worker_totals": _sum_dicts(summaries)}
+            details: dict[str, Any] = {
+                "worker_totals": _sum_dicts(summaries),
+                "occ_conflicts": measure.counter(metrics_texts, "causeway_occ_conflicts_total"),
+                "commit_retries": measure.counter(metrics_texts, "causeway_commit_retries_total"),
+            }
         else:
             stats = [json.loads(Path(h.stats_path).read_text()) for h in handles if Path(h.stats_path).exists()]
-            commit_s = stats[-1]["commit_seconds"] if stats else {}
+            raw = [x for st in stats for x in st.pop("commit_seconds_raw", [])]
+            commit_s = quantiles_summary(raw)
             details = {"stats": stats}
         preload_s = a.ended - a.ready
         if capped and name == "naive":

@@ -122,12 +122,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     hist = measure.read_history(run.client, plan.branches.values(), {run.root_hash})
     visible = hist.visible_at()
     per_window: dict[int, list[float]] = {}
-    for key, (t, w) in sampled.items():
+    for key, (t, win) in sampled.items():
         seen = visible.get(key)
-        per_window.setdefault(w, []).append((seen - t) if seen else float("inf"))
-    for i, w in enumerate(windows):
-        w["latency_s"] = measure.quantiles([x for x in per_window.get(i, []) if x != float("inf")])
-        w["not_visible"] = sum(1 for x in per_window.get(i, []) if x == float("inf"))
+        per_window.setdefault(win, []).append((seen - t) if seen else float("inf"))
+    for i, window in enumerate(windows):
+        lat = per_window.get(i, [])
+        window["latency_s"] = measure.quantiles([x for x in lat if x != float("inf")])
+        # bad input is dead-lettered and duplicates are settled without a commit: never visible
+        window["not_visible_bad_or_duplicate"] = sum(1 for x in lat if x == float("inf"))
     doc = {
         "run": {
             "id": run.unique,

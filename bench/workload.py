@@ -331,8 +331,12 @@ def debezium_records(workload: Workload, source: str = "bench") -> list[CdcRecor
         if ev is None:
             out.append(CdcRecord(debezium_topic(source, OBJECT_TYPES[0]), rec.key, rec.value))
             continue
-        row_after = None if ev.after is None else {"id": ev.entity_pk, "tenant": ev.world_id, **ev.after}
-        row_before = {"id": ev.entity_pk, "tenant": ev.world_id} if ev.change_type is ChangeType.DELETE else None
+        row_after: dict[str, Any] | None = (
+            None if ev.after is None else {"id": ev.entity_pk, "tenant": ev.world_id, **ev.after}
+        )
+        row_before: dict[str, Any] | None = (
+            {"id": ev.entity_pk, "tenant": ev.world_id} if ev.change_type is ChangeType.DELETE else None
+        )
         if ev.kind is EntityKind.LINK:
             for row in (row_after, row_before):
                 if row is not None:

@@ -354,7 +354,7 @@ def dlq() -> None:
 
 @dlq.command("list")
 @_dlq_filter_options
-@click.option("--limit", default=50, show_default=True, help="Show at most this many (newest last).")
+@click.option("--limit", default=50, show_default=True, help="Show at most this many, newest last (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_obj
 def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
@@ -656,9 +656,22 @@ def rebuild(settings: Settings, world: str, swap: bool, sample: int, dry_run: bo
     from worlds.rebuilder import rebuild as run_rebuild
 
     started = time.monotonic()
+    bars: dict[str, Progress] = {}
+
+    def progress(table: str, rows: int, total: int | None) -> None:
+        if table not in bars:
+            for bar in bars.values():
+                bar.finish()
+            bars[table] = Progress(f"read {table}", total).__enter__()
+        bars[table].advance(rows)
+
     try:
         click.echo(f"rebuilding world {world} from its event log ...", err=True)
-        result = run_rebuild(settings, world, write=not dry_run, swap=swap and not dry_run)
+        try:
+            result = run_rebuild(settings, world, write=not dry_run, swap=swap and not dry_run, progress=progress)
+        finally:
+            for bar in bars.values():
+                bar.finish()
     except (RebuildError, InvalidWorldId) as exc:
         raise click.ClickException(str(exc)) from exc
     except NessieError as exc:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -54,13 +55,28 @@ class RebuildResult:
         return all(d.identical for d in self.diffs)
 
 
-def _read(cat: NessieCatalog, ns: str, table: str, columns: tuple[str, ...] | None = None, **kw: Any) -> list[Row]:
+def _read(
+    cat: NessieCatalog,
+    ns: str,
+    table: str,
+    columns: tuple[str, ...] | None = None,
+    progress: RowProgress | None = None,
+    **kw: Any,
+) -> list[Row]:
+    """Rows of a table at the catalog's reference, read batch by batch (reported to ``progress``)."""
     try:
         tbl = cat.load_table((ns, table))
     except NoSuchTableError:
         return []
+    snap = tbl.current_snapshot()
+    total = int(snap.summary.get("total-records", "0") or 0) if snap is not None and snap.summary is not None else None
     scan = tbl.scan(selected_fields=columns, **kw) if columns else tbl.scan(**kw)
-    return scan.to_arrow().to_pylist()
+    rows: list[Row] = []
+    for batch in scan.to_arrow_batch_reader():
+        rows.extend(batch.to_pylist())
+        if progress is not None:
+            progress(table, batch.num_rows, total)
+    return rows
 
 
 def _live(rows: list[Row], tdef: TableDef) -> dict[Key, Row]:
@@ -72,7 +88,13 @@ def rebuild_name(world: str, head: str) -> str:
     return f"rebuild-{world}-{head[:12]}"
 
 
-def rebuild(settings: Settings, world: str, *, write: bool = True, swap: bool = False) -> RebuildResult:
+RowProgress = Callable[[str, int, int | None], None]
+"""``(table, rows just read, rows in the table or None)``."""
+
+
+def rebuild(
+    settings: Settings, world: str, *, write: bool = True, swap: bool = False, progress: RowProgress | None = None
+) -> RebuildResult:
     """Rebuild ``world`` (see the module docstring); ``write=False`` is the dry run."""
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     branch = naming.branch(world)
@@ -83,10 +105,10 @@ def rebuild(settings: Settings, world: str, *, write: bool = True, swap: bool = 
         raise RebuildError(f"world {world} has no branch {branch}") from exc
     ns = settings.namespace
     cat = NessieCatalog.from_settings(settings, f"{branch}@{head}", client=client)
-    log_rows = _read(cat, ns, ENTITY_EVENTS, LOG_COLUMNS, row_filter="applied == true")
+    log_rows = _read(cat, ns, ENTITY_EVENTS, LOG_COLUMNS, progress, row_filter="applied == true")
     rebuilt = fold(log_rows)
-    live_objects = _live(_read(cat, ns, COMMON.name), COMMON)
-    live_links = _live(_read(cat, ns, EDGE.name), EDGE)
+    live_objects = _live(_read(cat, ns, COMMON.name, progress=progress), COMMON)
+    live_links = _live(_read(cat, ns, EDGE.name, progress=progress), EDGE)
     result = RebuildResult(world, branch, head, rebuilt)
     result.diffs = [diff(COMMON.name, live_objects, rebuilt.objects), diff(EDGE.name, live_links, rebuilt.links)]
     if not write or result.identical:

@@ -45,13 +45,18 @@ async def nessie(settings: Settings, nessie_url: str, unique: str) -> AsyncItera
                 await client.delete_reference(ref.name, ref.hash, ref.type)
 
 
+async def _empty_root(nessie: NessieClient) -> Reference:
+    """Nessie's empty root commit: branches made from it see nothing of what main holds."""
+    return Reference("main", "BRANCH", (await nessie.config()).no_ancestor_hash)
+
+
 @pytest.fixture
 async def base(nessie: NessieClient, unique: str) -> Reference:
     """A fresh branch off main holding namespace ``ns``.
 
     Its own first commit gives forks a common ancestor: an empty main has none to merge over.
     """
-    main = await nessie.get_reference("main")
+    main = await _empty_root(nessie)
     branch = await nessie.create_branch(f"test-{unique}", main)
     result = await nessie.commit(branch.name, branch.hash, [Operation.put_namespace(NS)], "create ns")
     return Reference(branch.name, "BRANCH", result.hash)
@@ -76,7 +81,7 @@ async def test_config(nessie: NessieClient) -> None:
 
 
 async def test_branch_create_get_list_delete(nessie: NessieClient, unique: str) -> None:
-    main = await nessie.get_reference("main")
+    main = await _empty_root(nessie)
     assert main.type == "BRANCH"
     created = await nessie.create_branch(f"b-{unique}", main)
     assert created == Reference(f"b-{unique}", "BRANCH", main.hash)
@@ -91,14 +96,14 @@ async def test_branch_create_get_list_delete(nessie: NessieClient, unique: str) 
 
 
 async def test_branch_name_with_slash_travels_encoded(nessie: NessieClient, unique: str) -> None:
-    main = await nessie.get_reference("main")
+    main = await _empty_root(nessie)
     created = await nessie.create_branch(f"feature/{unique}", main)
     assert (await nessie.get_reference(created.name)).name == f"feature/{unique}"
     assert await nessie.get_entries(created.name) == []
 
 
 async def test_commit_namespace_and_table_then_read_back(nessie: NessieClient, unique: str) -> None:
-    main = await nessie.get_reference("main")
+    main = await _empty_root(nessie)
     branch = await nessie.create_branch(f"c-{unique}", main)
     table_key = (*NS, "entity_common")
     ops = [
@@ -340,7 +345,7 @@ async def test_not_found_and_bad_request_mapping(nessie: NessieClient, base: Ref
 
 def test_sync_facade(settings: Settings, nessie_url: str, unique: str) -> None:
     with SyncNessieClient.from_settings(settings) as nessie:
-        main = nessie.get_reference("main")
+        main = Reference("main", "BRANCH", nessie.config().no_ancestor_hash)
         branch = nessie.create_branch(f"sync-{unique}", main)
         try:
             key = (*NS, "t")

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from click.testing import CliRunner, Result
 
 from agents.group_admin import describe_group
-from agents.replay import ReplaySpec, rewrite
+from agents.replay import ReplayError, ReplaySpec, rewrite
 from agents.replayer import CheckpointStore, run_replay
 from bench.workload import expected_state, generate
 from cli.main import cli
@@ -82,6 +84,25 @@ async def end_offsets(pipe: Pipeline) -> dict[tuple[str, int], int]:
         await consumer.stop()
 
 
+async def read_from(pipe: Pipeline, start: dict[tuple[str, int], int]) -> list[Any]:
+    """Records of the change topics from ``start`` to their current end."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=pipe.settings.kafka_bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(t, p) for t, p in start]
+        ends = await consumer.end_offsets(tps)
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, start[(tp.topic, tp.partition)])
+        out: list[Any] = []
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            for recs in (await consumer.getmany(timeout_ms=1000)).values():
+                out.extend(recs)
+        return out
+    finally:
+        await consumer.stop()
+
+
 @pytest.fixture
 async def pipe(unique: str, tmp_path: Path):
     p = await Pipeline.create(unique, tmp_path)
@@ -132,8 +153,10 @@ async def test_replay_applies_a_range_an_offset_reset_skipped(pipe: Pipeline) ->
     await pipe.wait_drained()
     pipe.kill(worker, signal.SIGTERM)
     skipped_from = await end_offsets(pipe)
+    b_from_ms = int(time.time() * 1000)
     await pipe.publish(b)
     skipped_to = await end_offsets(pipe)
+    b_to_ms = int(time.time() * 1000) + 1
     deadline = time.monotonic() + 30
     while (await describe_group(pipe.settings.kafka_bootstrap, pipe.settings.app_id)).active:
         assert time.monotonic() < deadline
@@ -146,10 +169,13 @@ async def test_replay_applies_a_range_an_offset_reset_skipped(pipe: Pipeline) ->
 
     # The branch's recorded offsets now pass B (the worker's floor), yet B never took effect:
     # the replay asks the event log and applies B once.
-    ranges = [f"--range={t}/{p}:{skipped_from[(t, p)]}-{end}" for (t, p), end in skipped_to.items()]
-    out = await causeway(pipe, "replay", *ranges)
+    # Given as a time window: offsets_for_times finds exactly B's records.
+    window = ("--from-time", str(b_from_ms), "--to-time", str(b_to_ms))
+    out = await causeway(pipe, "replay", *window)
     assert summary(out)["state"] == "complete"
+    assert summary(out)["range"].startswith(f"{len(b)} records")
     matches_model(pipe.state("prod"), wl.valid_events, "prod")
+    ranges = [f"--range={t}/{p}:{skipped_from[(t, p)]}-{end}" for (t, p), end in skipped_to.items()]
     again = await causeway(pipe, "replay", *ranges, "--restart")
     assert summary(again)["applied"] == "0"
     matches_model(pipe.state("prod"), wl.valid_events, "prod")
@@ -203,6 +229,20 @@ async def test_interrupted_replay_resumes_without_duplicates(pipe: Pipeline) -> 
         assert third.resumed and third.checkpoint.complete
         # Resumed where it stopped: the runs read little more than the range once.
         assert done_first + second.read_this_run + third.read_this_run <= third.checkpoint.total + 3 * 2000
+
+        # One process per replay: a second one is refused while the first holds the lock.
+        other = CheckpointStore.from_settings(pipe.settings)
+        other.me = "elsewhere:1"
+        await store.acquire(spec.replay_id())
+        try:
+            with pytest.raises(ReplayError, match="already running"):
+                await run_replay(pipe.settings, spec, store=other, restart=True)
+        finally:
+            await store.release(spec.replay_id())
+            await other.close()
+        # A different replay into the now populated world is refused (no writing into a world by typo).
+        with pytest.raises(ReplayError, match="already exists"):
+            await run_replay(pipe.settings, dataclasses.replace(spec, fork_from=None), store=store)
     finally:
         await store.close()
     want = [rewrite(e, target) for e in wl.valid_events if e.world_id == "prod"]
@@ -228,8 +268,16 @@ async def test_redrive_after_fixing_the_cause_applies_exactly_once(unique: str, 
             await WorldManager(nessie, naming).create(world)
         dry = await causeway(pipe, "dlq", "redrive", "--reason", "unknown-world", "--dry-run")
         assert summary(dry)["would send"] == str(len(records))
+        before = await end_offsets(pipe)
         out = await causeway(pipe, "dlq", "redrive", "--reason", "unknown-world", "--world", world)
         assert summary(out)["sent"] == str(len(records))
+        # Back on the original topic with the original key, value and headers, plus the count.
+        resent = await read_from(pipe, before)
+        assert sorted((r.key, r.value) for r in resent) == sorted((dl.key, dl.value) for dl in letters)
+        for r in resent:
+            headers = dict(r.headers)
+            assert headers["causeway.redrive_count"] == b"1"
+            assert headers["causeway.redriven_from"].startswith(pipe.settings.dlq_topic.encode() + b"/0@")
         await pipe.wait_drained()
         events = [r.event for r in records if r.event is not None]
         matches_model(pipe.state(world), events, world)

@@ -1,0 +1,129 @@
+"""The applier's orchestration with in-memory stand-ins for Redis, the committer and the DLQ."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from agents.applier import Applier, RawRecord
+from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
+from monitoring.metrics import Metrics
+from sinks.committer import Batch, CommitOutcome
+from streams.settings import Settings
+
+
+class FakeMarks:
+    def __init__(self) -> None:
+        self.marked: set[tuple[str, str]] = set()
+
+    async def applied(self, pairs: Any) -> set[tuple[str, str]]:
+        return {p for p in pairs if p in self.marked}
+
+    async def mark(self, pairs: Any) -> int:
+        self.marked |= set(pairs)
+        return len(pairs)
+
+
+class FakeCommitter:
+    def __init__(self) -> None:
+        self.batches: list[Batch] = []
+
+    async def commit_batch_async(self, batch: Batch) -> CommitOutcome:
+        self.batches.append(batch)
+        return CommitOutcome(batch.world_id, batch.batch_id, "main", "h" * 64, 1, False, len(batch.events), 0, 0, 0.01)
+
+
+class FakeDlq:
+    def __init__(self) -> None:
+        self.letters: list[DeadLetter] = []
+
+    async def publish(self, letters: Sequence[DeadLetter]) -> None:
+        self.letters.extend(letters)
+
+
+class FakeWorlds:
+    async def exists(self, world_id: str) -> bool:
+        return world_id == "prod"
+
+    async def ensure(self, world_id: str) -> None:
+        raise AssertionError("policy is dlq")
+
+
+def make() -> tuple[Applier, FakeCommitter, FakeDlq, FakeMarks]:
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0)
+    committer, dlq, marks = FakeCommitter(), FakeDlq(), FakeMarks()
+    applier = Applier(
+        settings,
+        marks=marks,
+        committer=committer,
+        dead_letters=dlq,
+        worlds=FakeWorlds(),
+        metrics=Metrics(),
+        clock=lambda: 100.0,
+    )
+    return applier, committer, dlq, marks
+
+
+def event(n: int, world: str = "prod", caused_by: str | None = None) -> bytes:
+    return orjson.dumps(
+        {
+            "event_id": f"e{n}",
+            "world_id": world,
+            "object_type": "T",
+            "object_pk": f"p{n}",
+            "change_type": "CREATE",
+            "after_properties": {},
+            "version": 1,
+            "occurred_at": 0,
+            "caused_by": caused_by,
+        }
+    )
+
+
+def rec(offset: int, value: bytes, key: bytes | None = None, headers: list | None = None) -> RawRecord:
+    if key is None:
+        doc = orjson.loads(value)
+        key = f"{doc['world_id']}::{doc['object_pk']}".encode()
+    return RawRecord("onto.changes.objects", 0, offset, key, value, headers or [], f"h{offset}")
+
+
+async def test_good_bad_and_waiting_events_ack_in_offset_order() -> None:
+    applier, committer, dlq, marks = make()
+    acks = await applier.process(
+        [
+            rec(0, event(0)),
+            rec(1, b"{broken", key=b"prod::x"),
+            rec(2, event(2, caused_by="e9")),  # waits for e9
+            rec(3, event(3)),
+        ]
+    )
+    # e0 and e3 committed, the bad record dead-lettered, e2 parked: offset 2 holds the partition.
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e0", "e3"]
+    assert [d.reason for d in dlq.letters] == ["malformed-json"]
+    assert acks == ["h0", "h1"]
+    assert marks.marked == {("prod", "e0"), ("prod", "e3")}
+    acks = await applier.process([rec(4, event(9))])
+    acks += await applier.tick()
+    # The cause commits first; its effect follows in the same or a later commit, never before.
+    order = [e.event_id for b in committer.batches for e in b.events]
+    assert order.index("e9") < order.index("e2")
+    assert acks == ["h2", "h3", "h4"]
+
+
+async def test_a_redriven_record_that_fails_again_keeps_its_history() -> None:
+    applier, _, dlq, _ = make()
+    headers = [(H_REDRIVE, b"2"), (H_FIRST_SEEN, b"123"), ("trace", b"t")]
+    await applier.process([rec(0, b"[1]", key=b"prod::x", headers=headers)])
+    [letter] = dlq.letters
+    assert (letter.redrive_count, letter.first_seen_ms) == (2, 123)
+    assert ("trace", b"t") in letter.original_headers
+
+
+async def test_unknown_world_is_dead_lettered_with_a_hint() -> None:
+    applier, committer, dlq, _ = make()
+    await applier.process([rec(0, event(1, world="nowhere"))])
+    assert not committer.batches
+    assert dlq.letters[0].reason == "unknown-world"
+    assert "causeway worlds create nowhere" in dlq.letters[0].detail
