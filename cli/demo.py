@@ -78,12 +78,12 @@ async def _publish(settings: Settings, records: list, label: str) -> float:
     return time.monotonic() - started
 
 
-async def _wait_drained(settings: Settings, total: int, timeout: float) -> float:
+async def _wait_drained(settings: Settings, total: int, limit_s: float) -> float:
     topics = (settings.objects_topic, settings.links_topic)
     started = time.monotonic()
     last = None
     with click.progressbar(length=total, label="applying   ", show_pos=True, show_eta=True) as bar:
-        while time.monotonic() - started < timeout:
+        while time.monotonic() - started < limit_s:
             lag = sum((await group_lag(settings.kafka_bootstrap, settings.app_id, topics)).values())
             done = max(0, total - min(lag, total))
             bar.update(done - bar.pos)
@@ -92,7 +92,7 @@ async def _wait_drained(settings: Settings, total: int, timeout: float) -> float
             if lag != last:
                 last = lag
             await asyncio.sleep(0.5)
-    raise click.ClickException(f"events still unprocessed after {timeout:.0f} s (lag {last})")
+    raise click.ClickException(f"events still unprocessed after {limit_s:.0f} s (lag {last})")
 
 
 async def _commits_since(nessie: NessieClient, branch: str, base: str) -> int:
@@ -129,7 +129,7 @@ def demo(
 
 
 async def _demo(
-    settings: Settings, events: int, n_worlds: int, keys: int, seed: int, keep_worker: bool, timeout: float
+    settings: Settings, events: int, n_worlds: int, keys: int, seed: int, keep_worker: bool, limit_s: float
 ) -> None:
     run_id = time.strftime("%Y%m%d%H%M%S")
     params = WorkloadParams(
@@ -159,7 +159,7 @@ async def _demo(
         before = _healthy(settings.web_port) or {}
         try:
             pub_s = await _publish(settings, workload.records, "publishing ")
-            apply_s = await _wait_drained(settings, len(workload.records), timeout)
+            apply_s = await _wait_drained(settings, len(workload.records), limit_s)
             after = _healthy(settings.web_port) or {}
         finally:
             if proc is not None and not keep_worker:
@@ -179,7 +179,8 @@ async def _demo(
             f"   consumed {delta('consumed')}, applied {delta('applied')}, duplicates dropped "
             f"{delta('duplicates')}, dead-lettered {delta('dead_lettered')} (to {settings.dlq_topic})"
         )
-        click.echo(f"   drained {apply_s:.1f}s after publishing ended: {total / max(pub_s + apply_s, 1e-9):,.0f} records/s end to end")
+        rate = total / max(pub_s + apply_s, 1e-9)
+        click.echo(f"   drained {apply_s:.1f}s after publishing ended: {rate:,.0f} records/s end to end")
         bad = Counter(r.value[:12] for r in workload.records if r.event is None)
         click.echo(f"   bad records in the workload: {sum(bad.values())}; duplicates published: "
                    f"{total - workload.bad_count - len(workload.valid_events)}")
