@@ -133,7 +133,12 @@ async def _demo(
 ) -> None:
     run_id = time.strftime("%Y%m%d%H%M%S")
     params = WorkloadParams(
-        events=events, worlds=n_worlds, keys=keys, seed=seed, world_prefix="demo-", id_prefix=f"r{run_id}-",
+        events=events,
+        worlds=n_worlds,
+        keys=keys,
+        seed=seed,
+        world_prefix="demo-",
+        id_prefix=f"r{run_id}-",
         pk_prefix=f"r{run_id}",  # fresh entities per run: an earlier run's newer versions stay apart
     )
     workload = generate(params)
@@ -182,12 +187,16 @@ async def _demo(
         rate = total / max(pub_s + apply_s, 1e-9)
         click.echo(f"   drained {apply_s:.1f}s after publishing ended: {rate:,.0f} records/s end to end")
         bad = Counter(r.value[:12] for r in workload.records if r.event is None)
-        click.echo(f"   bad records in the workload: {sum(bad.values())}; duplicates published: "
-                   f"{total - workload.bad_count - len(workload.valid_events)}")
+        click.echo(
+            f"   bad records in the workload: {sum(bad.values())}; duplicates published: "
+            f"{total - workload.bad_count - len(workload.valid_events)}"
+        )
         model = expected_state(workload.valid_events)
         click.echo("")
-        click.echo(f"{'world':10} {'branch':16} {'commits':>7} {'entity_events':>13} {'entity_common':>13} "
-                   f"{'entity_edge':>11}  matches model")
+        click.echo(
+            f"{'world':10} {'branch':16} {'commits':>7} {'entity_events':>13} {'entity_common':>13} "
+            f"{'entity_edge':>11}  matches model"
+        )
         for world in params.world_ids():
             branch = naming.branch(world)
             commits = await _commits_since(nessie, branch, bases[world])
@@ -203,8 +212,10 @@ async def _demo(
                 and {k: v for k, v in state.objects.items() if k.startswith(mine)} == want.objects
                 and {k: v for k, v in state.links.items() if k.startswith(mine)} == want.links
             )
-            click.echo(f"{world:10} {branch:16} {commits:>7} {rows['entity_events']:>13} "
-                       f"{rows['entity_common']:>13} {rows['entity_edge']:>11}  {'yes' if ok else 'NO'}")
+            click.echo(
+                f"{world:10} {branch:16} {commits:>7} {rows['entity_events']:>13} "
+                f"{rows['entity_common']:>13} {rows['entity_edge']:>11}  {'yes' if ok else 'NO'}"
+            )
     click.echo("")
     click.echo(f"metrics:    http://127.0.0.1:{settings.web_port}/metrics (while a worker runs)")
     click.echo(f"prometheus: {settings.prometheus_url}/graph?g0.expr=sum%20by%20(world)(causeway_events_total)")
