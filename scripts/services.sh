@@ -58,10 +58,19 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 http_ok() { curl -fsS -m 3 -o /dev/null "$1" 2>/dev/null; }
 
+# A broker this script did not start: ask it for its API versions (a JVM start, ~2 s, so only then).
+kafka_answers() {
+  local libs="$CACHE_DIR/kafka-$KAFKA_VERSION/libs"
+  [[ -d "$libs" ]] || return 1
+  timeout 20 java -cp "$libs/*" -Dlog4j.configuration=file:/dev/null kafka.admin.BrokerApiVersionsCommand \
+    --bootstrap-server "127.0.0.1:$KAFKA_PORT" 2>/dev/null | grep -q "id: "
+}
+
 healthy() {
   case "$1" in
     redis) redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG ;;
-    kafka) port_open "$KAFKA_PORT" && grep -q "Kafka Server started" "$(logfile kafka)" 2>/dev/null ;;
+    kafka) port_open "$KAFKA_PORT" && { grep -q "Kafka Server started" "$(logfile kafka)" 2>/dev/null \
+             || kafka_answers; } ;;
     nessie) http_ok "http://127.0.0.1:$NESSIE_MGMT_PORT/q/health/ready" \
               && http_ok "http://127.0.0.1:$NESSIE_PORT/api/v2/config" ;;
     prometheus) http_ok "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" ;;
