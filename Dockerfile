@@ -10,6 +10,7 @@ COPY monitoring ./monitoring
 COPY worlds ./worlds
 COPY cli ./cli
 COPY bench ./bench
-RUN pip install --no-cache-dir ".[s3]"
+# pyarrow (a dependency) serves s3:// warehouses; no extra S3 client is needed.
+RUN pip install --no-cache-dir .
 EXPOSE 6066
 CMD ["causeway", "worker"]
