@@ -90,12 +90,25 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     topic = change_topics(app, settings)
     streams: list[Any] = []
 
+    def current(event: Any) -> bool:
+        """Whether a Faust event was fetched in the consumer group's current generation.
+
+        A rebalance revokes every partition (eager protocol) and Faust then seeks each assigned
+        partition back to its committed offset, so records fetched before it come again. Copies
+        still buffered from the old generation are neither processed nor acked: acking them
+        would put acks above offsets the new generation has not settled (Faust's commit would
+        skip those), and processing them would feed the offset tracker a stale position.
+        """
+        generation = getattr(event.message, "generation_id", None)
+        return generation is None or generation == app.consumer_generation_id
+
     async def ack(events: list[Any]) -> None:
         if not streams:
             return
         stream = streams[0]
         for event in events:
-            await stream.ack(event)
+            if current(event):
+                await stream.ack(event)
 
     @app.agent(topic, name="apply-changes", concurrency=1)
     async def apply_changes(stream: faust.StreamT) -> None:
@@ -113,6 +126,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
                     e,
                 )
                 for e in events
+                if current(e)
             ]
             await ack(await applier.process(records))
             while applier.backpressure:

@@ -38,6 +38,9 @@ def _add_overrides(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--latency-rate", type=int, help="events/s offered in the latency phase")
     ap.add_argument("--latency-seconds", type=float)
     ap.add_argument("--contenders", help=f"comma-separated subset of {','.join(CONTENDERS)}")
+    ap.add_argument(
+        "--debezium", action="store_true", default=None, help="Debezium envelopes + the CDC ingest (causeway only)"
+    )
     ap.add_argument("--py-spy", action="store_true", help="profile causeway's workers with py-spy (raw stacks)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
 
@@ -59,6 +62,7 @@ def _profile(args: argparse.Namespace, **extra: object):  # type: ignore[no-unty
             "naive_cap_s",
             "latency_rate",
             "latency_seconds",
+            "debezium",
         )
     }
     if args.contenders:

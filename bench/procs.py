@@ -198,13 +198,20 @@ class GroupWatch:
         timeout: float,  # noqa: ASYNC109 - a deadline
         alive: Callable[[], bool] | None = None,
         poll: float = 0.2,
+        stall_after: float | None = None,
     ) -> tuple[float, GroupProgress]:
-        """Until the committed offsets reach every end (or ``timeout``); returns (time, last progress)."""
+        """Until the committed offsets reach every end, ``timeout`` passes, or nothing moved for
+        ``stall_after`` seconds; returns (time, last progress)."""
         deadline = time.monotonic() + timeout
         progress = await self.progress()
+        moved_at, done = time.monotonic(), progress.done
         while time.monotonic() < deadline:
             progress = await self.progress()
             if progress.lag == 0:
+                return time.monotonic(), progress
+            if progress.done != done:
+                moved_at, done = time.monotonic(), progress.done
+            elif stall_after is not None and time.monotonic() - moved_at > stall_after:
                 return time.monotonic(), progress
             if alive is not None and not alive():
                 raise RuntimeError(f"a process of group {self.group} died before the group drained")

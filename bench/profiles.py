@@ -29,6 +29,7 @@ class Profile:
     duplicate_rate: float = 0.02
     bad_rate: float = 0.01
     contenders: tuple[str, ...] = CONTENDERS
+    debezium: bool = False  # publish Debezium envelopes and run the CDC ingest in front of causeway
     # causeway worker settings (production defaults unless a profile needs otherwise)
     batch_max_events: int = 10_000
     batch_max_seconds: float = 1.0
@@ -41,7 +42,8 @@ class Profile:
     latency_rate: int = 1_000
     latency_seconds: float = 10.0
     latency_drain_s: float = 30.0  # how long to wait for the paced records to become visible
-    drain_timeout_s: float = 900.0  # causeway / ceiling: give up draining the preload after this
+    stall_after_s: float = 60.0  # causeway / ceiling: no committed progress for this long = stalled
+    drain_timeout_s: float = 300.0  # causeway / ceiling: give up draining the preload after this (a stall)
 
     def with_(self, **changes: object) -> Profile:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]

@@ -25,6 +25,8 @@ ROWS: tuple[tuple[str, str], ...] = (
 def _cell(fig: dict[str, Any], key: str) -> str:
     if key == "_settled":
         s = f"{fig['events_settled']} / {fig['events_preloaded']}"
+        if fig.get("stalled"):
+            return s + " (**stalled**)"
         return s + (" (time-capped)" if fig["capped"] else "")
     if key == "_latency":
         lat = fig["latency_s"]
