@@ -166,8 +166,7 @@ class Applier:
     async def flush_all(self) -> list[Any]:
         """Commit everything released (before a partition is given up, or at shutdown)."""
         async with self.lock:
-            for world in list(self.batches.worlds()):
-                await self._flush(world)
+            await asyncio.gather(*(self._flush(world) for world in list(self.batches.worlds())))
             return self._acks_due()
 
     async def revoke(self, tps: Sequence[TopicPartition]) -> None:
@@ -354,8 +353,8 @@ class Applier:
             due = self.batches.due(now)
             if not due:
                 return
-            for world in due:
-                await self._flush(world)
+            # Worlds are separate branches: their commits overlap (Nessie round trips, file writes).
+            await asyncio.gather(*(self._flush(world) for world in due))
 
     async def _flush(self, world: str) -> None:
         items = self.batches.take(world)

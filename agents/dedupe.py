@@ -2,7 +2,7 @@
 
 Flow per batch (the agent does the I/O, these functions decide):
 
-1. ``refs_to_check`` → one pipelined Redis ``EXISTS`` per ``applied_key``; the ids found are *marked*.
+1. ``refs_to_check`` → one Redis ``MGET`` of the ``applied_key`` of each; the ids found are *marked*.
 2. ``drop_duplicates`` removes events already marked for their world and repeats inside the batch.
 3. At commit time, ``decide_versions`` against the entity versions read from the head being committed
    on (decided again after every OCC retry: a new head may hold newer versions).

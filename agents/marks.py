@@ -11,11 +11,7 @@ from collections.abc import Iterable
 
 import redis.asyncio as aioredis
 
-KEY_PREFIX = "causeway:applied:"
-
-
-def mark_key(world_id: str, event_id: str) -> str:
-    return f"{KEY_PREFIX}{world_id}:{event_id}"
+from agents.dedupe import applied_key as mark_key
 
 
 class AppliedMarks:
@@ -33,11 +29,10 @@ class AppliedMarks:
         items = list(dict.fromkeys(pairs))
         if not items:
             return set()
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for world, event_id in items:
-                pipe.exists(mark_key(world, event_id))
-            answers = await pipe.execute()
-        return {item for item, hit in zip(items, answers, strict=True) if hit}
+        # One MGET: a single command is several times cheaper for redis-py than N pipelined EXISTS.
+        # (On Redis Cluster the keys span slots: a cluster client's mget_nonatomic splits it.)
+        answers = await self._redis.mget([mark_key(world, event_id) for world, event_id in items])
+        return {item for item, hit in zip(items, answers, strict=True) if hit is not None}
 
     async def mark(self, pairs: Iterable[tuple[str, str]]) -> int:
         """Mark pairs applied with the TTL; idempotent. Returns how many were written."""
