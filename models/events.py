@@ -15,6 +15,8 @@ Wire format (JSON object, one per Kafka record, key ``"<world_id>::<object_pk|li
     occurred_at       ISO-8601 string or epoch milliseconds
     schema_version    int >= 0 (default 0)
     source            str (default "")
+    unchanged_properties  list of property names the source did not send (optional): their stored
+                      values are kept, never overwritten (Debezium's unavailable-value placeholder)
 
 ``decode`` never raises on bad input: it returns an ``Invalid`` with a stable reason code that goes
 into the dead-letter headers, and a sentence a producer can act on.
@@ -66,6 +68,9 @@ class ChangeEvent:
     source: str
     from_pk: str | None = None
     to_pk: str | None = None
+    #: Properties the source left out of ``after`` because it did not send them (Debezium's
+    #: unavailable-value placeholder, e.g. unchanged TOAST columns): the stored values are kept.
+    unchanged: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -94,6 +99,8 @@ class ChangeEvent:
             doc["link_pk"] = self.entity_pk
             doc["from_pk"] = self.from_pk
             doc["to_pk"] = self.to_pk
+        if self.unchanged:
+            doc["unchanged_properties"] = list(self.unchanged)
         return doc
 
     def encode(self) -> bytes:
@@ -243,6 +250,9 @@ def validate(doc: Any, topic_kind: EntityKind | None = None) -> ChangeEvent:
     source = doc.get("source") or ""
     if not isinstance(source, str):
         raise _Reject("wrong-type", "'source' must be a string")
+    unchanged = doc.get("unchanged_properties") or []
+    if not isinstance(unchanged, list) or not all(isinstance(u, str) for u in unchanged):
+        raise _Reject("wrong-type", "'unchanged_properties' must be a list of property names")
 
     return ChangeEvent(
         event_id=event_id,
@@ -261,6 +271,7 @@ def validate(doc: Any, topic_kind: EntityKind | None = None) -> ChangeEvent:
         source=source[:MAX_ID_LEN],
         from_pk=from_pk,
         to_pk=to_pk,
+        unchanged=tuple(unchanged),
     )
 
 

@@ -91,6 +91,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -427,6 +428,30 @@ class BatchCommitter:
 
     # --- projections -----------------------------------------------------------------------------
 
+    def _carry_stored_properties(
+        self, table: Table, tdef: TableDef, plan: projection.Plan, keys: set[projection.Key]
+    ) -> None:
+        """Fill events' unchanged properties from the stored rows of ``keys`` (read only for them)."""
+        type_col, pk_col = tdef.key
+        pks = pa.array(sorted({pk for _, pk in keys}), pa.string())
+        state = read_state(
+            table,
+            [type_col, pk_col, "version", "properties"],
+            lambda t: pc.is_in(t.column(pk_col), value_set=pks),
+            None,
+        )
+        if state.index is None:
+            return
+        best: dict[projection.Key, tuple[int, str | None]] = {}
+        for t_, pk, version, props in zip(
+            *(state.index.column(c).to_pylist() for c in (type_col, pk_col, "version", "properties")), strict=True
+        ):
+            if (t_, pk) in keys and ((t_, pk) not in best or version > best[(t_, pk)][0]):
+                best[(t_, pk)] = (version, props)
+        for key, (_, props) in best.items():
+            if props:
+                plan.rows[key] = projection.carry_unchanged(plan.rows[key], orjson.loads(props))
+
     def _apply_projection(
         self, table: Table, tdef: TableDef, events: list[ChangeEvent], batch: Batch, now: datetime
     ) -> tuple[FlushStats, set[str]]:
@@ -459,6 +484,10 @@ class BatchCommitter:
         stale = {e.event_id for e in plan.stale}
         if not plan.changed:
             return stats, stale
+
+        missing = projection.needs_stored_properties(plan) & set(stored)
+        if missing:
+            self._carry_stored_properties(table, tdef, plan, missing)
 
         new_deletes: dict[str, list[int]] = {}
         for key in plan.remove:

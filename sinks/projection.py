@@ -15,12 +15,17 @@ Rules, applied in batch order per key ``(entity_type, entity_pk)``:
   the type may start again at any version). Later events of the batch apply to the empty type.
 
 Equal versions are stale: a redelivered event is a no-op.
+
+Properties an event names as ``unchanged`` (the source did not send them) keep their previous
+value: from an earlier event of the same batch here, else from the stored row (the committer reads
+those only for the keys that need them, see :func:`needs_stored_properties`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from models.events import ChangeEvent, ChangeType
 
@@ -104,8 +109,26 @@ def plan(events: Iterable[ChangeEvent], stored: Mapping[Key, Stored]) -> Plan:
             result.stale.append(ev)
             continue
         deleted = ev.change_type is ChangeType.DELETE
+        if ev.unchanged and not deleted:
+            earlier = result.rows.get(key)
+            if earlier is not None and earlier.change_type is not ChangeType.DELETE:
+                ev = carry_unchanged(ev, earlier.after or {})
         state[key] = Stored(ev.version, deleted)
         result.rows[key] = ev
         if key in stored:
             result.remove.add(key)
     return result
+
+
+def carry_unchanged(ev: ChangeEvent, previous: Mapping[str, Any]) -> ChangeEvent:
+    """``ev`` with its unchanged properties filled from ``previous``; those not found stay listed."""
+    kept = {k: previous[k] for k in ev.unchanged if k in previous}
+    if not kept:
+        return ev
+    after = {**kept, **(ev.after or {})}
+    return replace(ev, after=after, unchanged=tuple(k for k in ev.unchanged if k not in kept))
+
+
+def needs_stored_properties(p: Plan) -> set[Key]:
+    """Keys whose planned row still lacks unchanged properties that only the stored row has."""
+    return {key for key, ev in p.rows.items() if ev.unchanged and ev.change_type is not ChangeType.DELETE}

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import orjson
 import pyarrow.compute as pc
 import pytest
 
@@ -430,3 +431,23 @@ def test_random_flushes_with_compaction_and_delete_merges_match_a_model(
     assert snapshot is not None and snapshot.summary is not None
     deletes = int(snapshot.summary.get("total-delete-files", "0"))
     assert deletes <= 3
+
+
+def test_unchanged_properties_keep_their_stored_values(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """A CDC update that could not send a column (TOAST) never erases its stored value."""
+    from dataclasses import replace
+
+    committer = BatchCommitter(sink_settings, client)
+    committer.commit_batch(batch(world, "u1", [obj(world, "p1", "CREATE", 1, a=1, doc="big text")], 0))
+    # Across batches: the value comes from the stored row.
+    update = replace(obj(world, "p1", "UPDATE", 2, a=2), unchanged=("doc",))
+    committer.commit_batch(batch(world, "u2", [update], 1))
+    # Within one batch: from the earlier event of the same key.
+    create = obj(world, "p2", "CREATE", 1, a=1, doc="other")
+    same_batch = replace(obj(world, "p2", "UPDATE", 2, a=3), unchanged=("doc", "never-stored"))
+    committer.commit_batch(batch(world, "u3", [create, same_batch], 2))
+    state = objects(committer.catalog(f"world-{world}"))
+    assert orjson.loads(state["p1"][2]) == {"a": 2, "doc": "big text"}
+    assert orjson.loads(state["p2"][2]) == {"a": 3, "doc": "other"}

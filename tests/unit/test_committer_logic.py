@@ -192,3 +192,38 @@ def test_ref_spec_parse(text: str, name: str, hash_: str | None, ts: int | None)
 def test_ref_spec_rejects(bad: str) -> None:
     with pytest.raises(ValueError):
         RefSpec.parse(bad)
+
+
+def test_unchanged_properties_carry_over_within_a_batch() -> None:
+    from dataclasses import replace
+
+    from models.events import ChangeEvent, ChangeType, EntityKind
+    from sinks import projection
+
+    def ev(n: int, change: str, version: int, after: dict, unchanged: tuple[str, ...] = ()) -> ChangeEvent:
+        return ChangeEvent(
+            f"e{n}",
+            "w",
+            EntityKind.OBJECT,
+            "T",
+            "k",
+            ChangeType(change),
+            version,
+            None,
+            after,
+            None,
+            None,
+            0,
+            0,
+            "",
+            unchanged=unchanged,
+        )
+
+    p = projection.plan([ev(1, "CREATE", 1, {"a": 1, "big": "x"}), ev(2, "UPDATE", 2, {"a": 2}, ("big", "z"))], {})
+    row = p.rows[("T", "k")]
+    assert row.after == {"a": 2, "big": "x"} and row.unchanged == ("z",)
+    assert projection.needs_stored_properties(p) == {("T", "k")}
+    alone = projection.plan([ev(3, "UPDATE", 5, {"a": 9}, ("big",))], {("T", "k"): projection.Stored(4)})
+    assert projection.needs_stored_properties(alone) == {("T", "k")}
+    assert projection.carry_unchanged(alone.rows[("T", "k")], {"big": "y"}).after == {"big": "y", "a": 9}
+    assert replace(row, unchanged=()).unchanged == ()
