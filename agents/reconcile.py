@@ -50,6 +50,7 @@ from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
 from sinks.tables import COMMON, EVENTS, contracts
 from streams.settings import Settings
+from worlds.manager import world_ids
 
 log = logging.getLogger(__name__)
 
@@ -257,12 +258,7 @@ class Reconciler:
         self.naming = WorldNaming(settings.prod_world, settings.main_branch)
 
     def worlds(self) -> list[str]:
-        out = []
-        for ref in self.committer.client.list_references():
-            world = self.naming.world(ref.name) if ref.type.upper() == "BRANCH" else None
-            if world is not None:
-                out.append(world)
-        return sorted(out)
+        return world_ids(self.committer.client.list_references(), self.naming)
 
     def run_world(self, world: str, control: Mapping[str, int] | None = None, *, dry_run: bool = False) -> RunReport:
         """Reconcile one world; records metrics (unless ``dry_run``) and never raises."""

@@ -66,6 +66,7 @@ from sinks.rows import property_value
 from sinks.tables import TableDef, contracts, evolve, projection_for, schema_property
 from streams.settings import Settings
 from streams.topics import ensure_topics
+from worlds.manager import world_ids
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +99,7 @@ class SchemaStore:
 
     def worlds(self) -> list[str]:
         """Every world that has a branch (what ``world_id = "*"`` means when it is applied)."""
-        out = []
-        for ref in self.committer.client.list_references():
-            world = self.naming.world(ref.name) if ref.type.upper() == "BRANCH" else None
-            if world is not None:
-                out.append(world)
-        return sorted(out)
+        return world_ids(self.committer.client.list_references(), self.naming)
 
     def contracts(self, world_id: str) -> dict[tuple[EntityKind, str], TypeSchema]:
         """The contracts applied on a world's branch head, by (kind, type)."""

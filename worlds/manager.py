@@ -113,3 +113,10 @@ class WorldManager:
                 f"world {world_id!r} moved while deleting (now past {world.hash[:12]}); check its history and retry"
             ) from exc
         return True
+
+
+def world_ids(refs: list[Reference], naming: WorldNaming) -> list[str]:
+    """The worlds among ``refs`` (branches whose name maps back to a world id), sorted."""
+    return sorted(
+        w for ref in refs if ref.type.upper() == "BRANCH" and (w := naming.world(ref.name)) is not None
+    )
