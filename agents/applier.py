@@ -446,23 +446,23 @@ class Applier:
     async def _retry(
         self, what: str, call: Callable[[], Any], on_error: Callable[[Exception], None] | None = None
     ) -> Any:
-        """Run ``call`` until it succeeds; back off (capped) and report while a dependency is down."""
+        """Run ``call`` until it succeeds; back off (capped) and report while a dependency is down.
+
+        The dependency gauge goes to 0 on a failure and back to 1 when the same call succeeds, so
+        it recovers even when nothing else touches that dependency afterwards.
+        """
+        dep = "redis" if "redis" in what else ("nessie" if "commit" in what or "world" in what else "kafka")
         delay = 0.2
         attempt = 0
         while True:
             try:
-                return await call()
+                result = await call()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every failure here is retried, never lost
                 attempt += 1
                 if on_error is not None:
                     on_error(exc)
-                dep = (
-                    "redis"
-                    if "redis" in what or "Redis" in type(exc).__module__
-                    else ("nessie" if "commit" in what or "world" in what else "kafka")
-                )
                 self.metrics.dependency(dep, False)  # type: ignore[arg-type]
                 log.warning(
                     "%s failed (attempt %d, retrying in %.1fs): %s: %s",
@@ -474,6 +474,11 @@ class Applier:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
+            else:
+                if attempt:
+                    self.metrics.dependency(dep, True)  # type: ignore[arg-type]
+                    log.info("%s succeeded after %d failed attempt(s)", what, attempt)
+                return result
 
     # --- output ---------------------------------------------------------------------------------
 
