@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, ConsumerStoppedError, IllegalStateError, KafkaError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from agents.cdc_mapping import CdcMapping, Converted, Ignored, Position, convert, mapping_from_env
+from agents.kafka_loop import KafkaLoop
 from models.deadletter import DeadLetter
 from models.events import EntityKind
 from streams.settings import Settings
@@ -196,8 +197,15 @@ class _Revoke(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("cdc ingest assigned %d partitions", len(assigned))
 
 
-class CdcIngest:
+class CdcIngest(KafkaLoop):
     """The ingest loop. ``start`` → ``run`` (until ``stop``) → closed; or ``async with``."""
+
+    name = "cdc ingest"
+    retry_on = (KafkaError, IllegalStateError)
+
+    @property
+    def retry_pause_s(self) -> float:
+        return self.options.retry_backoff_s
 
     def __init__(
         self,
@@ -252,38 +260,6 @@ class CdcIngest:
     def stop_soon(self) -> None:
         """Ask ``run`` to return after the current batch."""
         self._stopping.set()
-
-    async def stop(self) -> None:
-        self._stopping.set()
-        consumer, producer = self._consumer, self._producer
-        self._consumer = self._producer = None
-        async with self._lock:
-            if consumer is not None:
-                await consumer.stop()
-            if producer is not None:
-                await producer.stop()
-
-    async def __aenter__(self) -> CdcIngest:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    async def run(self) -> None:
-        """Process batches until ``stop``/``stop_soon``; bad records never end the loop."""
-        while not self._stopping.is_set():
-            try:
-                await self.step()
-            except ConsumerStoppedError:
-                if self._stopping.is_set():
-                    break  # stop() closed the consumer under a poll
-                raise
-            except (KafkaError, IllegalStateError) as exc:
-                if self._stopping.is_set():
-                    break
-                log.warning("cdc ingest: kafka error, retrying: %r", exc)
-                await asyncio.sleep(self.options.retry_backoff_s)
 
     async def step(self) -> int:
         """Poll, convert, produce, commit one batch; returns how many records it consumed."""

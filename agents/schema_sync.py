@@ -39,8 +39,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka import TopicPartition as KafkaTP
-from aiokafka.errors import CommitFailedError, ConsumerStoppedError, IllegalStateError, KafkaError
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from agents.kafka_loop import KafkaLoop
 from agents.offsets import OffsetTracker
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid
@@ -274,8 +275,11 @@ class _Revoke(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("schema sync assigned %d partitions", len(assigned))
 
 
-class SchemaSync:
+class SchemaSync(KafkaLoop):
     """The schema-sync loop. ``start`` → ``run`` (until ``stop``); or ``async with``."""
+
+    name = "schema sync"
+    retry_on = (KafkaError, IllegalStateError, NessieConflict, OSError)
 
     def __init__(
         self,
@@ -317,38 +321,6 @@ class SchemaSync:
         self._consumer.subscribe([s.schema_topic, s.schema_intelligence_topic], listener=_Revoke(self))
         await self._consumer.start()
         log.info("schema sync started: group %s, topic %s", self.group_id, s.schema_topic)
-
-    async def stop(self) -> None:
-        self._stopping.set()
-        consumer, producer = self._consumer, self._producer
-        self._consumer = self._producer = None
-        async with self._lock:
-            if consumer is not None:
-                await consumer.stop()
-            if producer is not None:
-                await producer.stop()
-
-    async def __aenter__(self) -> SchemaSync:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    async def run(self) -> None:
-        """Handle records until ``stop``; a bad record or a failing branch never ends the loop."""
-        while not self._stopping.is_set():
-            try:
-                await self.step()
-            except ConsumerStoppedError:
-                if self._stopping.is_set():
-                    break
-                raise
-            except (KafkaError, IllegalStateError, NessieConflict, OSError) as exc:
-                if self._stopping.is_set():
-                    break
-                log.warning("schema sync: %r; retrying", exc)
-                await asyncio.sleep(1.0)
 
     async def step(self) -> int:
         """Poll once, handle every record in offset order, commit what is settled."""
