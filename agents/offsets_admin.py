@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from monitoring.lag import partition_lag
+
 TopicPartition = tuple[str, int]
 STRATEGIES = ("earliest", "latest", "timestamp", "offset")
 
@@ -46,8 +48,7 @@ class LagRow:
 
     @property
     def lag(self) -> int:
-        base = self.committed if self.committed is not None and self.committed >= 0 else self.start
-        return max(0, self.end - base)
+        return partition_lag(self.end, self.start, self.committed)
 
 
 @dataclass(frozen=True)

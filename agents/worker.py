@@ -23,8 +23,8 @@ from agents.applier import Applier, RawRecord
 from agents.deadletters import DeadLetterPublisher
 from agents.marks import AppliedMarks
 from models.worlds import WorldNaming
-from monitoring.lag import OffsetProbe
-from monitoring.metrics import Metrics, register_faust_sensors
+from monitoring import discovery
+from monitoring.metrics import Metrics, add_metrics_page
 from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
@@ -61,7 +61,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     """The Faust app with the applier agent, its timer, rebalance hook and /health page."""
     metrics = metrics or Metrics()
     app = create_app(settings)
-    register_faust_sensors(app, metrics)
+    add_metrics_page(app, metrics)
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     applier = Applier(
@@ -88,6 +88,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     schema_sync.attach(app, settings, metrics)
     reconcile.attach(app, settings, metrics)
     topic = change_topics(app, settings)
+    metrics.dead_letter_series(topic.topics)
     streams: list[Any] = []
 
     def current(event: Any) -> bool:
@@ -146,8 +147,6 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         tps = [(tp.topic, tp.partition) for tp in revoked]
         await ack(await applier.flush_all())
         await applier.revoke(tps)
-        for topic_name, partition in tps:
-            metrics.forget_partition(topic_name, partition)
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
@@ -161,26 +160,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     async def summary(web: Any, request: Any) -> Any:
         return json_response(applier.summary())
 
-    lag_probe = OffsetProbe(settings.kafka_bootstrap, settings.app_id)
-
-    @app.timer(interval=5.0)
-    async def export_lag() -> None:
-        await _export_lag(app, lag_probe, metrics, set(topic.topics))
-
     return app, applier
-
-
-async def _export_lag(app: faust.App, probe: OffsetProbe, metrics: Metrics, topics: set[str]) -> None:
-    """Lag per assigned change-topic partition = broker end offset − the group's committed offset.
-
-    Both offsets come from the broker (``monitoring.lag``), not from Faust's consumer, so the gauges
-    match ``kafka-consumer-groups.sh --describe``; Faust's internal leader topic is left out.
-    """
-    try:
-        assigned = [(tp.topic, tp.partition) for tp in app.consumer.assignment() if tp.topic in topics]
-        await probe.export(metrics, assigned)
-    except Exception as exc:  # noqa: BLE001 - metrics must never stop the worker
-        log.warning("lag export failed: %s: %s", type(exc).__name__, exc)
 
 
 def run_worker(settings: Settings) -> None:
@@ -188,4 +168,8 @@ def run_worker(settings: Settings) -> None:
     asyncio.run(ensure_topics(settings))
     app, _ = build_worker(settings)
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
-    worker.execute_from_commandline()
+    # Lag is measured outside the worker (monitoring.lag_exporter); Prometheus finds this worker's
+    # /metrics through the discovery file it holds while it runs.
+    target = discovery.advertised_address(settings.web_bind, settings.web_port)
+    with discovery.registered(settings.prometheus_sd_dir, "worker", target):
+        worker.execute_from_commandline()

@@ -24,10 +24,10 @@ from aiokafka import AIOKafkaProducer
 from bench.workload import WorkloadParams, expected_state, generate
 from models.events import EntityKind
 from models.worlds import WorldNaming
+from monitoring.lag_probe import group_lag
 from sinks.committer import PROP_BATCH
 from sinks.nessie import NessieClient
 from sinks.readback import read_world
-from streams.lag import group_lag
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from worlds.manager import WorldManager

@@ -1,8 +1,8 @@
 """Every causeway metric, defined once, with typed helpers that hide the label plumbing.
 
 One ``Metrics`` object owns a dedicated ``CollectorRegistry`` (never the process-global one, so tests
-build as many as they like and Faust's sensors can be registered beside ours with
-``register_faust_sensors``). The worker serves that registry on ``/metrics``.
+build as many as they like). The worker serves that registry, and nothing else, on ``/metrics``
+(``add_metrics_page``).
 
 Label values come only from small, bounded sets: world ids (validated, else ``invalid``), topics,
 partitions, stable reason codes (sanitised, else ``other``) and the outcome enums below. Event ids,
@@ -49,6 +49,15 @@ UNKNOWN_WORLD = "unknown"  # the event carried no readable world id
 INVALID_WORLD = "invalid"  # it carried one that may not become a label (or a branch)
 ALL_WORLDS = "all"  # in-flight counts of a whole worker process (Metrics.inflight)
 OTHER_REASON = "other"
+# Every reason code a change-topic record can be dead-lettered with (models.events, agents.causal,
+# agents.dedupe, agents.applier; a unit test keeps this list complete). Their dead-letter series start
+# at 0 for each consumed topic, so the first record of a reason is an increase() the alert sees.
+DEAD_LETTER_REASONS = (
+    "bad-characters", "bad-timestamp", "bad-world-id", "empty-field", "field-too-long", "malformed-json",
+    "missing-after", "missing-field", "negative-number", "not-an-object", "number-too-large", "oversized",
+    "self-caused", "tombstone", "wrong-topic", "wrong-type", "cause-missing", "causal-cycle",
+    "stale-version", "unknown-world",
+)  # fmt: skip
 _REASON = re.compile(r"[a-z0-9][a-z0-9_.-]{0,47}")
 
 # Buckets, in the metric's base unit.
@@ -104,21 +113,6 @@ class Metrics:
         c, g, h = self._counter, self._gauge, self._histogram
 
         # --- lag and latency ----------------------------------------------------------------------
-        self.partition_end_offset = g(
-            "causeway_partition_end_offset",
-            "Log end offset of an assigned partition (next offset to be written).",
-            ("topic", "partition"),
-        )
-        self.partition_committed_offset = g(
-            "causeway_partition_committed_offset",
-            "Offset the consumer group has committed for an assigned partition (next offset to read).",
-            ("topic", "partition"),
-        )
-        self.consumer_lag = g(
-            "causeway_consumer_lag_messages",
-            "Messages the group has not committed (end offset minus committed offset), per partition.",
-            ("topic", "partition"),
-        )
         self.events_consumed = c(
             "causeway_events_consumed_total", "Records read from Kafka, before decoding.", ("topic",)
         )
@@ -308,35 +302,12 @@ class Metrics:
         return w
 
     # --- lag and latency ----------------------------------------------------------------------------
-    def partition_offsets(
-        self,
-        topic: str,
-        partition: int,
-        end_offset: int,
-        committed_offset: int | None,
-        *,
-        low_offset: int = 0,
-    ) -> int:
-        """Record a partition's end and committed offsets and its lag; returns the lag.
-
-        ``committed_offset`` None means the group never committed: lag counts from ``low_offset``
-        (the partition's earliest retained offset).
-        """
-        p = str(partition)
-        start = low_offset if committed_offset is None or committed_offset < 0 else committed_offset
-        lag = max(0, end_offset - start)
-        self.partition_end_offset.labels(topic, p).set(end_offset)
-        self.partition_committed_offset.labels(topic, p).set(start)
-        self.consumer_lag.labels(topic, p).set(lag)
-        return lag
-
-    def forget_partition(self, topic: str, partition: int) -> None:
-        """Drop a revoked partition's series so two workers never both report it after a rebalance."""
-        for metric in (self.partition_end_offset, self.partition_committed_offset, self.consumer_lag):
-            try:
-                metric.remove(topic, str(partition))
-            except KeyError:
-                pass
+    def dead_letter_series(self, topics: Iterable[str], reasons: Iterable[str] = DEAD_LETTER_REASONS) -> None:
+        """Create the (topic, reason) dead-letter series at 0, so a never-seen reason's first record is an
+        increase from 0 (a series born at 500 has no increase() and would never alert)."""
+        for topic in topics:
+            for reason in reasons:
+                self.dead_letters.labels(topic, reason_label(reason))
 
     def consumed(self, topic: str, n: int = 1) -> None:
         self.events_consumed.labels(topic).inc(n)
@@ -501,23 +472,28 @@ def default_metrics() -> Metrics:
     return _default
 
 
-def register_faust_sensors(
-    app: Any, metrics: Metrics, *, pattern: str = "/metrics", name_prefix: str = "faust"
-) -> None:
-    """Add Faust's Prometheus sensors to ``metrics.registry`` and serve it at ``pattern`` on the worker.
+def add_metrics_page(app: Any, metrics: Metrics, *, pattern: str = "/metrics") -> None:
+    """Serve ``metrics.registry`` at ``pattern`` on a Faust app's web server.
 
-    The prefix is ``faust`` rather than the app name, so Faust's ~26 metrics never mix with the
-    ``causeway_`` names defined here. ``*_created`` series are switched off process-wide: they double
-    the series count and nothing here reads them.
+    Only causeway's own metrics: Faust's sensors are not registered. Their names break Prometheus
+    conventions (``faust_events_runtime_ms``, histograms without a unit, a gauge called
+    ``faust_total_rebalances``, ``..._commited``) that ``promtool check metrics`` flags, and causeway's
+    metrics cover what they show. ``*_created`` series are switched off process-wide: they double the
+    series count and nothing here reads them.
     """
-    from faust.sensors.prometheus import setup_prometheus_sensors
+    from aiohttp.web import Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     disable_created_metrics()
-    setup_prometheus_sensors(app, pattern, registry=metrics.registry, name_prefix=name_prefix)
+
+    @app.page(pattern)
+    async def metrics_page(web: Any, request: Any) -> Any:
+        return Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def serve(metrics: Metrics, port: int, addr: str = "127.0.0.1") -> Any:
-    """Serve ``metrics.registry`` at ``http://addr:port/metrics`` from a thread, without Faust.
+def serve(metrics: Metrics | Any, port: int, addr: str = "127.0.0.1") -> Any:
+    """Serve ``metrics.registry`` (a ``Metrics``, or anything with a registry) at ``http://addr:port/metrics``
+    from a thread, without Faust.
 
     Returns the HTTP server (call ``shutdown()`` to stop it). ``*_created`` series are switched off.
     """

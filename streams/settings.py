@@ -103,6 +103,24 @@ class Settings:
     )
     # --- observability ---------------------------------------------------------------------------
     web_port: int = _opt(6066, "Worker HTTP port: /metrics and /health.")
+    web_bind: str = _opt(
+        "127.0.0.1", "Address the worker's HTTP server binds (0.0.0.0 in a container, so Prometheus reaches it)."
+    )
+    prometheus_sd_dir: str = _opt(
+        "./.causeway/run/prometheus-sd",
+        "Folder of Prometheus file-based service discovery: each worker and lag exporter writes its scrape "
+        "target there while it runs and removes it on exit. Empty disables it.",
+    )
+    lag_exporter_port: int = _opt(
+        6065, "Port of the standalone lag exporter's /metrics (python -m monitoring.lag_exporter)."
+    )
+    lag_groups: str = _opt("", "Consumer groups the lag exporter watches, comma-separated; empty means the app id.")
+    lag_topics: str = _opt(
+        "",
+        "Topics the lag exporter always watches (besides those the group has committed), comma-separated; "
+        "empty means the objects and links topics.",
+    )
+    lag_poll_interval_s: float = _opt(5.0, "How often the lag exporter asks the broker for offsets, seconds.")
     log_level: str = _opt("info", "Log level: debug, info, warning, error.")
 
     @classmethod

@@ -3,6 +3,7 @@ firing and not firing."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -56,9 +57,32 @@ def test_compose_config_scrapes_the_worker_and_loads_the_mounted_rules() -> None
     config = yaml.safe_load((PROM / "prometheus.yml").read_text())
     assert config["rule_files"] == ["/etc/prometheus/rules/*.yml"]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    # The worker alerts select job="causeway"; the native config in scripts/services.sh uses it too.
-    targets = [t for sc in jobs["causeway"]["static_configs"] for t in sc["targets"]]
-    assert targets == ["worker:6066"]
+    # The worker alerts select job="causeway" and the lag-exporter ones job="causeway-lag"; workers are
+    # discovered (DNS of the compose service: one address per replica), never a fixed list.
+    assert "static_configs" not in jobs["causeway"]
+    assert jobs["causeway"]["dns_sd_configs"] == [
+        {"names": ["worker"], "type": "A", "port": 6066, "refresh_interval": "15s"}
+    ]
+    assert [t for sc in jobs["causeway-lag"]["static_configs"] for t in sc["targets"]] == ["lag-exporter:6065"]
+
+
+def test_native_config_discovers_workers_from_files_with_the_same_jobs(tmp_path: Path) -> None:
+    env = {**os.environ, "CAUSEWAY_PROMETHEUS_SD_DIR": str(tmp_path), "CAUSEWAY_PROMETHEUS_PORT": "9999"}
+    text = subprocess.run(
+        [str(ROOT / "scripts" / "services.sh"), "prometheus-config"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    config = yaml.safe_load(text)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["causeway"] == {"job_name": "causeway", "file_sd_configs": [{"files": [f"{tmp_path}/worker-*.json"]}]}
+    assert jobs["causeway-lag"]["file_sd_configs"] == [{"files": [f"{tmp_path}/lag-exporter-*.json"]}]
+    assert config["rule_files"] == [f"{ROOT}/monitoring/prometheus/rules/*.yml"]
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(text)
+    _promtool("check", "config", str(conf))
 
 
 @pytest.mark.parametrize("alert", _alerts())

@@ -15,7 +15,7 @@ def _compose() -> dict:
 
 def test_compose_has_every_service_the_stack_needs() -> None:
     services = _compose()["services"]
-    for name in ("kafka", "redis", "nessie", "minio", "minio-init", "prometheus", "grafana", "worker"):
+    for name in ("kafka", "redis", "nessie", "minio", "minio-init", "prometheus", "grafana", "worker", "lag-exporter"):
         assert name in services, f"docker-compose.yml lacks the {name} service"
     kafka_env = services["kafka"]["environment"]
     assert "controller" in kafka_env["KAFKA_PROCESS_ROLES"], "Kafka must run in KRaft mode"
@@ -37,8 +37,20 @@ def test_every_bind_mount_exists() -> None:
 def test_prometheus_config_loads_our_rules() -> None:
     config = yaml.safe_load((ROOT / "monitoring/prometheus/prometheus.yml").read_text())
     assert any("rules" in path for path in config["rule_files"])
-    targets = [t for job in config["scrape_configs"] for sc in job.get("static_configs", []) for t in sc["targets"]]
-    assert any(t.startswith("worker:") for t in targets), "Prometheus must scrape the worker"
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    names = [n for sd in jobs["causeway"]["dns_sd_configs"] for n in sd["names"]]
+    assert names == ["worker"], "Prometheus must discover every worker replica"
+    lag = [t for sc in jobs["causeway-lag"]["static_configs"] for t in sc["targets"]]
+    assert [t.split(":")[0] for t in lag] == ["lag-exporter"], "Prometheus must scrape the lag exporter"
+
+
+def test_compose_runs_the_lag_exporter_and_workers_reachable_from_prometheus() -> None:
+    services = _compose()["services"]
+    assert services["lag-exporter"]["command"] == ["python", "-m", "monitoring.lag_exporter"]
+    for name in ("worker", "lag-exporter"):
+        # Bound to 127.0.0.1 inside a container, /metrics is unreachable from the prometheus container.
+        assert services[name]["environment"]["CAUSEWAY_WEB_BIND"] == "0.0.0.0"
+    assert "ports" not in services["worker"], "a published port would stop `--scale worker=N`"
 
 
 def test_dockerfile_copies_only_existing_paths() -> None:
