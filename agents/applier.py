@@ -509,8 +509,10 @@ class Applier:
             self.metrics.set_parked(world, parked[world])
             count = parked[world] + self.batches.size(world)
             since = oldest.get(world)
-            if since is None and self.batches.size(world):
-                since = now_mono - min(self.settings.batch_max_seconds, now_mono)  # batched: at most this old
+            batched_since = self.batches.started_at(world)
+            if batched_since is not None:
+                # The batch's real age (not capped at the flush interval): a batch that cannot flush shows.
+                since = batched_since if since is None else min(since, batched_since)
             self.metrics.inflight(world, count, now_wall - (now_mono - since) if since is not None else None)
 
     def summary(self) -> dict[str, int]:

@@ -76,6 +76,11 @@ class BatchAccumulator(Generic[T]):
             return None
         return min(b.started_at for b in self._batches.values()) + self.max_seconds
 
+    def started_at(self, world_id: str) -> float | None:
+        """When the world's current batch got its first item, or None when it has none."""
+        batch = self._batches.get(world_id)
+        return batch.started_at if batch else None
+
     def size(self, world_id: str | None = None) -> int:
         """Items buffered for ``world_id``, or for all worlds."""
         if world_id is not None:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.procs import ROOT, Worker, free_port, start_worker, wait_healthy, worker_env
 from bench.workload import Record, WorkloadParams
 from models.deadletter import DeadLetter
 from models.events import EntityKind
+from monitoring.lag_probe import group_lag
 from sinks.readback import BranchState, read_world
 from streams.settings import Settings
 from streams.topics import ensure_topics
@@ -126,22 +126,7 @@ class Pipeline:
     async def lag(self) -> int:
         """Sum over the change topics' partitions of end offset − the group's committed offset."""
         s = self.settings
-        admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
-        consumer = AIOKafkaConsumer(bootstrap_servers=s.kafka_bootstrap)
-        await admin.start()
-        await consumer.start()
-        try:
-            tps = [TopicPartition(t, p) for t in (s.objects_topic, s.links_topic) for p in range(s.topic_partitions)]
-            ends = await consumer.end_offsets(tps)
-            committed = await admin.list_consumer_group_offsets(s.app_id)
-            total = 0
-            for tp in tps:
-                meta = committed.get(tp)
-                total += ends[tp] - (meta.offset if meta is not None and meta.offset >= 0 else 0)
-            return total
-        finally:
-            await consumer.stop()
-            await admin.close()
+        return sum((await group_lag(s.kafka_bootstrap, s.app_id, (s.objects_topic, s.links_topic))).values())
 
     async def wait_drained(self, timeout: float = 120) -> None:  # noqa: ASYNC109 - a deadline, not a cancel
         """Until the group's committed offsets reach the end of every change partition."""

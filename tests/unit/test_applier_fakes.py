@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,3 +128,19 @@ async def test_unknown_world_is_dead_lettered_with_a_hint() -> None:
     assert not committer.batches
     assert dlq.letters[0].reason == "unknown-world"
     assert "causeway worlds create nowhere" in dlq.letters[0].detail
+
+
+async def test_oldest_in_flight_age_is_the_batch_real_age_not_the_flush_interval() -> None:
+    # A batch that has not flushed for 400 s must show 400 s, not the 10 s flush interval (which would
+    # hide a stuck batch from the stale alert and the "oldest in-flight" panel).
+    now = [100.0]
+    applier, _, _, _ = make()
+    applier.settings = applier.settings.replace(batch_max_seconds=10.0, batch_max_events=100)
+    applier.batches.max_seconds = 10.0
+    applier.clock = lambda: now[0]
+    await applier.process([rec(0, event(0))])
+    now[0] = 500.0
+    applier._export_gauges()  # what tick() exports; the flush itself is what is stuck here
+    oldest = applier.metrics.registry.get_sample_value("causeway_inflight_oldest_timestamp_seconds", {"world": "prod"})
+    assert oldest is not None
+    assert 395 <= time.time() - oldest <= 420
