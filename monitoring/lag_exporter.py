@@ -218,6 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     watch = Watch.from_settings(settings)
     watch = Watch(tuple(args.group or watch.groups), tuple(args.topic or watch.topics))
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)  # one assign() per poll is not news
     if args.once:
         return _once(settings, watch, as_json=args.json)
     stop = asyncio.Event()

@@ -1,9 +1,10 @@
 """Every dashboard query against the real Prometheus, scraping a real /metrics endpoint.
 
-For now the endpoint is causeway's metrics registry served from this test on 127.0.0.1:6070 (one of
-the scrape targets scripts/services.sh configures), fed by a thread that plays a healthy worker under
-steady load: events consumed, deduplicated and committed, offsets polled, dependencies probed, one
-reconciliation run. No faults (dead letters, retries, merges). Every query must parse; every query
+For now the endpoint is causeway's metrics registry served from this test on 127.0.0.1:6070 (found
+through the discovery folder, like a worker), fed by a thread that plays a healthy worker under
+steady load: events consumed, deduplicated and committed, dependencies probed, one reconciliation
+run, and the lag exporter's offsets and lag (served from the same endpoint).
+No faults (dead letters, retries, merges). Every query must parse; every query
 not documented as "empty at rest" must return data. The real worker under load is in
 test_metrics_live.py; this simulation stays because it also sets what that worker does not export
 yet (a schema version vector, a reconciliation run), so those panels are seen returning data too.
@@ -18,8 +19,11 @@ import time
 import httpx
 import pytest
 
-from monitoring import promql_check
+from monitoring import discovery, promql_check
+from monitoring.lag import PartitionOffsets
+from monitoring.lag_exporter import LagMetrics
 from monitoring.metrics import Metrics, serve
+from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +35,9 @@ DATA_TIMEOUT_S = 60.0
 class SteadyLoad(threading.Thread):
     """Feeds ``metrics`` as a healthy worker would, until stopped."""
 
-    def __init__(self, metrics: Metrics, world: str, topic: str) -> None:
+    def __init__(self, metrics: Metrics, lag: LagMetrics, world: str, topic: str) -> None:
         super().__init__(daemon=True)
-        self.m, self.world, self.topic = metrics, world, topic
+        self.m, self.lag, self.world, self.topic = metrics, lag, world, topic
         self.stopped = threading.Event()
         self.end = {0: 0, 1: 0}
         self.committed_offset = {0: 0, 1: 0}
@@ -64,20 +68,37 @@ class SteadyLoad(threading.Thread):
                 occurred_at=[now - rng.uniform(0.1, 1.5) for _ in range(n)],
                 at=now,
             )
+            rows = []
             for p in (0, 1):
                 self.committed_offset[p] = self.end[p] - rng.randint(0, 40)
-                m.partition_offsets(self.topic, p, self.end[p], self.committed_offset[p])
+                rows.append(PartitionOffsets(self.topic, p, self.end[p], 0, self.committed_offset[p], now - 1.0))
+            self.lag.record(f"group-{self.topic}", rows, now)  # what the lag exporter exports
+
+
+class _LagSeries:
+    """The lag exporter's series served from the same endpoint (its dependency gauge is the worker's)."""
+
+    def __init__(self, lag: LagMetrics) -> None:
+        self.lag = lag
+
+    def collect(self):  # noqa: ANN201 - prometheus_client collector protocol
+        return [f for f in self.lag.registry.collect() if f.name != "causeway_dependency_up"]
 
 
 @pytest.fixture
 def metrics_endpoint():
     m = Metrics()
+    m.lag = LagMetrics()  # type: ignore[attr-defined]
+    m.registry.register(_LagSeries(m.lag))  # type: ignore[attr-defined]
     try:
         server = serve(m, SCRAPE_PORT, "127.0.0.1")
     except OSError as exc:
         pytest.fail(f"cannot serve metrics on 127.0.0.1:{SCRAPE_PORT}: {exc}", pytrace=False)
+    # Found by the running Prometheus through file-based discovery, as a worker would be.
+    sd_dir = Settings.from_env().prometheus_sd_dir
     try:
-        yield m
+        with discovery.registered(sd_dir, "worker", f"127.0.0.1:{SCRAPE_PORT}"):
+            yield m
     finally:
         server.shutdown()
         server.server_close()
@@ -100,7 +121,7 @@ def test_every_panel_query_parses_and_returns_data_unless_documented_empty(
     prometheus_url: str, metrics_endpoint: Metrics, unique: str
 ) -> None:
     world, topic = f"dash-{unique}", f"dash.{unique}"
-    load = SteadyLoad(metrics_endpoint, world, topic)
+    load = SteadyLoad(metrics_endpoint, metrics_endpoint.lag, world, topic)  # type: ignore[attr-defined]
     load.start()
     try:
         _wait_for_scrape(prometheus_url, world)

@@ -1,19 +1,22 @@
 """The dashboards and the lag metric, against a real worker that the real Prometheus scrapes.
 
-One `causeway worker` process (tests/integration/pipeline.py) serves /metrics on a port the running
-Prometheus scrapes (scripts/services.sh: 127.0.0.1:6066..6071; 6066 is left to a demo worker and 6070
-to test_dashboards_live). It consumes a few thousand events published in waves while Prometheus
-scrapes it: updates, deletes, links, duplicates (producer retries), bad input (dead letters, some of
-them in the test's own world), causal events whose cause comes later (parked, then released), and one
-event whose cause never arrives. That last one stays parked (the causal timeout is 10 minutes), so its
-partition's committed offset stops there: a steady, non-zero lag once the rest has drained.
+One `causeway worker` process (tests/integration/pipeline.py) and one lag exporter
+(`python -m monitoring.lag_exporter`, watching this test's group and topics) serve /metrics on ports
+the running Prometheus scrapes: they register in its discovery folder (CAUSEWAY_PROMETHEUS_SD_DIR),
+and the ports come from the fixed list an older scripts/services.sh scraped (6066 is left to a demo
+worker and 6070 to test_dashboards_live), so either configuration finds them. The worker consumes a
+few thousand events published in waves while Prometheus scrapes it: updates, deletes, links,
+duplicates (producer retries), bad input (dead letters, some of them in the test's own world), causal
+events whose cause comes later (parked, then released), and one event whose cause never arrives. That
+last one stays parked (the causal timeout is 10 minutes), so its partition's committed offset stops
+there: a steady, non-zero lag once the rest has drained.
 
 * Every dashboard query, with the world and topic variables set to this test's world and topics, must
   parse and return data unless its panel documents why it may be empty at rest; every metric such a
-  query reads must come from *this* worker's scrape, not from another target.
-* ``causeway_consumer_lag_messages`` as Prometheus stored it must equal, partition by partition, the
-  LAG column of Kafka's own ``ConsumerGroupCommand --describe`` for the group (tolerance: 0 messages,
-  since nothing moves in the steady state; see LAG_TOLERANCE).
+  query reads must come from this worker's (or this test's exporter's) scrape, not another target.
+* ``causeway_consumer_lag_messages`` from the lag exporter, as Prometheus stored it, must equal,
+  partition by partition, the LAG column of Kafka's own ``ConsumerGroupCommand --describe`` for the
+  group (tolerance: 0 messages, since nothing moves in the steady state; see LAG_TOLERANCE).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,7 +41,7 @@ from aiokafka import AIOKafkaProducer
 from bench.workload import Record, generate
 from models.events import ChangeEvent, ChangeType, EntityKind
 from monitoring import docs, promql_check
-from tests.integration.pipeline import Pipeline, Worker
+from tests.integration.pipeline import ROOT, Pipeline, Worker
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +51,7 @@ SCRAPED_PORTS = (6067, 6068, 6069, 6071)
 WAVES = 6
 WAVE_GAP_S = 1.5  # waves span several 2 s scrapes, so rate() and histogram_quantile() see increases
 LAG_TOLERANCE = 0  # messages per partition, in the steady state (nothing produced or committed)
-LAG_EXPORT_S = 5.0  # the worker's export_lag timer
+LAG_EXPORT_S = 1.0  # the lag exporter's poll interval in this test
 # Panels documented as possibly empty at rest that this load must fill: it has bad input, causal
 # events with late causes, and an event parked for good.
 LOAD_FILLS = {
@@ -64,14 +68,17 @@ class Live:
     pipe: Pipeline
     worker: Worker
     instance: str
+    exporter_instance: str
     world: str
     orphan_partition: int
     orphan_offset: int
     records: int
 
 
-def _scraped_port() -> int:
+def _scraped_port(taken: tuple[int, ...] = ()) -> int:
     for port in SCRAPED_PORTS:
+        if port in taken:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -91,7 +98,7 @@ def _wait_scraped(prometheus_url: str, instance: str, since: float, timeout: flo
     """Until Prometheus has scraped ``instance`` successfully after ``since`` (Unix time)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for s in _query(prometheus_url, f'timestamp(up{{job="causeway", instance="{instance}"}} == 1)'):
+        for s in _query(prometheus_url, f'timestamp(up{{job=~"causeway.*", instance="{instance}"}} == 1)'):
             if float(s["value"][1]) >= since:
                 return
         time.sleep(0.5)
@@ -151,15 +158,34 @@ async def _publish_orphan(pipe: Pipeline, world: str, unique: str) -> tuple[int,
 def live(prometheus_url: str, nessie_url: str, redis_url: str, tmp_path_factory) -> Iterator[Live]:
     unique = uuid.uuid4().hex[:10]
     tmp: Path = tmp_path_factory.mktemp("metrics-live")
-    pipe = asyncio.run(
-        Pipeline.create(unique, tmp, causal_timeout_s=600.0, batch_max_events=200, batch_max_seconds=0.3)
-    )
     port = _scraped_port()
+    exporter_port = _scraped_port(taken=(port,))
+    pipe = asyncio.run(
+        Pipeline.create(
+            unique,
+            tmp,
+            causal_timeout_s=600.0,
+            batch_max_events=200,
+            batch_max_seconds=0.3,
+            lag_exporter_port=exporter_port,
+            lag_poll_interval_s=LAG_EXPORT_S,
+        )
+    )
     started = time.time()
     worker = pipe.start_worker(port=port)
     instance = f"127.0.0.1:{port}"
+    # Lag is measured outside the worker: the lag exporter for this test's group and topics.
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "monitoring.lag_exporter"],
+        cwd=ROOT,
+        env=pipe.env,
+        stdout=(tmp / "lag-exporter.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    exporter_instance = f"127.0.0.1:{exporter_port}"
     try:
         _wait_scraped(prometheus_url, instance, started)
+        _wait_scraped(prometheus_url, exporter_instance, started)
         params = pipe.params(
             events=3000, worlds=2, keys=120, seed=23, duplicate_rate=0.04, bad_rate=0.015, causal_share=0.2
         )
@@ -186,9 +212,11 @@ def live(prometheus_url: str, nessie_url: str, redis_url: str, tmp_path_factory)
             time.sleep(0.5)
         else:
             pytest.fail(f"worker did not settle: {worker.summary()}\n{worker.log.read_text()[-3000:]}")
-        yield Live(pipe, worker, instance, world, orphan[0], orphan[1], total)
+        yield Live(pipe, worker, instance, exporter_instance, world, orphan[0], orphan[1], total)
     finally:
         pipe.stop_all()
+        exporter.terminate()
+        exporter.wait(timeout=30)
 
 
 def test_every_panel_query_returns_data_from_the_real_worker(prometheus_url: str, live: Live) -> None:
@@ -214,14 +242,16 @@ def test_every_panel_query_returns_data_from_the_real_worker(prometheus_url: str
     unfilled = [r.query.key for r in results if not _good(r)]
     assert not unfilled, f"panels this load must fill ({sorted(LOAD_FILLS)}) without data: {unfilled}"
 
-    # The data must come from this worker, not from another scrape target (a demo, another test).
+    # The data must come from this worker (or this test's lag exporter), not from another scrape
+    # target (a demo, another test).
     needed = sorted({n for r in results if not r.query.empty_at_rest for n in docs.metric_names(r.query.expr)})
+    ours = f"{live.instance}|{live.exporter_instance}"
     absent = [
         name
         for name in needed
-        if not _query(prometheus_url, f'count({{__name__=~"{name}(_bucket)?", instance="{live.instance}"}})')
+        if not _query(prometheus_url, f'count({{__name__=~"{name}(_bucket)?", instance=~"{ours}"}})')
     ]
-    assert not absent, f"metrics read by panels without data from {live.instance}: {absent}"
+    assert not absent, f"metrics read by panels without data from {ours}: {absent}"
 
     # With the variables at "All" (.*), as a dashboard opens, every query parses as well.
     all_worlds = promql_check.check_live(prometheus_url, queries)
@@ -243,10 +273,15 @@ def test_consumer_lag_matches_kafka_consumer_group_command(prometheus_url: str, 
     deadline = time.monotonic() + 3 * LAG_EXPORT_S + 10
     while time.monotonic() < deadline:
         broker = _broker_lag(s.kafka_bootstrap, s.app_id, topics)
-        series = _query(prometheus_url, f'causeway_consumer_lag_messages{{instance="{live.instance}"}}')
+        series = _query(
+            prometheus_url, f'causeway_consumer_lag_messages{{instance="{live.exporter_instance}", group="{s.app_id}"}}'
+        )
         ours = {(x["metric"]["topic"], int(x["metric"]["partition"])): int(float(x["value"][1])) for x in series}
         # The recording rule the lag alerts read, summed over this test's topics.
-        total = _query(prometheus_url, f'sum(causeway:consumer_lag_messages:topic{{topic=~"{"|".join(topics)}"}})')
+        total = _query(
+            prometheus_url,
+            f'sum(causeway:consumer_lag_messages:topic{{group="{s.app_id}", topic=~"{"|".join(topics)}"}})',
+        )
         recorded = int(float(total[0]["value"][1])) if total else -1
         agree = ours.keys() == broker.keys() and all(abs(ours[k] - broker[k]) <= LAG_TOLERANCE for k in broker)
         if agree and abs(recorded - sum(broker.values())) <= LAG_TOLERANCE * len(broker):
@@ -264,7 +299,7 @@ def test_consumer_lag_matches_kafka_consumer_group_command(prometheus_url: str, 
     assert all(v == 0 for k, v in broker.items() if k != held), broker
     committed = _query(
         prometheus_url,
-        f'causeway_partition_committed_offset{{instance="{live.instance}", topic="{held[0]}", partition="{held[1]}"}}',
+        f'causeway_partition_committed_offset{{group="{s.app_id}", topic="{held[0]}", partition="{held[1]}"}}',
     )
     assert int(float(committed[0]["value"][1])) == live.orphan_offset
     assert abs(recorded - sum(broker.values())) <= LAG_TOLERANCE * len(broker), (recorded, broker)
