@@ -10,6 +10,7 @@ from collections.abc import Callable
 import httpx
 import redis
 
+from monitoring.discovery import describe_targets
 from streams.settings import Settings
 
 
@@ -66,9 +67,7 @@ def _check_nessie(settings: Settings) -> str:
 def _check_prometheus(settings: Settings) -> str:
     resp = httpx.get(f"{settings.prometheus_url}/api/v1/query", params={"query": "up"}, timeout=10)
     resp.raise_for_status()
-    series = resp.json()["data"]["result"]
-    up = sum(1 for s in series if s["value"][1] == "1")
-    return f"query `up` answered: {up}/{len(series)} targets up"
+    return f"query `up` answered: {describe_targets(resp.json()['data']['result'])}"
 
 
 def run_checks(settings: Settings, echo: Callable[[str], None] = print) -> bool:

@@ -54,6 +54,8 @@ def _panel(p: Panel, panel_id: int, x: int, y: int) -> dict[str, Any]:
     steps: list[dict[str, Any]] = [{"color": "green", "value": None}]
     steps += [{"color": c, "value": v} for c, v in p.thresholds]
     defaults: dict[str, Any] = {"unit": p.unit, "thresholds": {"mode": "absolute", "steps": steps}}
+    if p.no_value:
+        defaults["noValue"] = p.no_value
     if p.kind == "timeseries":
         defaults["custom"] = {"thresholdsStyle": {"mode": "line" if p.thresholds else "off"}}
     return {

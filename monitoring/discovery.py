@@ -23,6 +23,7 @@ import socket
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -112,3 +113,25 @@ def registered(sd_dir: str, kind: str, target: str, labels: Mapping[str, str] | 
         yield path
     finally:
         unregister(path)
+
+
+def describe_targets(up_series: list[dict[str, Any]]) -> str:
+    """One line on Prometheus's ``up`` answer: how many targets answer, and the causeway workers.
+
+    ``up_series`` is the ``result`` list of an instant query of ``up``. With discovery, a worker target
+    exists only while a worker runs, so "no worker running" is said plainly instead of "1/7 up".
+    """
+
+    def is_up(s: dict[str, Any]) -> bool:
+        return bool(s["value"][1] == "1")
+
+    workers = [s for s in up_series if s["metric"].get("job") == "causeway"]
+    exporters = [s for s in up_series if s["metric"].get("job") == "causeway-lag"]
+    line = f"{sum(map(is_up, up_series))}/{len(up_series)} targets up"
+    if workers:
+        line += f"; workers: {sum(map(is_up, workers))}/{len(workers)} up"
+    else:
+        line += "; no worker running (none discovered)"
+    if not any(map(is_up, exporters)):
+        line += "; lag exporter not scraped"
+    return line

@@ -14,6 +14,18 @@ RI = "$__rate_interval"
 W = 'world=~"$world"'
 WA = 'world=~"($world)|all"'  # also the per-process in-flight series (world="all")
 T = 'topic=~"$topic"'
+UP = '(up{job="causeway"} == 1)'
+NO_WORKER = "No data: no worker answers scrapes (stopped, stalled or not discovered)"
+NO_LAG = "No data: the lag exporter is not scraped, so lag is not measured"
+
+
+def live(rate: str) -> str:
+    """``rate`` (a per-instance rate) kept only for workers answering scrapes right now.
+
+    Without this, rate() over a window that ends at a worker's last good scrape keeps showing its old
+    throughput and latency for the whole window after the worker stalled.
+    """
+    return f"({rate} and on (instance) {UP})"
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,7 @@ class Panel:
     kind: str = "timeseries"
     thresholds: tuple[tuple[str, float], ...] = ()  # (colour, from value) after the base green
     width: int = 12
+    no_value: str = ""  # what the panel says when the query returns nothing (Grafana's noValue)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -44,7 +57,7 @@ def _quantiles(
     prefix = "{{" + by + "}} " if by else ""
     return tuple(
         Q(
-            f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket{{{selector}}}[{RI}])))",
+            f"histogram_quantile({q}, sum by ({group}) " + live(f"rate({metric}_bucket{{{selector}}}[{RI}])") + ")",
             f"{prefix}p{int(q * 100)}",
         )
         for q in qs
@@ -65,52 +78,75 @@ OVERVIEW = (
         "Consumed records/s by topic",
         "Records read from Kafka per second, before decoding.",
         "ops",
-        (Q(f"sum by (topic) (rate(causeway_events_consumed_total{{{T}}}[{RI}]))", "{{topic}}"),),
+        (Q("sum by (topic) " + live(f"rate(causeway_events_consumed_total{{{T}}}[{RI}])"), "{{topic}}"),),
+        no_value=NO_WORKER,
     ),
     Panel(
         "Applied events/s by world",
         "Events that took effect on their world branch, per second.",
         "ops",
-        (Q(f'sum by (world) (rate(causeway_events_total{{{W}, outcome="applied"}}[{RI}]))', "{{world}}"),),
+        (Q("sum by (world) " + live(f'rate(causeway_events_total{{{W}, outcome="applied"}}[{RI}])'), "{{world}}"),),
+        no_value=NO_WORKER,
     ),
     Panel(
         "Consumer lag by topic",
-        "Messages the consumer group has not committed (end offset − committed offset), summed over "
-        "partitions; a partition two workers report during a rebalance counts once. "
-        "Alerts: CausewayConsumerLagHigh (>1,000), CausewayConsumerLagCritical (>10,000).",
+        "Messages each consumer group has not committed (end offset − committed offset), summed over "
+        "partitions, measured from the broker by the lag exporter (it keeps counting while a worker "
+        "is stopped). Alerts: CausewayConsumerLagHigh (>1,000 for 5m), CausewayConsumerLagCritical "
+        "(>10,000 for 2m), CausewayLagAbsent (no lag series).",
         "short",
         (
             Q(
-                f"sum by (topic) (max by (topic, partition) (causeway_consumer_lag_messages{{{T}}}))",
-                "{{topic}}",
+                f"sum by (group, topic) (max by (group, topic, partition) (causeway_consumer_lag_messages{{{T}}}))",
+                "{{group}} {{topic}}",
             ),
         ),
         thresholds=(("yellow", 1000), ("red", 10000)),
+        no_value=NO_LAG,
+    ),
+    Panel(
+        "Consumer time lag",
+        "How long the oldest record a group has not committed has waited since it was written; 0 when "
+        "caught up. Rate-independent: a healthy worker keeps it at a few seconds at any rate. Alerts: "
+        "CausewayConsumerLagSecondsHigh (>60 s for 1m), CausewayConsumerLagSecondsCritical (>5 min for 2m).",
+        "s",
+        (Q(f"max by (group, topic) (causeway_consumer_lag_seconds{{{T}}})", "{{group}} {{topic}}"),),
+        thresholds=(("yellow", 60), ("red", 300)),
+        no_value=NO_LAG,
     ),
     Panel(
         "Consumer lag by partition",
-        "Lag of each assigned partition; one hot partition shows up here.",
+        "Lag of each partition; one hot partition shows up here.",
         "short",
-        (Q(f"max by (topic, partition) (causeway_consumer_lag_messages{{{T}}})", "{{topic}}/{{partition}}"),),
+        (
+            Q(
+                f"max by (group, topic, partition) (causeway_consumer_lag_messages{{{T}}})",
+                "{{group}} {{topic}}/{{partition}}",
+            ),
+        ),
+        no_value=NO_LAG,
     ),
     Panel(
         "End-to-end latency",
-        "Event occurred_at (producer clock) to the Nessie commit that applied it.",
+        "Event occurred_at (producer clock) to the Nessie commit that applied it (workers answering scrapes).",
         "s",
         _quantiles("causeway_e2e_latency_seconds"),
+        no_value=NO_WORKER,
     ),
     Panel(
         "Commit duration",
         "One world flush from first attempt to final outcome, retries included.",
         "s",
         _quantiles("causeway_commit_duration_seconds"),
+        no_value=NO_WORKER,
     ),
     Panel(
         "Commits/s by outcome",
         "World flushes by final outcome: committed, already_committed (an unknown outcome that a check "
         "found committed), retries_exhausted, failed.",
         "ops",
-        (Q(f"sum by (outcome) (rate(causeway_commits_total{{{W}}}[{RI}]))", "{{outcome}}"),),
+        (Q("sum by (outcome) " + live(f"rate(causeway_commits_total{{{W}}}[{RI}])"), "{{outcome}}"),),
+        no_value=NO_WORKER,
     ),
     Panel(
         "In-flight events",
@@ -122,7 +158,8 @@ OVERVIEW = (
     ),
     Panel(
         "Oldest in-flight event age",
-        'How long the oldest consumed-but-uncommitted event has waited (world "all": a whole worker).',
+        "How long the oldest consumed-but-uncommitted event of a world has waited (a batch that cannot "
+        'flush keeps ageing here; world "all": a whole worker). Alert: CausewayWorldStale.',
         "s",
         (Q(f"time() - min by (world) (causeway_inflight_oldest_timestamp_seconds{{{WA}}})", "{{world}}"),),
         empty_at_rest="the series exists only while a world has events in flight; between flushes "
@@ -151,9 +188,11 @@ OVERVIEW = (
     ),
     Panel(
         "Workers up",
-        "Causeway scrape targets answering. Alerts: CausewayWorkerDown, CausewayWorkersAbsent.",
+        "Workers answering scrapes, out of those discovered (each running worker registers itself). "
+        "Alerts: CausewayWorkerDown, CausewayWorkersAbsent.",
         "short",
-        (Q('sum(up{job="causeway"})', "up"),),
+        (Q('sum(up{job="causeway"})', "up"), Q('count(up{job="causeway"})', "discovered")),
+        no_value="No worker is running (none discovered)",
         kind="stat",
         width=6,
     ),
@@ -375,7 +414,8 @@ CAUSAL = (
     ),
     Panel(
         "Dead letters/s by topic and reason",
-        "Records sent to the dead-letter topic. Alert: CausewayDeadLetters (any).",
+        "Records sent to the dead-letter topic. Workers create every known (topic, reason) series at 0 "
+        "at start-up. Alert: CausewayDeadLetters (any, including a reason never seen before).",
         "ops",
         (
             Q(
@@ -383,7 +423,7 @@ CAUSAL = (
                 "{{topic}} {{reason}}",
             ),
         ),
-        empty_at_rest="series appear with the first dead letter; healthy input has none",
+        no_value=NO_WORKER,
     ),
     Panel(
         "Dead-lettered events/s by world",
@@ -399,9 +439,9 @@ CAUSAL = (
     ),
     Panel(
         "Dead letters (24h)",
-        "Records dead-lettered in the last 24 hours, all topics; 0 when none.",
+        "Records dead-lettered in the last 24 hours from the selected topics; 0 when none.",
         "short",
-        (Q("sum(increase(causeway_dead_letters_total[24h])) or vector(0)", "dead letters"),),
+        (Q(f"sum(increase(causeway_dead_letters_total{{{T}}}[24h])) or vector(0)", "dead letters"),),
         kind="stat",
         thresholds=(("red", 1),),
     ),

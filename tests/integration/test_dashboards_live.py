@@ -46,6 +46,7 @@ class SteadyLoad(threading.Thread):
         m, world = self.m, self.world
         for dep in ("redis", "nessie", "kafka"):
             m.dependency(dep, True)
+        m.dead_letter_series([self.topic])  # as a worker does at start-up
         m.schema_versions(world, {"control": 4, "data": 4, "intelligence": 3})
         m.reconciled(world, "ok", duration_s=0.8, drift={"person": 0, "org": 0})
         m.last_commit_seen(world, time.time() - 5)

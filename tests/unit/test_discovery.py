@@ -65,3 +65,15 @@ def test_one_lag_definition() -> None:
     assert lag_seconds(100.0, None) == 0 and lag_seconds(100.0, 40.0) == 60.0 and lag_seconds(1.0, 5.0) == 0
     caught_up = PartitionOffsets("t", 0, end=5, low=0, committed=5, oldest_waiting_timestamp=1.0)
     assert caught_up.lag_seconds(100.0) == 0.0
+
+
+def _up(job: str, value: str) -> dict:
+    return {"metric": {"job": job, "instance": f"{job}:1"}, "value": [0, value]}
+
+
+def test_doctor_says_plainly_when_no_worker_runs() -> None:
+    assert discovery.describe_targets([_up("prometheus", "1"), _up("causeway-lag", "1")]) == (
+        "2/2 targets up; no worker running (none discovered)"
+    )
+    line = discovery.describe_targets([_up("prometheus", "1"), _up("causeway", "1"), _up("causeway", "0")])
+    assert line == "2/3 targets up; workers: 1/2 up; lag exporter not scraped"
