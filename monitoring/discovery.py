@@ -11,7 +11,7 @@ which is right (it died without stopping). The next process of the same kind on 
 files whose process no longer exists, as a restarted worker takes the dead one's place.
 
 File format (Prometheus's): ``[{"targets": ["host:port"], "labels": {...}}]``; ``labels`` carry the
-``worker`` id, and the file name carries host and pid (``<kind>-<host>-<pid>.json``).
+``process`` (host-pid, so a restarted process on the same port is a new series), and the file name carries host and pid (``<kind>-<host>-<pid>.json``).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def register(sd_dir: str, kind: str, target: str, labels: Mapping[str, str] | No
         for name in stale_entries(sorted(p.name for p in folder.iterdir()), kind, host, _alive):
             (folder / name).unlink(missing_ok=True)
         tmp = path.with_suffix(".tmp")  # Prometheus reads *.json only: never a half-written file
-        tmp.write_text(json.dumps(entry(target, {"worker": f"{host}-{pid}", **(labels or {})})))
+        tmp.write_text(json.dumps(entry(target, {"process": f"{host}-{pid}", **(labels or {})})))
         os.replace(tmp, path)
     except OSError as exc:
         log.warning("Prometheus discovery: cannot write %s: %s", path, exc)

@@ -17,7 +17,7 @@ def test_registered_writes_a_file_sd_target_and_removes_it_on_exit(tmp_path) -> 
         assert path is not None and path.name == f"worker-{socket.gethostname()}-{os.getpid()}.json"
         groups = json.loads(path.read_text())
         assert groups == [
-            {"targets": ["127.0.0.1:6066"], "labels": {"worker": f"{socket.gethostname()}-{os.getpid()}"}}
+            {"targets": ["127.0.0.1:6066"], "labels": {"process": f"{socket.gethostname()}-{os.getpid()}"}}
         ]
         assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
     assert list(tmp_path.iterdir()) == []
