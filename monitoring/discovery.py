@@ -11,7 +11,8 @@ which is right (it died without stopping). The next process of the same kind on 
 files whose process no longer exists, as a restarted worker takes the dead one's place.
 
 File format (Prometheus's): ``[{"targets": ["host:port"], "labels": {...}}]``; ``labels`` carry the
-``process`` (host-pid, so a restarted process on the same port is a new series), and the file name carries host and pid (``<kind>-<host>-<pid>.json``).
+``process`` (host-pid: a restarted process on the same port is a new series), and the file name
+carries kind, host and pid (``<kind>-<host>-<pid>.json``).
 """
 
 from __future__ import annotations
