@@ -267,3 +267,55 @@ def test_alerts_fire_when_they_matter_and_stay_quiet_when_they_do_not(stack: dic
     pipeline.stop_all()
     assert not list(stack["sd_dir"].glob("worker-*.json"))
     _wait_for("no worker target", lambda: not prom.query('up{job="causeway"}'), timeout=60)
+
+
+SERVED_WORLDS = 3
+OTHER_WORLDS = 200
+
+
+@pytest.mark.xfail(
+    reason="issue 24 item 6 (helper schema): the reconciler reconciles, and creates series for, every world "
+    "branch in Nessie rather than the worlds this worker serves",
+    strict=False,
+)
+def test_series_are_bounded_by_the_served_worlds(unique: str, tmp_path: Path, nessie_url: str) -> None:
+    from monitoring.metrics import series_bound
+
+    pipeline = asyncio.run(Pipeline.create(unique, tmp_path, reconcile_interval_s=3.0, batch_max_seconds=0.5))
+    s = pipeline.settings
+    headers = {"Nessie-Client-Spec": "2"}
+    created: list[tuple[str, str]] = []
+    with httpx.Client(base_url=s.nessie_url, headers=headers, timeout=30) as http:
+        root = http.get("/config").raise_for_status().json()["noAncestorHash"]
+        try:
+            for i in range(OTHER_WORLDS):  # other teams' worlds: branches this worker has no events for
+                name = f"world-t{unique[:8]}-other{i}"
+                body = {"type": "BRANCH", "name": "main", "hash": root}
+                http.post("/trees", params={"name": name, "type": "BRANCH"}, json=body).raise_for_status()
+                created.append((name, root))
+            served = [f"t{unique[:8]}-s{i}" for i in range(SERVED_WORLDS)]
+            worker = pipeline.start_worker()
+            asyncio.run(
+                _publish(s.kafka_bootstrap, s.objects_topic, [_event(w, f"{w}-{k}") for w in served for k in range(5)])
+            )
+            asyncio.run(pipeline.wait_drained(timeout=120))
+            bound = series_bound(SERVED_WORLDS, topics=2, object_types=1)
+
+            def series() -> int:
+                return sum(1 for ln in worker.metrics_text().splitlines() if ln and not ln.startswith("#"))
+
+            reconciled: set[str] = set()
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and reconciled != set(served):
+                count = series()
+                assert count <= bound, f"{count} series > bound {bound} with {SERVED_WORLDS} served worlds"
+                text = worker.metrics_text()
+                reconciled = {w for w in served if f'_reconciliation_last_run_timestamp_seconds{{world="{w}"}}' in text}
+                time.sleep(1)
+            assert reconciled == set(served), "no reconciliation pass reached the served worlds"
+            time.sleep(2 * s.reconcile_interval_s)  # one more pass: out-of-scope worlds would show now
+            assert series() <= bound
+        finally:
+            pipeline.stop_all()
+            for name, hash_ in created:
+                http.delete(f"/trees/{name}@{hash_}")

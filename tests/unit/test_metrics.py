@@ -332,3 +332,50 @@ def test_metrics_page_serves_our_registry_without_faust_sensors(m: Metrics) -> N
     assert type(app.monitor).__name__ != "PrometheusMonitor"
     names = {f.name for f in text_string_to_metric_families(generate_latest(m.registry).decode())}
     assert names and all(n.startswith("causeway_") for n in names)
+
+
+def _every_series_of(m: Metrics, world: str) -> None:
+    """Every helper, every outcome, for one world: the most series a served world can have."""
+    from monitoring.metrics import LAYERS, MERGE_OUTCOMES, RECONCILE_OUTCOMES, RETRY_REASONS, SCHEMA_OUTCOMES
+
+    m.inflight(world, 1, 1.0)
+    for outcome in ("applied", "duplicate", "parked", "released"):
+        m.event_outcome(world, outcome)
+    for reason in DEAD_LETTER_REASONS:
+        m.dead_lettered("objects", reason, world=world)
+    m.set_parked(world, 1)
+    m.released(world, [1.0])
+    m.committed(world, duration_s=1, rows=1, nbytes=1, occurred_at=[1.0])
+    m.committed(world, duration_s=1, rows=1, nbytes=1, outcome="already_committed")
+    m.commit_failed(world, duration_s=1, retries_exhausted=True)
+    m.commit_failed(world, duration_s=1, retries_exhausted=False)
+    for reason in RETRY_REASONS:
+        m.commit_retry(world, reason)
+    m.idempotency(world, lookups=1, duplicates=1)
+    m.schema_versions(world, dict.fromkeys(LAYERS, 1))
+    for outcome in SCHEMA_OUTCOMES:
+        m.schema_change(world, outcome, reason="narrowing", lag_s=1.0)
+    for outcome in RECONCILE_OUTCOMES:
+        m.reconciled(world, outcome, duration_s=1.0, drift={"Person": 1, "Org": 2})
+    for outcome in MERGE_OUTCOMES:
+        m.merged(world, outcome, conflicts=1)
+
+
+def _series(m: Metrics) -> int:
+    return sum(1 for line in generate_latest(m.registry).decode().splitlines() if line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("worlds", [0, 1, 3, 10])
+def test_series_stay_under_the_documented_bound(worlds: int) -> None:
+    from monitoring.metrics import DEPENDENCIES, series_bound
+
+    m = Metrics()
+    m.dead_letter_series(["objects", "links"])
+    m.consumed("objects")
+    m.consumed("links")
+    for dep in DEPENDENCIES:
+        m.dependency(dep, True)
+    for i in range(worlds):
+        _every_series_of(m, f"w{i}")
+    assert _series(m) <= series_bound(worlds, topics=2, object_types=2)
+    assert "series_bound" in (ROOT / "docs" / "metrics.md").read_text()
