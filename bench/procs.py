@@ -26,6 +26,7 @@ import psutil
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from monitoring.lag import partition_lag
 from streams.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +130,7 @@ class GroupProgress:
 
     @property
     def lag(self) -> int:
-        return sum(max(0, end - self.committed.get(tp, 0)) for tp, end in self.ends.items())
+        return sum(partition_lag(end, 0, self.committed.get(tp)) for tp, end in self.ends.items())
 
     @property
     def done(self) -> int:

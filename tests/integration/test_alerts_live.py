@@ -235,6 +235,7 @@ def test_alerts_fire_when_they_matter_and_stay_quiet_when_they_do_not(stack: dic
     pending = _wait_for("the time-lag alert pending", lambda: lag_alert("pending") or lag_alert("firing"), timeout=150)
     active_at = _rfc3339(pending[0]["activeAt"])
     # Pending once the oldest waiting record is 60 s old: the exporter's poll, a scrape and an evaluation.
+    assert LAG_SECONDS_THRESHOLD_S - 1 <= active_at - stalled_at, (active_at, stalled_at)  # not before 60 s
     assert active_at - stalled_at <= LAG_SECONDS_THRESHOLD_S + 3 * INTERVAL_S + 5, (active_at, stalled_at)
     firing = _wait_for("the time-lag alert firing", lambda: lag_alert("firing"), timeout=LAG_SECONDS_FOR_S + 30)
     seen_firing = time.time()
