@@ -13,6 +13,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from monitoring import discovery
+from streams.settings import Settings
+
 pytestmark = pytest.mark.integration
 
 
@@ -110,7 +113,7 @@ def test_nessie_branch_commit_and_log(nessie_url: str, unique: str) -> None:
             http.delete(f"/trees/{branch}@{head}").raise_for_status()
 
 
-SCRAPE_PORT = 6069  # one of the static targets scripts/services.sh configures
+SCRAPE_PORT = 6069  # a static target of older configs; scripts/services.sh now finds it by discovery
 
 
 def test_prometheus_scrapes_a_target_and_answers(prometheus_url: str, unique: str) -> None:
@@ -132,6 +135,8 @@ def test_prometheus_scrapes_a_target_and_answers(prometheus_url: str, unique: st
     server = ThreadingHTTPServer(("127.0.0.1", SCRAPE_PORT), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    # Prometheus finds scrape targets through file-based discovery (monitoring/discovery.py).
+    entry = discovery.register(Settings.from_env().prometheus_sd_dir, "worker", f"127.0.0.1:{SCRAPE_PORT}")
     try:
         query = f'causeway_smoke_value{{run="{unique}"}}'
         deadline = time.monotonic() + 45
@@ -147,6 +152,7 @@ def test_prometheus_scrapes_a_target_and_answers(prometheus_url: str, unique: st
         bad = httpx.get(f"{prometheus_url}/api/v1/query", params={"query": "sum(("}, timeout=5)
         assert bad.status_code == 400
     finally:
+        discovery.unregister(entry)
         server.shutdown()
         server.server_close()
 
