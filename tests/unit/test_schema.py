@@ -78,6 +78,54 @@ def test_versions_duplicate_and_gap() -> None:
     assert decide(None, change(2, add("p1", "a", "int"))).verdict is Verdict.WAIT
 
 
+def rename(pid: str, name: str) -> dict[str, object]:
+    return {"op": "rename", "id": pid, "name": name}
+
+
+def test_a_name_that_is_or_was_another_propertys_is_refused_through_the_rename_history() -> None:
+    """Issue 19.1: `pc` renamed to `temp`, the former name of `pt`, made {"temp": 7} fill both columns."""
+    s = applied(
+        change(1, add("pt", "temp", "int"), add("pc", "pc", "int")),
+        change(2, rename("pt", "temperature")),  # pt: temp -> temperature
+        change(3, rename("pt", "celsius")),  # pt: temperature -> celsius (aliases: temperature, temp)
+    )
+    assert s.by_id("pt").aliases == ("temperature", "temp")  # type: ignore[union-attr]
+    for ops in ([rename("pc", "temp")], [rename("pc", "Temperature")], [add("px", "TEMP", "int")],
+                [add("px", "temperature", "long")], [rename("pc", "celsius")]):  # fmt: skip
+        with pytest.raises(SchemaRefused) as exc:
+            decide(s, change(4, *ops))
+        assert exc.value.reason in ("former-name", "duplicate-name"), ops
+        assert exc.value.reason == ("duplicate-name" if ops[0].get("name") == "celsius" else "former-name")
+        assert "pt" in exc.value.detail
+    # A property may go back to one of its own former names; the name it leaves becomes reserved.
+    back = applied(change(1, add("pt", "temp", "int"), add("pc", "pc", "int")), change(2, rename("pt", "t2")),
+                   change(3, rename("pt", "temp")))  # fmt: skip
+    assert back.by_id("pt").name == "temp" and back.by_id("pt").aliases == ("t2",)  # type: ignore[union-attr]
+    with pytest.raises(SchemaRefused, match="former-name"):
+        decide(back, change(4, rename("pc", "t2")))
+    # A rename within one change: the freed name is still reserved for the rest of the change.
+    with pytest.raises(SchemaRefused, match="former-name"):
+        decide(back, change(4, rename("pt", "t3"), add("pn", "temp", "int")))
+
+
+def test_duplicates_are_judged_by_change_id() -> None:
+    """Issue 19.11: same change id -> duplicate; same version, other change id -> version-conflict."""
+    s = applied(change(1, add("p1", "a", "int")), change(2, add("p2", "b", "int")))
+    assert s.change_ids == ("c1", "c2") and TypeSchema.from_json(s.to_json()) == s
+    assert decide(s, change(2, add("p2", "b", "int"))).verdict is Verdict.DUPLICATE
+    other = validate_change({**change(2, add("p9", "z", "int")).to_wire(), "change_id": "another"})
+    with pytest.raises(SchemaRefused) as exc:
+        decide(s, other)
+    assert exc.value.reason == "version-conflict" and "'c2'" in exc.value.detail
+    reused = validate_change({**change(3, add("p9", "z", "int")).to_wire(), "change_id": "c1"})
+    with pytest.raises(SchemaRefused, match="version-conflict"):
+        decide(s, reused)
+    # A contract written before change ids were kept: a version is all there is to compare.
+    legacy = TypeSchema(s.kind, s.type_name, 2, s.properties)
+    assert decide(legacy, other).verdict is Verdict.DUPLICATE
+    assert decide(legacy, change(3, add("p3", "c", "int"))).schema.change_ids == ("", "", "c3")
+
+
 @pytest.mark.parametrize(
     ("old", "new", "reason"),
     [
