@@ -182,7 +182,10 @@ def coerce(value: Any, t: PropType) -> Any:
         if p is Primitive.DECIMAL:
             if not isinstance(value, int | float | str):
                 return None
-            d = Decimal(str(value)).quantize(Decimal(1).scaleb(-t.scale))
+            exact = Decimal(str(value))
+            d = exact.quantize(Decimal(1).scaleb(-t.scale))
+            if d != exact:
+                return None  # more fractional digits than the scale: never round silently
             return d if len(d.as_tuple().digits) <= t.precision else None
         if p is Primitive.DATE:
             return date.fromisoformat(value[:10]) if isinstance(value, str) else None

@@ -210,11 +210,22 @@ def test_coerce_keeps_only_values_that_convert() -> None:
     assert coerce(True, PropType.parse("int")) is None
     assert coerce("5", PropType.parse("int")) is None
     assert coerce(3, PropType.parse("double")) == 3.0
-    assert coerce("1.005", PropType.parse("decimal(5,2)")) == Decimal("1.00")
+    assert coerce("1.5", PropType.parse("decimal(5,2)")) == Decimal("1.50")
+    assert coerce(2, PropType.parse("decimal(5,2)")) == Decimal("2.00")
     assert coerce("12345.6", PropType.parse("decimal(5,2)")) is None
     assert coerce("2026-03-01", PropType.parse("date")) == date(2026, 3, 1)
     assert coerce(0, PropType.parse("timestamp")) == datetime(1970, 1, 1, tzinfo=UTC)
     assert coerce(1, PropType.parse("string")) is None
+
+
+def test_a_decimal_with_more_digits_than_the_scale_is_left_null_never_rounded() -> None:
+    """Issue 19.3: "99.999" into decimal(12,2) was stored as 100.00."""
+    dec = PropType.parse("decimal(12,2)")
+    assert coerce("99.999", dec) is None
+    assert coerce(99.999, dec) is None
+    assert coerce("1.005", PropType.parse("decimal(5,2)")) is None
+    assert coerce("99.990", dec) == Decimal("99.99")  # trailing zeros lose nothing
+    assert coerce("NaN", dec) is None and coerce("Infinity", dec) is None
 
 
 def test_version_vector_difference_and_laggard() -> None:
