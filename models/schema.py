@@ -541,6 +541,41 @@ class StorageSchemaUpdated:
     def decode(cls, value: bytes) -> StorageSchemaUpdated:
         return cls(**orjson.loads(value))
 
+    @classmethod
+    def undecodable(
+        cls, value: bytes | None, invalid: Invalid, *, world_version: int, at_ms: int
+    ) -> StorageSchemaUpdated:
+        """The ``refused`` answer to a change that did not decode: whatever fields could be read.
+
+        Unreadable fields are empty (``""``, version 0), so the control plane can still match the
+        answer to its change by ``change_id`` (or by key) and read ``reason``/``detail``.
+        """
+        try:
+            doc = orjson.loads(value or b"")
+        except orjson.JSONDecodeError:
+            doc = None
+        doc = doc if isinstance(doc, dict) else {}
+
+        def text(name: str) -> str:
+            v = doc.get(name)
+            return v[:MAX_ID_LEN] if isinstance(v, str) else ""
+
+        version = doc.get("version")
+        version = version if isinstance(version, int) and not isinstance(version, bool) else 0
+        return cls(
+            change_id=text("change_id"),
+            world_id=invalid.world_id or text("world_id"),
+            kind=text("kind"),
+            type_name=text("type_name"),
+            requested_version=version,
+            version=0,
+            world_version=world_version,
+            status="refused",
+            reason=invalid.reason,
+            detail=invalid.detail,
+            handled_at_ms=at_ms,
+        )
+
 
 @dataclass
 class VersionVector:
