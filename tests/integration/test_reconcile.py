@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 import uuid
+from typing import Any
 
+import orjson
+import pyarrow as pa
 import pytest
 from aiokafka import AIOKafkaProducer
 from click.testing import CliRunner
-from pyiceberg.expressions import In
+from pyiceberg.expressions import EqualTo, In
 
 from agents.reconcile import ControlCount, Reconciler, reconcile
 from agents.schema_sync import SchemaStore
@@ -16,6 +21,7 @@ from cli.main import cli
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.schema import validate_change
 from monitoring.metrics import Metrics
+from sinks.catalog import NessieCatalog
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_world
@@ -45,7 +51,12 @@ def event(world: str, typ: str, pk: str, version: int, change: ChangeType = Chan
 
 @pytest.fixture
 def rec_settings(settings: Settings, warehouse: str, unique: str, nessie_url: str, kafka_bootstrap: str) -> Settings:
-    return settings.replace(warehouse=warehouse, control_counts_topic=f"counts.{unique}", commit_backoff_s=0.02)
+    return settings.replace(
+        warehouse=warehouse,
+        control_counts_topic=f"counts.{unique}",
+        commit_backoff_s=0.02,
+        app_id=f"cw-{unique}",  # keeps this test's reconciliation records in Redis apart
+    )
 
 
 async def test_drift_behind_the_workers_back_is_detected_repaired_and_second_run_is_a_noop(
@@ -130,3 +141,127 @@ def test_cli_reports_per_type_counts(rec_settings: Settings, unique: str) -> Non
     result = CliRunner().invoke(cli, ["reconcile", "--world", world, "--dry-run"], env=env)
     assert result.exit_code == 0, result.output
     assert f"{world}: ok (dry run)" in result.output and "Pump" in result.output
+
+
+# --- helpers for the tests below ------------------------------------------------------------------
+
+
+def cli_env(s: Settings) -> dict[str, str]:
+    return {env_name(k): (v.reveal() if hasattr(v, "reveal") else str(v)) for k, v in vars(s).items()}
+
+
+def make_world(s: Settings, world: str, pks: list[str], typ: str = "Pump") -> BatchCommitter:
+    """A world branch holding one CREATE per pk; returns the committer used."""
+    client = SyncNessieClient(s.nessie_url)
+    client.create_branch(f"world-{world}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
+    committer = BatchCommitter(s, client)
+    items = [(event(world, typ, pk, 1), Source("objs", 0, i)) for i, pk in enumerate(pks)]
+    committer.commit_batch(Batch.from_sources(world, f"b-{world}", items))
+    return committer
+
+
+async def publish_counts(s: Settings, *counts: ControlCount) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
+    await producer.start()
+    try:
+        for c in counts:
+            await producer.send_and_wait(s.control_counts_topic, c.encode(), key=c.key)
+    finally:
+        await producer.stop()
+
+
+def summary(output: str) -> dict[str, str]:
+    """The command's summary block (after its ``--- reconcile ... ---`` line) as {row: value}."""
+    block = output.split("--- reconcile", 1)[1].splitlines()[1:]
+    return dict(re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in block if line.strip())
+
+
+def props_of(cat: NessieCatalog, pk: str) -> dict[str, object]:
+    t = cat.load_table("onto.entity_common").scan(selected_fields=("object_pk", "properties", "deleted")).to_arrow()
+    live = [r for r in t.to_pylist() if r["object_pk"] == pk and not r["deleted"]]
+    assert len(live) == 1, live
+    return orjson.loads(live[0]["properties"])
+
+
+# --- issue 19.4: contents ---------------------------------------------------------------------------
+
+
+async def test_a_row_edited_by_hand_keeping_version_and_event_id_is_found_and_rebuilt(
+    rec_settings: Settings, unique: str
+) -> None:
+    s = rec_settings
+    world = f"t{unique}"
+    committer = make_world(s, world, ["p1", "p2", "p3"])
+    cat = committer.catalog(f"world-{world}")
+    table = cat.load_table("onto.entity_common")
+    row = table.scan(row_filter=EqualTo("object_pk", "p2")).to_arrow()
+    i = row.schema.get_field_index("properties")
+    edited = row.set_column(i, "properties", pa.array(['{"n":999,"pk":"p2"}'], row.schema.field(i).type))
+    table.delete(EqualTo("object_pk", "p2"))
+    cat.load_table("onto.entity_common").append(edited)
+    assert props_of(cat, "p2") == {"n": 999, "pk": "p2"}  # same version and event id, other contents
+
+    rec = Reconciler(s, committer, Metrics())
+    found = await reconcile(s, [world], reconciler=rec, dry_run=True)
+    assert found[0].drift == {"Pump": 1} and found[0].types["Pump"].mismatched == 1
+    fixed = await reconcile(s, [world], reconciler=rec)
+    assert fixed[0].outcome == "repaired" and fixed[0].types["Pump"].repaired == 1
+    assert props_of(committer.catalog(f"world-{world}"), "p2") == {"n": 1, "pk": "p2"}
+    again = await reconcile(s, [world], reconciler=rec)
+    assert again[0].outcome == "ok" and again[0].drift == {"Pump": 0} and again[0].commit is None
+
+
+# --- issues 19.5 and 19.10: the command's errors, summary and exit codes -------------------------------
+
+
+def test_cli_errors_are_one_line_and_exit_codes_tell_found_repaired_and_unrepairable_apart(
+    rec_settings: Settings, unique: str
+) -> None:
+    s = rec_settings
+    world = f"t{unique}"
+    committer = make_world(s, world, ["p1", "p2", "p3"])
+    env = cli_env(s)
+    runner = CliRunner()
+
+    def run(*args: str, **overrides: str) -> Any:
+        return runner.invoke(cli, ["reconcile", *args], env={**env, **overrides})
+
+    for args, code, text in (
+        (["--world", "nosuch"], 2, "no such world: nosuch"),
+        (["--world", "Bad World"], 2, "'Bad World' is not a world id"),
+        ([], 2, "--world W (repeatable) or --all"),
+    ):
+        r = run(*args)
+        assert r.exit_code == code, (args, r.output, r.stderr)
+        assert r.exception is None or isinstance(r.exception, SystemExit)
+        assert text in r.stderr and "Traceback" not in r.stderr + r.output
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    down = run("--world", world, CAUSEWAY_KAFKA_BOOTSTRAP="127.0.0.1:1")
+    assert down.exit_code == 1 and "cannot read control counts from Kafka at 127.0.0.1:1" in down.stderr
+    assert "KafkaConnectionError" in down.stderr, down.stderr
+    assert "Traceback" not in down.stderr + down.output
+
+    committer.catalog(f"world-{world}").load_table("onto.entity_common").delete(In("object_pk", ["p1"]))
+    dry = run("--world", world, "--dry-run")
+    assert dry.exit_code == 4, dry.output + dry.stderr
+    assert summary(dry.output)["would repair"].startswith("1 row(s) in 1 world(s)")
+    assert summary(dry.output)["exit code"] == "4 (dry run found rows to repair)"
+    fixed = run("--world", world)
+    assert fixed.exit_code == 0, fixed.output + fixed.stderr
+    block = summary(fixed.output)
+    assert block["repaired"] == "1 row(s) in 1 world(s)" and block["consistent"] == "0"
+    assert block["metrics"] == "recorded in Redis for Prometheus" and block["exit code"] == "0 (consistent)"
+
+    # The control plane counts 5 Pumps; the log holds 3: found, not repairable, exit 3.
+    asyncio.run(publish_counts(s, ControlCount(world, "Pump", 5, 1)))
+    head = committer.client.get_reference(f"world-{world}").hash
+    left = run("--world", world)
+    assert left.exit_code == 3, left.output + left.stderr
+    block = summary(left.output)
+    assert block["cannot repair"].startswith(f"{world}/Pump: control count 5, event log 3")
+    assert "a rebuild cannot fix it" in block["cannot repair"] and block["exit code"].startswith("3 ")
+    assert committer.client.get_reference(f"world-{world}").hash == head  # nothing to rebuild, no commit
+    as_json = run("--world", world, "--json")
+    doc = orjson.loads(as_json.stdout)
+    assert as_json.exit_code == 3 and doc["exit_code"] == 3
+    assert doc["reports"][0]["types"]["Pump"]["unrepairable"] is True
