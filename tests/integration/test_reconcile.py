@@ -8,14 +8,17 @@ import time
 import uuid
 from typing import Any
 
+import aiohttp
 import orjson
 import pyarrow as pa
 import pytest
+from aiohttp import web
 from aiokafka import AIOKafkaProducer
 from click.testing import CliRunner
+from prometheus_client import generate_latest
 from pyiceberg.expressions import EqualTo, In
 
-from agents.reconcile import ControlCount, Reconciler, reconcile
+from agents.reconcile import ControlCount, Reconciler, ReconcileTimer, reconcile
 from agents.schema_sync import SchemaStore
 from cli.main import cli
 from models.events import ChangeEvent, ChangeType, EntityKind
@@ -265,3 +268,100 @@ def test_cli_errors_are_one_line_and_exit_codes_tell_found_repaired_and_unrepair
     doc = orjson.loads(as_json.stdout)
     assert as_json.exit_code == 3 and doc["exit_code"] == 3
     assert doc["reports"][0]["types"]["Pump"]["unrepairable"] is True
+
+
+# --- issues 19.8 / 24.6: the timer's scope and the series it leaves -------------------------------------
+
+
+def world_labels(metrics: Metrics) -> set[str]:
+    return {s.labels["world"] for m in metrics.registry.collect() for s in m.samples if "world" in s.labels}
+
+
+async def test_a_timer_pass_covers_only_its_scope_and_bounds_the_series(rec_settings: Settings, unique: str) -> None:
+    served, matched, other = f"t{unique}-a", f"t{unique}-b1", f"t{unique}-other"
+    s = rec_settings.replace(reconcile_worlds=f"served,t{unique}-b*")
+    committers = {w: make_world(s, w, ["p1", "p2", "p3"]) for w in (served, matched, other)}
+    for w in (served, other):  # drift in a world in scope and in one out of it
+        committers[w].catalog(f"world-{w}").load_table("onto.entity_common").delete(In("object_pk", ["p1"]))
+    other_head = committers[other].client.get_reference(f"world-{other}").hash
+
+    metrics = Metrics()
+    timer = ReconcileTimer(s, metrics, served=lambda: {served, "a-world-without-branch"})
+    try:
+        reports = await timer.run_pass()
+    finally:
+        await timer.stop()
+    assert {r.world_id: r.outcome for r in reports} == {served: "repaired", matched: "ok"}
+    # Another deployment's world (same Nessie, not in scope) is neither read nor repaired.
+    assert committers[other].client.get_reference(f"world-{other}").hash == other_head
+    assert world_labels(metrics) == {served, matched}
+    # The documented bound (docs/metrics.md): per world in scope at most 15 + T series (T: object types).
+    # (``*_created`` samples are switched off in a worker, see monitoring.metrics.register_faust_sensors.)
+    per_world = [
+        sum(
+            1
+            for m in metrics.registry.collect()
+            for x in m.samples
+            if x.labels.get("world") == w and not x.name.endswith("_created")
+        )
+        for w in (served, matched)
+    ]
+    assert all(n <= 15 + 1 for n in per_world), per_world
+
+
+# --- issue 24.7: a pass does not starve the worker's event loop ----------------------------------------
+
+
+def hold_the_gil(world: str) -> None:
+    """A step that holds the GIL for seconds, like a big Arrow → Python conversion (a C regex never releases it)."""
+    re.match(r"(a+)+$", "a" * 25 + "b")
+
+
+async def scrape_while(task: asyncio.Future[Any], url: str) -> list[float]:
+    """Scrape ``url`` until ``task`` is done; each scrape's seconds from request to full answer."""
+    took: list[float] = []
+    async with aiohttp.ClientSession() as http:
+        while not task.done():
+            t0 = time.monotonic()
+            async with http.get(url, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                assert resp.status == 200
+                await resp.read()
+            took.append(time.monotonic() - t0)
+            await asyncio.sleep(0.1)
+    return took
+
+
+async def test_scrapes_are_answered_while_a_pass_runs_a_step_that_holds_the_gil(
+    rec_settings: Settings, unique: str
+) -> None:
+    world = f"t{unique}"
+    s = rec_settings.replace(reconcile_worlds=world)
+    make_world(s, world, ["p1", "p2"])
+    metrics = Metrics()
+
+    async def page(request: web.Request) -> web.Response:  # the worker's /metrics, on its event loop
+        return web.Response(body=generate_latest(metrics.registry), content_type="text/plain")
+
+    app = web.Application()
+    app.router.add_get("/metrics", page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/metrics"  # type: ignore[union-attr]
+    timer = ReconcileTimer(s, metrics, before_world=hold_the_gil)
+    try:
+        # The hazard: the same step on a thread of the worker's process stalls every scrape.
+        in_process = await scrape_while(asyncio.ensure_future(asyncio.to_thread(hold_the_gil, world)), url)
+        # The timer runs it in its child process: scrapes keep being answered during the whole pass.
+        pass_task = asyncio.ensure_future(timer.run_pass())
+        during = await scrape_while(pass_task, url)
+        reports = pass_task.result()
+    finally:
+        await timer.stop()
+        await runner.cleanup()
+    print(f"\nworst scrape: {max(in_process):.2f}s with the step in-process, {max(during):.2f}s during the pass")
+    assert [r.outcome for r in reports] == ["ok"]
+    assert max(in_process) > 2.0, in_process  # the test can see starvation
+    assert len(during) >= 10 and max(during) < 2.0, during
+    assert metrics.registry.get_sample_value("causeway_reconciliation_runs_total", {"world": world, "outcome": "ok"})
