@@ -3,27 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
+import shutil
+import socket
+import subprocess
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import httpx
 import orjson
 import pyarrow as pa
 import pytest
+import yaml
 from aiohttp import web
 from aiokafka import AIOKafkaProducer
 from click.testing import CliRunner
 from prometheus_client import generate_latest
 from pyiceberg.expressions import EqualTo, In
 
-from agents.reconcile import ControlCount, Reconciler, ReconcileTimer, reconcile
+from agents.reconcile import ControlCount, Reconciler, ReconcileTimer, RunReport, publish_runs, reconcile
 from agents.schema_sync import SchemaStore
 from cli.main import cli
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.schema import validate_change
-from monitoring.metrics import Metrics
+from monitoring.metrics import Metrics, serve
 from sinks.catalog import NessieCatalog
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
@@ -365,3 +372,149 @@ async def test_scrapes_are_answered_while_a_pass_runs_a_step_that_holds_the_gil(
     assert max(in_process) > 2.0, in_process  # the test can see starvation
     assert len(during) >= 10 and max(during) < 2.0, during
     assert metrics.registry.get_sample_value("causeway_reconciliation_runs_total", {"world": world, "outcome": "ok"})
+
+
+# --- issue 19.9: the CLI-only setup feeds CausewayReconciliationStale -----------------------------------
+
+RULES = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus" / "rules" / "causeway.yml"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_promtool_stale_alert_fires_on_what_a_worker_exports_after_a_cli_run(tmp_path: Path) -> None:
+    """The series a worker exports from a CLI run's record (no runs_total, no worker timer) fires the alert."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not installed; scripts/services.sh fetch installs it"
+    rule = next(
+        r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
+        if r.get("alert") == "CausewayReconciliationStale"
+    )  # fmt: skip
+    fill = {"{{ $labels.world }}": "w1", "{{ $value | humanizeDuration }}": "20m 0s"}
+    notes = {k: functools.reduce(lambda t, kv: t.replace(*kv), fill.items(), v) for k, v in rule["annotations"].items()}
+    case = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                # A CLI run at t=0 (Unix time 0 in promtool), read back by one worker; no later run.
+                "input_series": [
+                    {
+                        "series": 'causeway_reconciliation_last_run_timestamp_seconds{job="causeway",'
+                        'instance="127.0.0.1:6066",world="w1"}',
+                        "values": "0x30",
+                    }
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": "CausewayReconciliationStale", "exp_alerts": []},
+                    {
+                        "eval_time": "20m",
+                        "alertname": "CausewayReconciliationStale",
+                        "exp_alerts": [
+                            {"exp_labels": {"severity": "warning", "world": "w1"}, "exp_annotations": notes}
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "stale_test.yml"
+    path.write_text(orjson.dumps(case).decode())  # JSON is YAML
+    proc = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+class PrivatePrometheus:
+    """A Prometheus of this test only (own port, own data dir) scraping one target with the project's rules."""
+
+    def __init__(self, tmp_path: Path, target: str) -> None:
+        self.port = free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": "causeway", "static_configs": [{"targets": [target]}]}],
+        }
+        cfg = tmp_path / "prometheus.yml"
+        cfg.write_text(orjson.dumps(config).decode())
+        self.log = (tmp_path / "prometheus.log").open("w")
+        self.proc = subprocess.Popen(
+            [
+                shutil.which("prometheus") or "prometheus",
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def alerts(self, name: str, world: str) -> list[dict[str, Any]]:
+        try:
+            doc = httpx.get(f"{self.url}/api/v1/alerts", timeout=5).json()
+        except (httpx.HTTPError, ValueError):  # not up yet ("Service Unavailable")
+            return []
+        return [
+            a
+            for a in doc["data"]["alerts"]
+            if a["labels"].get("alertname") == name and a["labels"].get("world") == world
+        ]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+async def wait_until(predicate: Any, timeout: float, what: str) -> None:  # noqa: ASYNC109
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(predicate):
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def test_cli_only_setup_the_stale_alert_fires_on_a_live_prometheus_and_a_cli_run_resolves_it(
+    rec_settings: Settings, unique: str, tmp_path: Path
+) -> None:
+    world = f"t{unique}"
+    s = rec_settings.replace(reconcile_interval_s=0.0)  # the documented CLI-only setup: no timer in workers
+    make_world(s, world, ["p1"])
+    # The last CLI run of this world finished 20 minutes ago (recorded as the CLI records it).
+    await publish_runs(s, [RunReport(world, "ok", {}, finished_at=time.time() - 1200)])
+
+    metrics = Metrics()
+    timer = ReconcileTimer(s, metrics, readback_interval_s=0.5)  # what attach() runs in every worker
+    task = asyncio.ensure_future(timer.run())
+    port = free_port()
+    server = serve(metrics, port)
+    prom = PrivatePrometheus(tmp_path, f"127.0.0.1:{port}")
+    try:
+        await wait_until(
+            lambda: any(a["state"] == "firing" for a in prom.alerts("CausewayReconciliationStale", world)),
+            timeout=90,
+            what="CausewayReconciliationStale to fire",
+        )
+        result = await asyncio.to_thread(CliRunner().invoke, cli, ["reconcile", "--world", world], env=cli_env(s))
+        assert result.exit_code == 0, result.output
+        await wait_until(
+            lambda: not prom.alerts("CausewayReconciliationStale", world), timeout=90, what="the alert to resolve"
+        )
+        assert summary(result.output)["metrics"] == "recorded in Redis for Prometheus"
+        exported = metrics.registry.get_sample_value(
+            "causeway_reconciliation_last_run_timestamp_seconds", {"world": world}
+        )
+        assert exported is not None and time.time() - exported < 120
+    finally:
+        prom.stop()
+        server.shutdown()
+        await timer.stop()
+        task.cancel()
