@@ -287,7 +287,7 @@ class Reconciler:
         found: dict[str, ChangeEvent] = {}
         for i in range(0, len(event_ids), 1000):
             chunk = event_ids[i : i + 1000]
-            scan = events.scan(row_filter=In("event_id", chunk), selected_fields=EVENT_COLUMNS).to_arrow()
+            scan = events.scan(row_filter=In("event_id", chunk), selected_fields=EVENT_COLUMNS).to_arrow()  # type: ignore[call-arg,arg-type]
             for r in scan.to_pylist():
                 found.setdefault(r["event_id"], _event(world, r))
         return [found[e] for e in event_ids]
@@ -375,13 +375,17 @@ async def publish_runs(settings: Settings, reports: Iterable[RunReport], existin
     try:
         key = runs_key(settings)
         if entries:
-            await client.hset(key, mapping=entries)  # type: ignore[misc]
+            await client.hset(key, mapping=entries)  # type: ignore[misc,arg-type]
         if existing is not None:
-            gone = set(k.decode() for k in await client.hkeys(key)) - set(existing)  # type: ignore[misc]
+            gone = {_text(k) for k in await client.hkeys(key)} - set(existing)  # type: ignore[misc]
             if gone:
                 await client.hdel(key, *gone)  # type: ignore[misc]
     finally:
         await client.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 async def read_runs(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -395,7 +399,7 @@ async def read_runs(settings: Settings) -> dict[str, dict[str, Any]]:
     out = {}
     for world, value in raw.items():
         try:
-            out[world.decode()] = orjson.loads(value)
+            out[_text(world)] = orjson.loads(value)
         except orjson.JSONDecodeError:
             log.warning("reconciliation record of %r in Redis is unreadable; ignored", world)
     return out
