@@ -297,3 +297,26 @@ async def test_intelligence_acknowledgements_survive_a_restart_and_bad_changes_a
             task.cancel()
     finally:
         await producer.stop()
+
+
+def test_a_decimal_that_would_round_is_left_null_counted_and_kept_in_the_json(
+    sync_settings: Settings, world: str
+) -> None:
+    """Issue 19.3 against Nessie: "99.999" into decimal(12,2) was stored as 100.00."""
+    s = sync_settings
+    change = validate_change(orjson.loads(schema_change(world, 1, {"op": "add", "id": "f", "name": "flow",
+                                                                   "type": "decimal(12,2)"})))  # fmt: skip
+    assert SchemaStore(s).apply(change).verdict == "applied"
+    committer = BatchCommitter(s)
+    items = [(event(world, "a", 1, flow="99.999"), Source("objs", 0, 0))]
+    items.append((event(world, "b", 1, flow="12.5"), Source("objs", 0, 1)))
+    outcome = committer.commit_batch(Batch.from_sources(world, "b-dec", items))
+    assert outcome.stats["entity_common"].values_unconverted == 1
+    got = rows(committer.catalog(f"world-{world}"), "properties", "p_equipment__flow")
+    assert got["a"]["p_equipment__flow"] is None and orjson.loads(got["a"]["properties"])["flow"] == "99.999"
+    assert str(got["b"]["p_equipment__flow"]) == "12.50"
+    metrics = Metrics()
+    metrics.committed(
+        world, duration_s=0.1, rows=2, nbytes=1, unconverted=outcome.stats["entity_common"].values_unconverted
+    )
+    assert metrics.registry.get_sample_value("causeway_typed_values_unconverted_total", {"world": world}) == 1

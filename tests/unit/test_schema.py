@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from types import SimpleNamespace
 
+import pyarrow as pa
 import pytest
 
 from agents.reconcile import Row, compare, decode_count, derive, expected, latest_counts
@@ -226,6 +228,21 @@ def test_a_decimal_with_more_digits_than_the_scale_is_left_null_never_rounded() 
     assert coerce("1.005", PropType.parse("decimal(5,2)")) is None
     assert coerce("99.990", dec) == Decimal("99.99")  # trailing zeros lose nothing
     assert coerce("NaN", dec) is None and coerce("Infinity", dec) is None
+
+
+def test_values_left_null_are_counted_per_column() -> None:
+    from collections import Counter
+
+    from sinks.rows import typed_columns
+
+    contract = applied(change(1, add("f", "flow", "decimal(12,2)"), add("n", "count", "int")))
+    schema = pa.schema([("p_equipment__flow", pa.decimal128(12, 2)), ("p_equipment__count", pa.int32())])
+    evs = [SimpleNamespace(entity_type="Equipment", after=a) for a in
+           ({"flow": "99.999", "count": 1}, {"flow": "1.5", "count": "x"}, {"flow": None}, {})]  # fmt: skip
+    counted: Counter[str] = Counter()
+    cols = typed_columns(schema, {"Equipment": contract}, evs, [False] * 4, counted)  # type: ignore[arg-type]
+    assert cols["p_equipment__flow"].to_pylist() == [None, Decimal("1.50"), None, None]
+    assert counted == {"p_equipment__flow": 1, "p_equipment__count": 1}  # null and absent are not counted
 
 
 def test_version_vector_difference_and_laggard() -> None:
