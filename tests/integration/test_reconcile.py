@@ -27,6 +27,7 @@ from pyiceberg.expressions import EqualTo, In
 
 from agents.reconcile import ControlCount, Reconciler, ReconcileTimer, RunReport, publish_runs, reconcile
 from agents.schema_sync import SchemaStore
+from bench.workload import Record
 from cli.main import cli
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.schema import validate_change
@@ -36,6 +37,7 @@ from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_world
 from streams.settings import Settings, env_name
+from tests.integration.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -518,3 +520,35 @@ async def test_cli_only_setup_the_stale_alert_fires_on_a_live_prometheus_and_a_c
         server.shutdown()
         await timer.stop()
         task.cancel()
+
+
+# --- the timer inside a real worker process -------------------------------------------------------------
+
+
+async def test_a_worker_reconciles_the_worlds_it_serves_in_a_child_process(unique: str, tmp_path: Path) -> None:
+    """A `causeway worker` with the default scope reconciles exactly the worlds it applied events for."""
+    pipe = await Pipeline.create(unique, tmp_path, reconcile_interval_s=3.0, batch_max_seconds=0.2)
+    worlds = [f"t{unique[:8]}-w{i}" for i in range(2)]
+    records = []
+    for w in worlds:
+        for i in range(5):
+            ev = event(w, "Pump", f"p{i}", 1)
+            records.append(Record(EntityKind.OBJECT, ev.key.encode(), ev.encode(), ev))
+    try:
+        worker = pipe.start_worker()
+        await pipe.publish(records)
+        await pipe.wait_drained(60)
+
+        def reconciled() -> set[str]:
+            text = worker.metrics_text()
+            return set(re.findall(r'causeway_reconciliation_runs_total\{[^}]*world="([^"]+)"', text))
+
+        await wait_until(lambda: reconciled() == set(worlds), timeout=90, what="a pass over the served worlds")
+        assert worker.alive()
+        text = worker.metrics_text()
+        assert all(f'world="{w}",outcome="ok"' in text or f'outcome="ok",world="{w}"' in text for w in worlds), text
+        # Every world label on the worker is one it serves (plus the pseudo-worlds of bad input).
+        labels = set(re.findall(r'world="([^"]+)"', text)) - {"all", "unknown", "invalid"}
+        assert labels == set(worlds), labels
+    finally:
+        pipe.stop_all()
