@@ -65,6 +65,7 @@ from models.worlds import WorldNaming
 from monitoring.metrics import Metrics, world_label
 from sinks.committer import PROP_BATCH, PROP_WORLD, BatchCommitter, stage_replacement
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
+from sinks.nessie import SyncNessieClient
 from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
 from sinks.tables import COMMON, EVENTS, contracts
@@ -488,6 +489,7 @@ class ReconcileTimer:
         self.readback_interval_s = readback_interval_s
         self.naming = WorldNaming(settings.prod_world, settings.main_branch)
         self._pool: ProcessPoolExecutor | None = None
+        self._client: SyncNessieClient | None = None
         self._exported: dict[str, float] = {}
         self._stopping = asyncio.Event()
 
@@ -498,8 +500,9 @@ class ReconcileTimer:
         return self._pool
 
     async def targets(self) -> list[str]:
-        committer_client = BatchCommitter(self.settings).client
-        refs = await asyncio.to_thread(committer_client.list_references)
+        if self._client is None:
+            self._client = SyncNessieClient.from_settings(self.settings)
+        refs = await asyncio.to_thread(self._client.list_references)
         return self.scope.select(world_ids(refs, self.naming), self.served())
 
     async def run_pass(self) -> list[RunReport]:
@@ -553,10 +556,20 @@ class ReconcileTimer:
                 pass
 
     async def stop(self) -> None:
+        """Stop at once: a world being reconciled in the child is abandoned (its commit is atomic)."""
         self._stopping.set()
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            await asyncio.to_thread(pool.shutdown, True, cancel_futures=True)
+            children = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in children:
+                if child.is_alive():
+                    child.terminate()
+            for child in children:
+                await asyncio.to_thread(child.join, 10)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 def attach(

@@ -552,3 +552,25 @@ async def test_a_worker_reconciles_the_worlds_it_serves_in_a_child_process(uniqu
         assert labels == set(worlds), labels
     finally:
         pipe.stop_all()
+
+
+def sleep_a_minute(world: str) -> None:
+    time.sleep(60)
+
+
+async def test_stopping_the_timer_ends_a_pass_in_progress(rec_settings: Settings, unique: str) -> None:
+    """A worker that is asked to stop does not wait for a long world to finish reconciling."""
+    world = f"t{unique}"
+    s = rec_settings.replace(reconcile_worlds=world)
+    make_world(s, world, ["p1"])
+    timer = ReconcileTimer(s, Metrics(), before_world=sleep_a_minute)
+    pass_task = asyncio.ensure_future(timer.run_pass())
+    await wait_until(lambda: timer._pool is not None and bool(timer._pool._processes), 60, "the child process")
+    children = list(timer._pool._processes.values())  # type: ignore[union-attr]
+    await asyncio.sleep(1.0)
+    t0 = time.monotonic()
+    await timer.stop()
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the abandoned world's future fails (broken pool)
+        await asyncio.wait_for(pass_task, 30)
+    assert time.monotonic() - t0 < 45  # well before the hook's 60 s
+    assert not any(c.is_alive() for c in children)
