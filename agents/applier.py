@@ -432,6 +432,7 @@ class Applier:
             nbytes=sum(s.bytes_written for s in outcome.stats.values()),
             occurred_at=[a.event.occurred_at_ms / 1000 for a in items],
             outcome="already_committed" if outcome.already_committed else "committed",
+            unconverted=sum(s.values_unconverted for s in outcome.stats.values()),
         )
         log.debug(
             "world %s: committed batch %s (%d events) as %s in %.3fs",

@@ -86,7 +86,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     from agents import reconcile, schema_sync
 
     schema_sync.attach(app, settings, metrics)
-    reconcile.attach(app, settings, metrics)
+    reconcile.attach(app, settings, metrics, served=lambda: set(applier._known_worlds))  # noqa: SLF001
     topic = change_topics(app, settings)
     metrics.dead_letter_series(topic.topics)
     streams: list[Any] = []

@@ -193,6 +193,11 @@ class Metrics:
         self.batch_bytes = h(
             "causeway_batch_bytes", "Data-file bytes written by one committed world flush.", (), BYTES_BUCKETS
         )
+        self.values_unconverted = c(
+            "causeway_typed_values_unconverted_total",
+            "Property values that do not convert to their typed column: left null there, kept in the JSON.",
+            ("world",),
+        )
 
         # --- consistency -------------------------------------------------------------------------
         self.schema_version = g(
@@ -365,6 +370,7 @@ class Metrics:
         occurred_at: Iterable[float] = (),
         at: float | None = None,
         outcome: Literal["committed", "already_committed"] = "committed",
+        unconverted: int = 0,
     ) -> None:
         """A world flush reached its branch: outcome, duration, batch size, freshness and e2e latency.
 
@@ -380,6 +386,8 @@ class Metrics:
         self.batch_rows.observe(rows)
         self.batch_bytes.observe(nbytes)
         self.last_commit.labels(w).set(now)
+        if unconverted:
+            self.values_unconverted.labels(w).inc(unconverted)
         latency = self.e2e_latency.labels(w)
         for t in occurred_at:
             latency.observe(max(0.0, now - t))

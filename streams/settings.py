@@ -59,6 +59,10 @@ class Settings:
     commit_author: str = _opt("causeway", "Author recorded on every Nessie commit.")
     # --- processing ------------------------------------------------------------------------------
     app_id: str = _opt("causeway", "Faust app id; also the Kafka consumer group id.")
+    data_dir: str = _opt(
+        "./.causeway/run/data",
+        "Directory for the worker's local state (Faust's `<app_id>-data` folder); relative to the working directory.",
+    )
     objects_topic: str = _opt("onto.changes.objects", "Object change events topic.")
     links_topic: str = _opt("onto.changes.links", "Link change events topic.")
     dlq_topic: str = _opt("causeway.dlq", "Dead-letter topic; headers carry the reason and origin.")
@@ -100,6 +104,12 @@ class Settings:
         0,
         "Repair a type when a count differs by more than this (control, projection, event log). 0 repairs "
         "any drift; higher tolerates in-flight events between the control count and the branch.",
+    )
+    reconcile_worlds: str = _opt(
+        "served",
+        "Which worlds the reconciliation timer (and `causeway reconcile` without --world) covers: comma-separated "
+        "world ids or glob patterns (`team-a-*`, `*` = every branch in Nessie), and `served` = the worlds this "
+        "worker has applied events for since it started (the CLI has none). Bounds the reconciliation series too.",
     )
     # --- observability ---------------------------------------------------------------------------
     web_port: int = _opt(6066, "Worker HTTP port: /metrics and /health.")
