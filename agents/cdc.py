@@ -229,6 +229,7 @@ class IngestStats:
     commit_failures: int = 0
     produce_failures: int = 0
     too_large: int = 0  # raw records dead-lettered as event-too-large
+    refused_batches: int = 0  # batches the broker refused as too large, then produced one by one
     ignored: Counter[str] = field(default_factory=Counter)
     rejected: Counter[str] = field(default_factory=Counter)
 
@@ -528,6 +529,8 @@ class CdcIngest(KafkaLoop):
             self.stats.produce_failures += 1
         elif kind == "commit":
             self.stats.commit_failures += 1
+        elif kind == "broker-refused":
+            self.stats.refused_batches += 1
         self.last_failure = f"{kind}: {exc!r}"[:300]
         if self.metrics is not None:
             self.metrics.cdc_batch(skipped={}, events=0, failures={kind: 1}, committed_at=None)
