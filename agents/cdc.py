@@ -132,6 +132,7 @@ class BatchPlan:
     rejected: Counter[str] = field(default_factory=Counter)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     commit: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) → next offset
+    world_unchecked: Counter[str] = field(default_factory=Counter)  # table label → updates (see Converted)
 
 
 def plan_batch(
@@ -174,6 +175,8 @@ def plan_batch(
                 continue
             plan.outgoing.extend(out)
             plan.events += len(result.events)
+            if result.world_unchecked is not None:
+                plan.world_unchecked[result.world_unchecked] += 1
         elif isinstance(result, Ignored):
             plan.ignored[result.kind] += 1
         else:
@@ -232,6 +235,19 @@ class IngestStats:
     refused_batches: int = 0  # batches the broker refused as too large, then produced one by one
     ignored: Counter[str] = field(default_factory=Counter)
     rejected: Counter[str] = field(default_factory=Counter)
+    world_unchecked: Counter[str] = field(default_factory=Counter)  # table label → updates without before world
+
+
+def unchecked_world_warning(label: str, mapping: CdcMapping) -> str:
+    """The once-per-table warning for updates whose before image lacks the world column."""
+    table = next((t for t in mapping.tables if t.label == label), None)
+    column = table.world_column if table is not None else "?"
+    where = (table.topic or dict(table.source).get("table")) if table is not None else label
+    return (
+        f"{label} ({where}) takes its world from column {column!r}, but its updates carry no before image "
+        f"with that column: a row moved to another world stays live in the old one as well. Set REPLICA "
+        f"IDENTITY FULL on the source table, or make {column!r} part of its primary key (docs/cdc.md)"
+    )
 
 
 @dataclass(frozen=True)
@@ -334,6 +350,7 @@ class CdcIngest(KafkaLoop):
         self.last_commit_at: float | None = None
         self.last_failure: str | None = None
         self._committed: dict[TopicPartition, int] = {}
+        self._warned_unchecked: set[str] = set()
         self._fetched_from: dict[TopicPartition, int] = {}
         self._logged_at = time.monotonic()
         self._logged = IngestStats()
@@ -543,6 +560,10 @@ class CdcIngest(KafkaLoop):
         s.too_large += plan.rejected.get(TOO_LARGE, 0)
         s.ignored.update(plan.ignored)
         s.rejected.update(+plan.rejected)
+        s.world_unchecked.update(plan.world_unchecked)
+        for label in plan.world_unchecked.keys() - self._warned_unchecked:
+            self._warned_unchecked.add(label)
+            log.warning("cdc ingest: %s", unchecked_world_warning(label, self.mapping))
         if self.metrics is not None:
             for topic, n in Counter(r.topic for r in records).items():
                 self.metrics.consumed(topic, n)

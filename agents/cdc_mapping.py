@@ -362,7 +362,15 @@ class CdcEvent:
 
 @dataclass(frozen=True, slots=True)
 class Converted:
+    """The events of one row change.
+
+    ``world_unchecked`` names the table (``tables[i]``) when the record is an update of a table whose
+    world is a column and the before image lacks that column (Postgres REPLICA IDENTITY DEFAULT):
+    a row that moved to another world cannot be seen, so it would stay live in the old one.
+    """
+
     events: tuple[CdcEvent, ...]
+    world_unchecked: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,7 +420,12 @@ def convert_envelope(env: Envelope, mapping: CdcMapping, position: Position, max
         )
     try:
         drafts = _drafts(env, table, mapping, position)
-        return Converted(tuple(_finish(d, max_bytes) for d in drafts))
+        unchecked = None
+        if env.op is Op.UPDATE and table.world_column is not None:
+            before = env.before_raw or {}
+            if before.get(table.world_column) is None:
+                unchecked = table.label
+        return Converted(tuple(_finish(d, max_bytes) for d in drafts), unchecked)
     except EnvelopeError as exc:
         return Rejected(exc.reason, exc.detail)
     except _Reject as rej:

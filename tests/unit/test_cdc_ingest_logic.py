@@ -30,6 +30,7 @@ from monitoring.metrics import Metrics
 from streams.settings import Settings
 from streams.topics import MESSAGE_HEADROOM_BYTES, message_bytes_needed
 from tests.unit.test_cdc_bad_input import MAPPING, SETTINGS, TOPIC, Rec, good, j
+from tests.unit.test_debezium import payload
 
 ROOT = Path(__file__).resolve().parents[2]
 INLINE = orjson.dumps({"tables": [{"topic": TOPIC, "world": "prod", "object_type": "Order", "pk": "id"}]}).decode()
@@ -65,6 +66,16 @@ def test_causeway_config_shows_the_cdc_settings() -> None:
     for name in ("CAUSEWAY_CDC_MAPPING", "CAUSEWAY_CDC_PATTERN", "CAUSEWAY_CDC_GROUP_ID", "CAUSEWAY_CDC_MAX_RECORDS"):
         assert f"`{name}`" in table
         assert f"`{name}`" in (ROOT / "README.md").read_text()
+
+
+def test_docs_cdc_lists_every_cdc_setting_and_metric() -> None:
+    text = (ROOT / "docs" / "cdc.md").read_text()
+    for f in dataclasses.fields(Settings):
+        if f.name.startswith("cdc_"):
+            assert f"`CAUSEWAY_{f.name.upper()}`" in text, f"docs/cdc.md does not list {f.name}"
+    for info in Metrics().catalog:
+        if info.name.startswith("causeway_cdc_"):
+            assert f"`{info.name}" in text, f"docs/cdc.md does not list {info.name}"
 
 
 def test_the_worker_attaches_the_ingest_with_the_settings_options() -> None:
@@ -124,6 +135,23 @@ def test_topics_causeway_creates_fit_max_event_bytes_and_small_ones_are_warned_a
                       "d": 2_000_000 + MESSAGE_HEADROOM_BYTES}  # fmt: skip
     (line,) = limit_warnings({"o": 1_048_588, "l": 3_000_000}, needed)
     assert "topic o has max.message.bytes=1048588" in line and TOO_LARGE in line
+
+
+# --- 3. a tenant move the ingest cannot see is warned about, once per table --------------------------
+
+
+def test_updates_without_the_before_world_are_counted_and_warned_about_once(caplog: Any) -> None:
+    recs = [Rec("cdc.raw.erp.tenanted", 0, i, j(payload("u", after={"id": i, "tenant": "acme"}))) for i in range(3)]
+    plan = plan_batch(recs, MAPPING, SETTINGS, 0)
+    assert plan.events == 3 and plan.world_unchecked == {"tables[1]": 3}
+    ingest = CdcIngest(SETTINGS, MAPPING)
+    with caplog.at_level("WARNING", logger="agents.cdc"):
+        ingest._count(recs, plan)
+        ingest._count(recs, plan)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "tables[1] (cdc.raw.erp.tenanted) takes its world from column 'tenant'" in line
+    assert "REPLICA IDENTITY FULL" in line
+    assert ingest.stats.world_unchecked == {"tables[1]": 6}
 
 
 # --- 4. counters become metrics, a rate-limited log line and a status -----------------------------
