@@ -670,6 +670,14 @@ def attach(app: Any, settings: Settings, mapping: CdcMapping, **kwargs: Any) -> 
     return ingest
 
 
+def attached_ingest(app: Any) -> CdcIngest | None:
+    """The ingest ``attach`` added to a Faust app (for /health and /summary), or None."""
+    for child in getattr(app, "_children", ()):
+        if isinstance(child, CdcIngestService):
+            return child.ingest
+    return None
+
+
 def main() -> int:
     """``python -m agents.cdc``: the ingest alone, configured from ``CAUSEWAY_*`` variables.
 

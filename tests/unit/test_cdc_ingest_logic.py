@@ -79,7 +79,7 @@ def test_docs_cdc_lists_every_cdc_setting_and_metric() -> None:
 
 
 def test_the_worker_attaches_the_ingest_with_the_settings_options() -> None:
-    from agents.cdc import CdcIngestService
+    from agents.cdc import attached_ingest
     from agents.worker import build_worker
 
     settings = Settings(
@@ -90,15 +90,17 @@ def test_the_worker_attaches_the_ingest_with_the_settings_options() -> None:
         cdc_ensure_topics=False,
     )
     app, _ = build_worker(settings)
-    (service,) = [s for s in app._children if isinstance(s, CdcIngestService)]
-    opts = service.ingest.options
+    ingest = attached_ingest(app)
+    assert ingest is not None
+    opts = ingest.options
     assert (opts.pattern, opts.group_id, opts.max_records, opts.ensure_topics) == (
         r"^cdc\.raw\.erp\..*",
         "erp-ingest",
         40,
         False,
     )
-    assert service.ingest.group_id == "erp-ingest"
+    assert ingest.group_id == "erp-ingest"
+    assert attached_ingest(build_worker(Settings())[0]) is None  # no mapping: no ingest
 
 
 # --- 2. an event too large for its topic is dead-lettered, the batch goes on --------------------------
