@@ -52,7 +52,7 @@ from agents.kafka_loop import KafkaLoop
 from models.deadletter import DeadLetter
 from models.events import EntityKind
 from streams.settings import Settings, SettingsError
-from streams.topics import ensure_topics, message_bytes_needed
+from streams.topics import MESSAGE_HEADROOM_BYTES, ensure_topics, message_bytes_needed
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +365,7 @@ class CdcIngest(KafkaLoop):
 
     @property
     def max_request_bytes(self) -> int:
-        return max(self.settings.max_event_bytes, self.options.dlq_max_value_bytes) + 65_536
+        return max(self.settings.max_event_bytes, self.options.dlq_max_value_bytes) + MESSAGE_HEADROOM_BYTES
 
     def _new_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
