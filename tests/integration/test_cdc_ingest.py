@@ -22,6 +22,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.partitioner import DefaultPartitioner
 
 from agents.cdc import TOO_LARGE, CdcIngest, IngestOptions, attach, topic_limits
@@ -561,3 +562,45 @@ async def test_worker_with_a_bad_mapping_prints_the_problems_and_creates_no_topi
     finally:
         await admin.close()
     assert not {env.settings.objects_topic, env.settings.links_topic, env.settings.dlq_topic} & topics
+
+
+async def _until(condition: Any, within_s: float = 60.0) -> None:
+    for _ in range(int(within_s / 0.2)):
+        if condition():
+            return
+        await asyncio.sleep(0.2)
+
+
+async def test_status_shows_records_waiting_while_produce_fails_and_clears_after(env: Env) -> None:
+    """What a health check reads: waiting records and no commit while the produce fails, then recovery."""
+    topic = f"{env.raw}.orders"
+    await env.create_topic(topic, 1)
+    options = IngestOptions(**{**env.options.__dict__, "retry_backoff_s": 0.2})
+    ingest = CdcIngest(env.settings, env.mapping, options)
+    await ingest.start()
+    real_produce = ingest._produce
+    failing = True
+
+    async def produce(producer: Any, outgoing: Any) -> None:
+        if failing:
+            raise KafkaConnectionError("injected: broker unreachable")
+        await real_produce(producer, outgoing)
+
+    ingest._produce = produce  # type: ignore[method-assign]
+    task = asyncio.create_task(ingest.run())
+    try:
+        await env.publish(topic, [order_record("c", i, 500 + i) for i in range(5)])
+        await _until(lambda: ingest.status().records_waiting >= 5)
+        stuck = ingest.status()
+        assert stuck.records_waiting == 5 and stuck.last_commit_at is None
+        assert stuck.last_failure is not None and "injected" in stuck.last_failure
+        assert stuck.stalled(time.time() + 120, after_s=60)
+        failing = False
+        await env.read(env.settings.objects_topic, 5)
+        await _until(lambda: ingest.status().last_commit_at is not None)
+    finally:
+        await halt(ingest, task)
+    done = ingest.status()
+    assert done.records_waiting == 0 and done.last_commit_at is not None and done.last_failure is None
+    assert not done.stalled(time.time() + 120, after_s=60)
+    assert ingest.stats.produce_failures >= 1
