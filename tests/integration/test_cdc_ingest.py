@@ -604,3 +604,51 @@ async def test_status_shows_records_waiting_while_produce_fails_and_clears_after
     assert done.records_waiting == 0 and done.last_commit_at is not None and done.last_failure is None
     assert not done.stalled(time.time() + 120, after_s=60)
     assert ingest.stats.produce_failures >= 1
+
+
+async def test_the_worker_runs_the_ingest_with_the_cdc_settings(env: Env, tmp_path: Path) -> None:
+    """``causeway worker`` with CAUSEWAY_CDC_*: its ingest uses the configured pattern and group."""
+    from bench.procs import start_worker, stop, worker_env
+
+    orders = f"{env.raw}.orders"
+    decoy = f"cdc.raw.{env.unique}x.other"  # another team's topic: the default pattern matches it
+    await env.create_topic(orders, 1)
+    await env.create_topic(decoy, 1)
+    await env.publish(decoy, [order_record("c", 9, 90)])
+    world = f"t{env.unique}"  # no branch: the applier dead-letters its events, nothing is committed
+    mapping = {"tables": [{"topic": orders, "world": world, "object_type": "Order", "pk": "id"}]}
+    group = f"cdc-group-{env.unique}"
+    proc_env = worker_env(env.settings.replace(warehouse=f"file://{tmp_path}/warehouse")) | {
+        "CAUSEWAY_CDC_MAPPING": orjson.dumps(mapping).decode(),
+        "CAUSEWAY_CDC_PATTERN": env.options.pattern,
+        "CAUSEWAY_CDC_GROUP_ID": group,
+        "CAUSEWAY_CDC_METADATA_MAX_AGE_MS": "1000",
+    }
+    worker = await asyncio.to_thread(start_worker, proc_env, tmp_path / "worker.log", timeout=120)
+    try:
+        await env.publish(orders, [order_record("c", 5, 77)])
+        (got,) = await env.read(env.settings.objects_topic, 1)
+        committed: dict[str, int] = {}
+        for _ in range(150):
+            committed = await _group_offsets(env, group)
+            if committed.get(orders):
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await asyncio.to_thread(stop, [worker.proc])
+    assert got.key == f"{world}::5".encode()
+    assert committed == {orders: 1}, "the configured group read the mapped topic, and only it"
+    assert await _group_offsets(env, f"{env.settings.app_id}-cdc") == {}, "the default group was not used"
+
+
+async def _group_offsets(env: Env, group: str) -> dict[str, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=env.bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    out: dict[str, int] = {}
+    for tp, meta in offsets.items():
+        out[tp.topic] = out.get(tp.topic, 0) + meta.offset
+    return out
