@@ -381,7 +381,11 @@ class CdcIngest(KafkaLoop):
         s = self.settings
         needed = message_bytes_needed(s)
         outputs = [s.objects_topic, s.links_topic, s.dlq_topic]
-        found = await topic_limits(s.kafka_bootstrap, outputs)
+        try:
+            found = await topic_limits(s.kafka_bootstrap, outputs)
+        except KafkaError as exc:  # e.g. no DescribeConfigs permission: fall back to the broker's refusals
+            log.warning("cdc ingest: cannot read the topics' max.message.bytes: %r", exc)
+            found = {}
         for line in limit_warnings(found, needed):
             log.warning("cdc ingest: %s", line)
         self.limits = {t: min(found.get(t, sys.maxsize), self.max_request_bytes) for t in outputs}
