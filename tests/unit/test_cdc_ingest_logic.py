@@ -14,17 +14,16 @@ import orjson
 from click.testing import CliRunner
 from prometheus_client import generate_latest
 
-from agents.cdc import (
+from agents.cdc import CdcIngest, IngestOptions
+from agents.cdc_mapping import MappingError, parse_mapping
+from agents.cdc_plan import (
     TOO_LARGE,
-    CdcIngest,
-    IngestOptions,
     IngestStats,
     IngestStatus,
     counters_line,
     limit_warnings,
     plan_batch,
 )
-from agents.cdc_mapping import MappingError, parse_mapping
 from models.deadletter import H_DETAIL, H_REASON, DeadLetter
 from monitoring.metrics import Metrics
 from streams.settings import Settings
