@@ -74,13 +74,13 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         worker_id=worker_id,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
     )
-    if os.environ.get("CAUSEWAY_CDC_MAPPING"):
-        # CDC ingest runs in the same process when a mapping is configured; a bad mapping stops
-        # start-up with every problem listed (MappingError), before any record is read.
-        from agents.cdc import attach
-        from agents.cdc_mapping import mapping_from_env
+    if settings.cdc_mapping:
+        # CDC ingest runs in the same process when a mapping is configured, with the settings'
+        # CAUSEWAY_CDC_* options; a bad mapping stops start-up with every problem listed
+        # (MappingError), before any topic is created or record read.
+        from agents.cdc import attach, load_cdc_mapping
 
-        attach(app, settings, mapping_from_env(), metrics=metrics)
+        attach(app, settings, load_cdc_mapping(settings), metrics=metrics)
     # Schema sync (control-plane schema changes → Iceberg schema evolution per world branch) and the
     # periodic reconciliation run beside the applier, each with its own consumer group.
     from agents import reconcile, schema_sync
@@ -165,8 +165,8 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
 
 def run_worker(settings: Settings) -> None:
     """Run one worker until stopped (SIGTERM/SIGINT); blocks."""
+    app, _ = build_worker(settings)  # first: validates the CDC mapping before any topic is created
     asyncio.run(ensure_topics(settings))
-    app, _ = build_worker(settings)
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
     # Lag is measured outside the worker (monitoring.lag_exporter); Prometheus finds this worker's
     # /metrics through the discovery file it holds while it runs.

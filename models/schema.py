@@ -20,7 +20,7 @@ Wire format of ``schema.updated`` (JSON object; Kafka key ``"<world_id>::<kind>:
 
     PID   a stable property id, never reused: [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}
     NAME  [A-Za-z][A-Za-z0-9_]{0,62}, no "__", not ending in "_"
-    TYPE  string | int | long | float | double | boolean | decimal(P,S) | date | timestamp
+    TYPE  string | int | long | float | double | boolean | decimal(P,S) | date | timestamp | timestamptz
 
 Versions are per ``(world, kind, type)`` and consecutive: one more than the applied version is
 applied, anything higher waits for the gap to fill. ``change_id`` is the idempotency key: a
@@ -75,7 +75,8 @@ class Primitive(StrEnum):
     BOOLEAN = "boolean"
     DECIMAL = "decimal"
     DATE = "date"
-    TIMESTAMP = "timestamp"
+    TIMESTAMP = "timestamp"  # without time zone (Iceberg timestamp): a wall-clock value
+    TIMESTAMPTZ = "timestamptz"  # with time zone (Iceberg timestamptz): an instant, stored as UTC
 
 
 @dataclass(frozen=True, slots=True)

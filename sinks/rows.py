@@ -205,12 +205,20 @@ def coerce(value: Any, t: PropType) -> Any:
             return d if len(d.as_tuple().digits) <= t.precision else None
         if p is Primitive.DATE:
             return date.fromisoformat(value[:10]) if isinstance(value, str) else None
-        if p is Primitive.TIMESTAMP:
+        if p is Primitive.TIMESTAMPTZ:
             if isinstance(value, int):
                 return datetime.fromtimestamp(value / 1000, UTC)
             if isinstance(value, str):
                 dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
                 return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+            return None
+        if p is Primitive.TIMESTAMP:
+            # Without a zone: the wall-clock value as written; an instant is taken at UTC.
+            if isinstance(value, int):
+                return datetime.fromtimestamp(value / 1000, UTC).replace(tzinfo=None)
+            if isinstance(value, str):
+                dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+                return dt.astimezone(UTC).replace(tzinfo=None) if dt.tzinfo else dt
             return None
     except (ValueError, InvalidOperation, OverflowError, OSError):
         return None

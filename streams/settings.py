@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +112,34 @@ class Settings:
         "world ids or glob patterns (`team-a-*`, `*` = every branch in Nessie), and `served` = the worlds this "
         "worker has applied events for since it started (the CLI has none). Bounds the reconciliation series too.",
     )
+    # --- CDC ingest (agents/cdc.py, docs/cdc.md) --------------------------------------------------
+    cdc_mapping: str = _opt(
+        "",
+        "CDC mapping: a YAML/JSON file path or the JSON itself. Set, the worker also runs the Debezium "
+        "ingest; empty, it does not.",
+    )
+    cdc_pattern: str = _opt(
+        r"^cdc\.raw\..*",
+        "Regex of the raw Debezium topics the ingest subscribes. On a shared broker narrow it to your "
+        r"sources (^cdc\.raw\.erp\..*): every matching topic without a mapping is dead-lettered.",
+    )
+    cdc_group_id: str = _opt("", "Consumer group of the CDC ingest; empty means the app id + '-cdc'.")
+    cdc_metadata_max_age_ms: int = _opt(
+        5_000, "A cdc.raw.* topic created after start-up is picked up within this time (Kafka's default: 5 min)."
+    )
+    cdc_max_records: int = _opt(5_000, "Raw records per ingest batch (one produce round and one offset commit).")
+    cdc_poll_timeout_ms: int = _opt(500, "How long the ingest's poll waits when there is nothing to read.")
+    cdc_linger_ms: int = _opt(5, "Producer batching delay of the ingest; higher batches more, adds latency.")
+    cdc_dlq_max_value_bytes: int = _opt(
+        900_000,
+        "A rejected raw value larger than this is dead-lettered without its bytes (headers say where to "
+        "re-read it); keeps dead letters under the DLQ topic's size limit.",
+    )
+    cdc_retry_backoff_s: float = _opt(1.0, "Pause before the ingest re-reads a batch whose produce failed.")
+    cdc_ensure_topics: bool = _opt(True, "The ingest creates the change and DLQ topics if missing.")
+    cdc_log_interval_s: float = _opt(
+        60.0, "The ingest logs its skipped / rejected / failed counters at most this often (0: never)."
+    )
     # --- observability ---------------------------------------------------------------------------
     web_port: int = _opt(6066, "Worker HTTP port: /metrics and /health.")
     web_bind: str = _opt(
@@ -155,9 +184,13 @@ class Settings:
             )
         if not self.warehouse.startswith(("file://", "s3://", "/")):
             raise SettingsError(f"{env_name('warehouse')}={self.warehouse!r}: use file:///path or s3://bucket")
-        for name in ("batch_max_events", "topic_partitions", "max_parked", "commit_retries"):
+        for name in ("batch_max_events", "topic_partitions", "max_parked", "commit_retries", "cdc_max_records"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
+        try:
+            re.compile(self.cdc_pattern)
+        except re.error as exc:
+            raise SettingsError(f"{env_name('cdc_pattern')}={self.cdc_pattern!r} is not a valid regex: {exc}") from None
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

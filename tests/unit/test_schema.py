@@ -216,7 +216,8 @@ def test_coerce_keeps_only_values_that_convert() -> None:
     assert coerce(2, PropType.parse("decimal(5,2)")) == Decimal("2.00")
     assert coerce("12345.6", PropType.parse("decimal(5,2)")) is None
     assert coerce("2026-03-01", PropType.parse("date")) == date(2026, 3, 1)
-    assert coerce(0, PropType.parse("timestamp")) == datetime(1970, 1, 1, tzinfo=UTC)
+    assert coerce(0, PropType.parse("timestamp")) == datetime(1970, 1, 1)  # no zone: the wall clock
+    assert coerce(0, PropType.parse("timestamptz")) == datetime(1970, 1, 1, tzinfo=UTC)
     assert coerce(1, PropType.parse("string")) is None
 
 
