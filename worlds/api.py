@@ -1,0 +1,372 @@
+"""The world manager's read-and-rewind API: history, releases, time travel, audit, diff, rollback.
+
+Synchronous (pyiceberg is), one object per process; the CLI and the future gRPC service call it.
+Pure decisions live in ``worlds.history``, ``worlds.refs``, ``worlds.audit``, ``worlds.diff`` and
+``worlds.rollback``; this module only reads Nessie and the warehouse and writes Nessie.
+
+Every read is pinned: a ref is resolved once to ``branch@hash`` (or ``tag@hash``) and all tables
+are read at that hash, so a read never blocks the live writer and never sees half of a commit.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThanOrEqual
+from pyiceberg.io import load_file_io
+from pyiceberg.table import Table
+
+from models.worlds import InvalidWorldId, WorldNaming
+from sinks.catalog import NessieCatalog
+from sinks.errors import NessieError, NessieNotFound, NessieReferenceAlreadyExists
+from sinks.nessie import IcebergTable, Operation, Reference, SyncNessieClient
+from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
+from streams.settings import Settings
+from worlds import history as hist
+from worlds.refs import InvalidRef, WorldRef, parse_release_tag, release_tag
+
+TABLES = (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE)
+#: The key a release commit marks as UNCHANGED: no table is touched, so it never conflicts.
+RELEASE_MARKER_KEY = ("causeway_releases",)
+
+
+class WorldsError(Exception):
+    """A world read or rewind that cannot be done; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A world ref resolved to one commit: ``pinned`` (``name@hash``) is what every read uses."""
+
+    ref: WorldRef
+    name: str  # the branch or tag
+    hash: str
+    commit_time: datetime | None = None
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.name}@{self.hash}"
+
+    def describe(self) -> str:
+        when = f" ({self.commit_time.isoformat()})" if self.commit_time else ""
+        return f"{self.ref} = commit {self.hash[:16]} on {self.name}{when}"
+
+
+@dataclass(frozen=True)
+class Release:
+    world: str
+    name: str
+    tag: str
+    hash: str
+    released_hash: str
+    message: str
+    created_at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "world": self.world,
+            "name": self.name,
+            "tag": self.tag,
+            "hash": self.hash,
+            "released_hash": self.released_hash,
+            "message": self.message,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+        }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A world read at one commit: live objects and links (tombstones left out unless asked)."""
+
+    resolved: Resolved
+    objects: pa.Table
+    links: pa.Table
+
+
+class Worlds:
+    """The API. ``Worlds.from_settings(settings)``; close with ``close()`` or use ``with``."""
+
+    def __init__(self, settings: Settings, client: SyncNessieClient | None = None) -> None:
+        self.settings = settings
+        self.naming = WorldNaming(settings.prod_world, settings.main_branch)
+        self._own_client = client is None
+        self.client = client or SyncNessieClient.from_settings(settings)
+        self.catalog = NessieCatalog.from_settings(settings, settings.main_branch, client=self.client)
+        self._metadata_cache: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Worlds:
+        return cls(settings)
+
+    def close(self) -> None:
+        if self._own_client:
+            self.client.close()
+
+    def __enter__(self) -> Worlds:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- refs ------------------------------------------------------------------------------------
+
+    def branch(self, world: str) -> str:
+        try:
+            return self.naming.branch(world)
+        except InvalidWorldId as exc:
+            raise WorldsError(str(exc)) from exc
+
+    def head(self, world: str) -> Reference:
+        try:
+            return self.client.get_reference(self.branch(world))
+        except NessieNotFound as exc:
+            raise WorldsError(f"world {world!r} does not exist (no branch {self.branch(world)})") from exc
+
+    def resolve(self, ref: WorldRef | str) -> Resolved:
+        """One commit for a world ref: the head, a hash on the branch, the last commit at a time, a release."""
+        wref = _parse(ref)
+        if wref.release:
+            tag = release_tag(wref.world, wref.release)
+            try:
+                found = self.client.get_reference(tag)
+            except NessieNotFound as exc:
+                raise WorldsError(f"release {wref} does not exist") from exc
+            return Resolved(wref, tag, found.hash, self._commit_time(f"{tag}@{found.hash}"))
+        branch = self.head(wref.world).name
+        if wref.hash:
+            try:
+                entry = self._first(f"{branch}@{wref.hash}")
+            except NessieNotFound as exc:
+                raise WorldsError(f"commit {wref.hash} is not on world {wref.world!r}") from exc
+            if entry is None:
+                raise WorldsError(f"commit {wref.hash} is not on world {wref.world!r}")
+            return Resolved(wref, branch, entry.hash, entry.commit_time)
+        if wref.at:
+            ms = int(wref.at.timestamp() * 1000)
+            try:
+                entry = self._first(f"{branch}*{ms}")
+            except NessieNotFound:
+                entry = None
+            if entry is None:
+                raise WorldsError(f"world {wref.world!r} has no commit at or before {wref.at.isoformat()}")
+            return Resolved(wref, branch, entry.hash, entry.commit_time)
+        entry = self._first(branch)
+        if entry is None:
+            raise WorldsError(f"world {wref.world!r} has no commit")
+        return Resolved(wref, branch, entry.hash, entry.commit_time)
+
+    def _first(self, ref: str) -> Any:
+        for page in self.client.history(ref, max_records=1):
+            return next(iter(page), None)
+        return None
+
+    def _commit_time(self, ref: str) -> datetime | None:
+        entry = self._first(ref)
+        return entry.commit_time if entry else None
+
+    def table(self, pinned: str, name: str) -> Table | None:
+        """A table read at a pinned ref, or None when the world has no such table there."""
+        try:
+            return self.catalog.at(pinned).load_table((self.settings.namespace, name))
+        except NoSuchTableError:
+            return None
+
+    # --- 1. history ------------------------------------------------------------------------------
+
+    def history(
+        self,
+        world: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        author: str | None = None,
+        limit: int | None = 50,
+        counts: bool = True,
+        page_size: int = 100,
+    ) -> Iterator[hist.CommitRecord]:
+        """The world's commits, newest first, paged through Nessie's log (one page in memory)."""
+        branch = self.head(world).name
+        flt = hist.history_filter(since, until, author)
+        size = max(1, min(page_size, limit or page_size))
+        seen = 0
+        for page in self.client.history(branch, max_records=size, filter=flt, fetch_all=counts):
+            for entry in page:
+                tables = self._commit_counts(entry.operations or ()) if counts else {}
+                yield hist.record(entry.hash, entry.commit_time, entry.author, entry.message, entry.properties, tables)
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+
+    def _commit_counts(self, operations: tuple[Operation, ...]) -> dict[str, hist.TableCounts]:
+        out: dict[str, hist.TableCounts] = {}
+        for op in operations:
+            if op.type != "PUT" or not isinstance(op.content, IcebergTable):
+                continue
+            if tuple(op.key[:-1]) != (self.settings.namespace,):
+                continue
+            meta = self.metadata(op.content.metadata_location)
+            prev_loc = hist.previous_metadata_location(meta)
+            old_id = self.metadata(prev_loc).get("current-snapshot-id") if prev_loc else None
+            out[op.key[-1]] = hist.new_snapshot_counts(meta, op.content.snapshot_id, old_id)
+        return out
+
+    def metadata(self, location: str) -> dict[str, Any]:
+        """A table metadata file as raw JSON (files are immutable: cached by location)."""
+        cached = self._metadata_cache.get(location)
+        if cached is not None:
+            return cached
+        io = load_file_io(self.catalog.properties, location)
+        with io.new_input(location).open() as f:
+            raw = f.read()
+        if location.endswith(".gz.metadata.json") or raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        data = orjson.loads(raw)
+        if len(self._metadata_cache) > 4096:
+            self._metadata_cache.clear()
+        self._metadata_cache[location] = data
+        return data
+
+    # --- 3. releases -----------------------------------------------------------------------------
+
+    def create_release(self, world: str, name: str, message: str = "") -> tuple[Release, bool]:
+        """Tag the world's head as release ``name``; returns (release, created).
+
+        A release is immutable: creating an existing name again is a no-op when it already holds the
+        world's current state, and refused otherwise (Nessie would let a tag move; causeway does not).
+        The release is recorded on the world's branch as a commit that touches no table.
+        """
+        tag = self._release_tag(world, name)
+        head = self.head(world)
+        existing = self._get_tag(tag)
+        if existing is not None:
+            release = self._release(tag, existing.hash)
+            if head.hash in (release.hash, release.released_hash):
+                return release, False
+            raise WorldsError(
+                f"release {world}/{name} exists at {release.released_hash[:16]}; releases are immutable "
+                f"(the world is now at {head.hash[:16]}): pick another name"
+            )
+        props = {hist.PROP_RELEASE: name, "causeway.release.of": head.hash, "causeway.world": world}
+        if message:
+            props["causeway.release.message"] = message
+        marker = self.client.commit(
+            head.name,
+            head.hash,
+            [Operation("UNCHANGED", RELEASE_MARKER_KEY)],
+            message=f"release {name} of world {world}" + (f": {message}" if message else ""),
+            author=self.settings.commit_author,
+            properties=props,
+        )
+        try:
+            self.client.create_tag(tag, Reference(head.name, "BRANCH", marker.hash))
+        except NessieReferenceAlreadyExists as exc:
+            raise WorldsError(f"release {world}/{name} was created concurrently; run `release show`") from exc
+        return self._release(tag, marker.hash), True
+
+    def list_releases(self, world: str | None = None) -> list[Release]:
+        out = []
+        for ref in self.client.list_references():
+            parsed = parse_release_tag(ref.name) if ref.type == "TAG" else None
+            if parsed and (world is None or parsed[0] == world):
+                out.append(self._release(ref.name, ref.hash))
+        return sorted(out, key=lambda r: (r.world, r.created_at or datetime.min, r.name))
+
+    def get_release(self, world: str, name: str) -> Release:
+        tag = self._release_tag(world, name)
+        found = self._get_tag(tag)
+        if found is None:
+            raise WorldsError(f"release {world}/{name} does not exist")
+        return self._release(tag, found.hash)
+
+    def delete_release(self, world: str, name: str) -> Release:
+        release = self.get_release(world, name)
+        self.client.delete_reference(release.tag, release.hash, "TAG")
+        return release
+
+    def _release_tag(self, world: str, name: str) -> str:
+        try:
+            self.branch(world)
+            return release_tag(world, name)
+        except (InvalidRef, InvalidWorldId) as exc:
+            raise WorldsError(str(exc)) from exc
+
+    def _get_tag(self, tag: str) -> Reference | None:
+        try:
+            return self.client.get_reference(tag)
+        except NessieNotFound:
+            return None
+
+    def _release(self, tag: str, hash: str) -> Release:
+        world, name = parse_release_tag(tag) or ("?", tag)
+        entry = self._first(f"{tag}@{hash}")
+        props = entry.properties if entry else {}
+        return Release(
+            world=world,
+            name=name,
+            tag=tag,
+            hash=hash,
+            released_hash=props.get("causeway.release.of", hash),
+            message=props.get("causeway.release.message", ""),
+            created_at=entry.commit_time if entry else None,
+        )
+
+    # --- 4. time travel --------------------------------------------------------------------------
+
+    def show(
+        self,
+        ref: WorldRef | str,
+        *,
+        entity_type: str | None = None,
+        pk: str | None = None,
+        include_deleted: bool = False,
+    ) -> Snapshot:
+        """Objects and links of a world as of a ref, filtered by type and pk (pushed down to the scan)."""
+        resolved = self.resolve(ref)
+        objects = self._scan(resolved.pinned, ENTITY_COMMON, "object_type_id", "object_pk", entity_type, pk)
+        links = self._scan(resolved.pinned, ENTITY_EDGE, "link_type", "link_pk", entity_type, pk)
+        if not include_deleted:
+            objects = objects.filter(pc.invert(objects.column("deleted"))) if objects.num_rows else objects
+            links = links.filter(pc.invert(links.column("deleted"))) if links.num_rows else links
+        return Snapshot(resolved, objects, links)
+
+    def _scan(
+        self, pinned: str, name: str, type_col: str, pk_col: str, entity_type: str | None, pk: str | None
+    ) -> pa.Table:
+        tbl = self.table(pinned, name)
+        if tbl is None:
+            return pa.table({})
+        return tbl.scan(row_filter=_filter((type_col, entity_type), (pk_col, pk))).to_arrow()
+
+
+def _filter(
+    *equal: tuple[str, Any], lower: tuple[str, Any] | None = None, upper: tuple[str, Any] | None = None
+) -> BooleanExpression:
+    expr: BooleanExpression = AlwaysTrue()
+    for column, value in equal:
+        if value is not None:
+            expr = And(expr, EqualTo(column, value))
+    if lower is not None and lower[1] is not None:
+        expr = And(expr, GreaterThanOrEqual(lower[0], lower[1]))
+    if upper is not None and upper[1] is not None:
+        expr = And(expr, LessThanOrEqual(upper[0], upper[1]))
+    return expr
+
+
+def _parse(ref: WorldRef | str) -> WorldRef:
+    if isinstance(ref, WorldRef):
+        return ref
+    try:
+        return WorldRef.parse(ref)
+    except InvalidRef as exc:
+        raise WorldsError(str(exc)) from exc
+
+
+__all__ = ["NessieError", "Release", "Resolved", "Snapshot", "Worlds", "WorldsError"]
