@@ -284,3 +284,57 @@ def show(
 def _call(settings: Settings, action: Callable[[Worlds], T]) -> T:
     with _api(settings) as api:
         return action(api)
+
+
+# --- audit trail -----------------------------------------------------------------------------------
+
+
+@worlds.command()
+@click.argument("world")
+@click.option("--type", "entity_type", required=True, help="The object type (or link type with --link).")
+@click.option("--pk", required=True, help="The object pk (or link pk with --link).")
+@click.option("--link", "is_link", is_flag=True, help="Audit a link instead of an object.")
+@click.option("--since", default=None, help="Only changes committed at or after this time.")
+@click.option("--until", default=None, help="Only changes committed at or before this time.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per change.")
+@click.pass_obj
+def audit(
+    settings: Settings,
+    world: str,
+    entity_type: str,
+    pk: str,
+    is_link: bool,
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+) -> None:
+    """Every change of one entity of WORLD, in order: change, version, properties before and after,
+    caused_by chain, event id, commit and source.
+
+    WORLD may be any world ref (WORLD@HASH, WORLD@TIME, WORLD/RELEASE) to audit up to that state.
+
+    \b
+    Example:
+      causeway worlds audit prod --type person --pk p-17 --since 2026-11-01T00:00:00Z
+    """
+    kind = "link" if is_link else "object"
+    entries = _call(
+        settings,
+        lambda api: api.audit(world, entity_type, pk, kind=kind, since=_time(since), until=_time(until)),
+    )
+    if as_json:
+        for e in entries:
+            _json(e.to_json())
+        return
+    for e in entries:
+        commit = e.commit_hash[:16] if e.commit_hash else "?"
+        flag = "" if e.applied else "  (stale: not applied)"
+        click.echo(f"{e.committed_at.isoformat(timespec='seconds')}  {commit}  {e.change_type:8} v{e.version}{flag}")
+        click.echo(f"    event {e.event_id}  batch {e.batch_id}  source {e.source or '-'}")
+        if e.caused_by:
+            click.echo(f"    caused by {' <- '.join(e.caused_by)}")
+        click.echo(f"    before {orjson.dumps(e.before).decode()}  after {orjson.dumps(e.after).decode()}")
+    _summary(
+        f"audit of {kind} {entity_type}/{pk} in {world}",
+        [("changes", len(entries)), ("applied", sum(e.applied for e in entries))],
+    )

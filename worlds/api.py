@@ -13,16 +13,24 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, GreaterThanOrEqual, LessThanOrEqual
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThanOrEqual,
+    In,
+    LessThanOrEqual,
+)
 from pyiceberg.io import load_file_io
-from pyiceberg.table import Table
+from pyiceberg.table import DataScan, Table
 
 from models.worlds import InvalidWorldId, WorldNaming
 from sinks.catalog import NessieCatalog
@@ -31,6 +39,7 @@ from sinks.nessie import IcebergTable, Operation, Reference, SyncNessieClient
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 from streams.settings import Settings
 from worlds import history as hist
+from worlds.audit import AUDIT_COLUMNS, AuditEntry, fold, missing_causes
 from worlds.refs import InvalidRef, WorldRef, parse_release_tag, release_tag
 
 TABLES = (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE)
@@ -344,6 +353,79 @@ class Worlds:
         if tbl is None:
             return pa.table({})
         return tbl.scan(row_filter=_filter((type_col, entity_type), (pk_col, pk))).to_arrow()
+
+    # --- 5. audit trail --------------------------------------------------------------------------
+
+    def audit(
+        self,
+        ref: WorldRef | str,
+        entity_type: str,
+        pk: str,
+        *,
+        kind: str = "object",
+        since: datetime | None = None,
+        until: datetime | None = None,
+        cause_depth: int = 8,
+    ) -> list[AuditEntry]:
+        """Every change of one object (or link) in the order the world took it, with commits and causes.
+
+        The log is scanned with (kind, type, pk, committed_at range) pushed down, so only files whose
+        statistics can hold the entity are read.
+        """
+        resolved = self.resolve(ref)
+        scan = self.audit_scan(resolved, entity_type, pk, kind=kind, since=since, until=until)
+        if scan is None:
+            return []
+        log, rows = scan[0], scan[1].to_arrow().to_pylist()
+        causes: dict[str, str | None] = {r["event_id"]: r["caused_by"] for r in rows}
+        for _ in range(cause_depth):
+            wanted = missing_causes(causes)
+            if not wanted:
+                break
+            found = log.scan(row_filter=In("event_id", sorted(wanted)), selected_fields=("event_id", "caused_by"))
+            got = {r["event_id"]: r["caused_by"] for r in found.to_arrow().to_pylist()}
+            causes.update(got)
+            causes.update({w: None for w in wanted - set(got)})  # a cause outside the log ends its chain
+        commits = self._batch_commits(resolved, {r["batch_id"] for r in rows}, rows)
+        return fold(rows, causes, commits)
+
+    def audit_scan(
+        self,
+        resolved: Resolved,
+        entity_type: str,
+        pk: str,
+        *,
+        kind: str = "object",
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> tuple[Table, DataScan] | None:
+        """The log and the pushed-down scan of one entity's rows (``plan_files()`` shows the files read)."""
+        log = self.table(resolved.pinned, ENTITY_EVENTS)
+        if log is None:
+            return None
+        row_filter = _filter(
+            ("kind", kind),
+            ("entity_type", entity_type),
+            ("entity_pk", pk),
+            lower=("committed_at", since),
+            upper=("committed_at", until),
+        )
+        return log, log.scan(row_filter=row_filter, selected_fields=AUDIT_COLUMNS)
+
+    def _batch_commits(self, resolved: Resolved, batch_ids: set[str], rows: list[dict[str, Any]]) -> dict[str, str]:
+        """Commit hash per batch id, walking the log back only to the oldest row's commit time."""
+        if not batch_ids:
+            return {}
+        oldest = min(r["committed_at"] for r in rows) - timedelta(minutes=5)
+        flt = hist.history_filter(since=oldest)
+        found: dict[str, str] = {}
+        for entry in self.client.history_entries(resolved.pinned, max_records=200, filter=flt):
+            b = entry.properties.get(hist.PROP_BATCH)
+            if b in batch_ids and b not in found:
+                found[b] = entry.hash
+                if len(found) == len(batch_ids):
+                    break
+        return found
 
 
 def _filter(
