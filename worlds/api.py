@@ -11,7 +11,7 @@ are read at that hash, so a read never blocks the live writer and never sees hal
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +40,8 @@ from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 from streams.settings import Settings
 from worlds import history as hist
 from worlds.audit import AUDIT_COLUMNS, AuditEntry, fold, missing_causes
+from worlds.diff import EntityChange, SchemaChange, schema_diff
+from worlds.diff_read import TableDiff, diff_table
 from worlds.refs import InvalidRef, WorldRef, parse_release_tag, release_tag
 
 TABLES = (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE)
@@ -98,6 +100,29 @@ class Snapshot:
     resolved: Resolved
     objects: pa.Table
     links: pa.Table
+
+
+@dataclass(frozen=True)
+class WorldDiff:
+    """``a`` → ``b``: per projection table the entity changes, schema changes and read costs."""
+
+    a: Resolved
+    b: Resolved
+    tables: list[TableDiff]
+    events_schema: list[SchemaChange]
+
+    @property
+    def changes(self) -> list[EntityChange]:
+        return [c for t in self.tables for c in t.changes]
+
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{"object": {type: {added, removed, modified}}, "link": {...}}``."""
+        out: dict[str, dict[str, dict[str, int]]] = {"object": {}, "link": {}}
+        for t in self.tables:
+            for c in t.changes:
+                per = out[c.kind].setdefault(c.entity_type, {"added": 0, "removed": 0, "modified": 0})
+                per[c.change] += 1
+        return out
 
 
 class Worlds:
@@ -426,6 +451,25 @@ class Worlds:
                 if len(found) == len(batch_ids):
                     break
         return found
+
+    # --- 2. diff ---------------------------------------------------------------------------------
+
+    def diff(self, a: WorldRef | str, b: WorldRef | str, *, progress: Callable[[int], None] | None = None) -> WorldDiff:
+        """Entities added, removed and modified (with their property changes) from ``a`` to ``b``.
+
+        Reads only the data files that differ between the two snapshots (see ``worlds.diff``).
+        """
+        ra, rb = self.resolve(a), self.resolve(b)
+        tables = []
+        for name, kind, type_col, pk_col in (
+            (ENTITY_COMMON, "object", "object_type_id", "object_pk"),
+            (ENTITY_EDGE, "link", "link_type", "link_pk"),
+        ):
+            ta, tb = self.table(ra.pinned, name), self.table(rb.pinned, name)
+            tables.append(diff_table(name, kind, ta, tb, type_col, pk_col, progress))
+        events_a, events_b = self.table(ra.pinned, ENTITY_EVENTS), self.table(rb.pinned, ENTITY_EVENTS)
+        events_schema = schema_diff(events_a.schema() if events_a else None, events_b.schema() if events_b else None)
+        return WorldDiff(ra, rb, tables, events_schema)
 
 
 def _filter(
