@@ -411,3 +411,76 @@ def diff(settings: Settings, a: str, b: str, entity_type: str | None, limit: int
             )
         )
     _summary(f"diff {a} -> {b}", rows or [("changes", 0)])
+
+
+# --- rollback --------------------------------------------------------------------------------------
+
+
+def _target_ref(world: str, to: str) -> str:
+    """``--to``: a hash, a release name of WORLD, or any full world ref."""
+    if "/" in to or "@" in to:
+        return to
+    if all(c in "0123456789abcdefABCDEF" for c in to) and len(to) >= 8:
+        return f"{world}@{to}"
+    return f"{world}/{to}"
+
+
+@worlds.command()
+@click.argument("world")
+@click.option("--to", "to", required=True, help="A commit hash of WORLD, a release name, or a world ref.")
+@click.option("--dry-run", is_flag=True, help="Show what would be rolled back; write nothing.")
+@click.option("--force", is_flag=True, help="If the branch moves meanwhile, plan again and retry once.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def rollback(settings: Settings, world: str, to: str, dry_run: bool, force: bool, yes: bool, as_json: bool) -> None:
+    """Make WORLD's tables equal to those at a past commit or release, as a NEW commit.
+
+    History is kept (nothing is force-reset); the commit records the rolled-back range. Offsets
+    the world recorded and Redis marks are kept, so Kafka redelivery does not re-apply the
+    rolled-back events; `causeway replay --into-world` can re-apply them on purpose.
+    If a writer commits to WORLD meanwhile, the rollback is refused (retried once with --force).
+
+    \b
+    Examples:
+      causeway worlds rollback whatif-001 --to 3f2a9c1e0b7d4a55 --dry-run
+      causeway worlds rollback prod --to q3-2026 --yes
+    """
+    ref = _target_ref(world, to)
+    plan = _call(settings, lambda api: api.plan_rollback(world, ref))
+    summary = {
+        "world": world,
+        "branch": plan.branch,
+        "head": plan.head,
+        "target": plan.target,
+        "commits_rolled_back": len(plan.rolled_back),
+        "batches_rolled_back": list(plan.batch_ids),
+        "tables": {a.table: a.action for a in plan.actions},
+    }
+    if dry_run or plan.noop:
+        if as_json:
+            _json(summary | {"dry_run": dry_run, "commit": None})
+        else:
+            verb = "would roll back" if not plan.noop else "nothing to roll back:"
+            click.echo(f"{verb} world {world} from {plan.head[:16]} to {plan.target[:16]}")
+            _summary("rollback plan", [(k, v) for k, v in summary.items() if k != "batches_rolled_back"])
+        return
+    if not yes and not as_json:
+        click.confirm(
+            f"Roll back world {world} to {plan.target[:16]} ({len(plan.rolled_back)} commit(s) since)?", abort=True
+        )
+    outcome = _call(settings, lambda api: api.rollback(world, ref, force=force))
+    if as_json:
+        _json(summary | {"dry_run": False, "commit": outcome.hash, "attempts": outcome.attempts})
+        return
+    click.echo(f"rolled back world {world} to {outcome.plan.target[:16]} in commit {outcome.hash}")
+    _summary(
+        "rollback",
+        [
+            ("commit", outcome.hash),
+            ("head was", outcome.plan.head),
+            ("commits rolled back", len(outcome.plan.rolled_back)),
+            ("tables", ", ".join(f"{a.table}={a.action}" for a in outcome.plan.actions)),
+            ("attempts", outcome.attempts),
+        ],
+    )

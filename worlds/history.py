@@ -126,11 +126,14 @@ def counts_from_summary(summary: Mapping[str, Any]) -> TableCounts:
     )
 
 
-def new_snapshot_counts(metadata: Mapping[str, Any], new_id: int | None, old_id: int | None) -> TableCounts:
-    """Sum the summaries of the snapshots between ``old_id`` (excluded) and ``new_id`` (raw metadata JSON).
+def new_snapshot_counts(
+    metadata: Mapping[str, Any], new_id: int | None, old_id: int | None, old_sequence: int | None = None
+) -> TableCounts:
+    """Sum the summaries of the snapshots a commit added (raw metadata JSON of the commit's version).
 
-    Walks ``parent-snapshot-id`` from ``new_id`` back to ``old_id``; a commit that left the table's
-    snapshot as it was (a schema change, a property update) counts nothing.
+    Walks ``parent-snapshot-id`` from ``new_id`` back to ``old_id`` (the previous version's current
+    snapshot), counting only snapshots newer than ``old_sequence``: a commit that left the snapshot
+    as it was (a schema change) or went back to an older one (a rollback) adds nothing.
     """
     if new_id is None or new_id == old_id or new_id < 0:
         return TableCounts()
@@ -141,9 +144,19 @@ def new_snapshot_counts(metadata: Mapping[str, Any], new_id: int | None, old_id:
         snap = by_id.get(current) if current is not None else None
         if snap is None or current == old_id:
             break
+        if old_sequence is not None and int(snap.get("sequence-number") or 0) <= old_sequence:
+            break
         total = total + counts_from_summary(snap.get("summary") or {})
         current = snap.get("parent-snapshot-id")
     return total
+
+
+def snapshot_sequence(metadata: Mapping[str, Any], snapshot_id: int | None) -> int | None:
+    """The sequence number of one snapshot of a metadata file, if it holds it."""
+    for snap in metadata.get("snapshots") or ():
+        if snap.get("snapshot-id") == snapshot_id:
+            return int(snap.get("sequence-number") or 0)
+    return None
 
 
 def previous_metadata_location(metadata: Mapping[str, Any]) -> str | None:

@@ -64,6 +64,12 @@ def test_counts_from_summaries_walk_the_commit_s_snapshots_only() -> None:
     assert hist.new_snapshot_counts(meta, 3, 1) == hist.TableCounts(2, 3, 0, 1)
     assert hist.new_snapshot_counts(meta, 2, 2) == hist.TableCounts()  # schema-only commit: same snapshot
     assert hist.new_snapshot_counts(meta, 1, None) == hist.TableCounts(5, 0, 0, 0)
+    for snap in meta["snapshots"]:
+        snap["sequence-number"] = snap["snapshot-id"]
+    # A rollback makes an older snapshot current again: it added nothing.
+    assert hist.new_snapshot_counts(meta, 2, 3, old_sequence=3) == hist.TableCounts()
+    assert hist.new_snapshot_counts(meta, 3, 99, old_sequence=2) == hist.TableCounts(0, 1, 0, 1)
+    assert hist.snapshot_sequence(meta, 2) == 2 and hist.snapshot_sequence(meta, 7) is None
     assert hist.previous_metadata_location({"metadata-log": [{"metadata-file": "a"}, {"metadata-file": "b"}]}) == "b"
 
 
