@@ -47,6 +47,19 @@ def _time(value: str | None) -> datetime | None:
         raise click.BadParameter(str(exc)) from exc
 
 
+def _target_ref(world: str, to: str) -> str:
+    """``--to`` / ``--at``: a commit hash (or its prefix), a time, a release name of WORLD, or a full world ref."""
+    if "/" in to or "@" in to:
+        return to
+    if all(c in "0123456789abcdefABCDEF" for c in to) and len(to) >= 8:
+        return f"{world}@{to}"
+    try:
+        parse_time(to)
+    except InvalidRef:
+        return f"{world}/{to}"
+    return f"{world}@{to}"
+
+
 def _json(obj: Any) -> None:
     click.echo(orjson.dumps(obj, default=str, option=orjson.OPT_NON_STR_KEYS))
 
@@ -239,7 +252,7 @@ _LINK_COLUMNS = ["link_type", "link_pk", "from_pk", "to_pk", "version", "deleted
 
 @worlds.command()
 @click.argument("world")
-@click.option("--at", "at", default=None, help="A commit hash or a time; default: the head.")
+@click.option("--at", "at", default=None, help="A commit hash (or its prefix), a time or a release; default: head.")
 @click.option("--type", "entity_type", default=None, help="Only this object or link type.")
 @click.option("--pk", default=None, help="Only this object or link pk.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(min=0), help="Rows printed per table.")
@@ -257,7 +270,7 @@ def show(
       causeway worlds show whatif-001 --at 2026-11-30T14:00:00Z --type person --pk p-17
       causeway worlds show whatif-001 --at 3f2a9c1e0b7d4a55
     """
-    ref = world if at is None or "/" in world else f"{world}@{at}"
+    ref = world if at is None or "/" in world else _target_ref(world, at)
     with _api(settings) as api:
         snap = api.show(ref, entity_type=entity_type, pk=pk)
     objects, links = _rows(snap.objects, _OBJECT_COLUMNS), _rows(snap.links, _LINK_COLUMNS)
@@ -414,15 +427,6 @@ def diff(settings: Settings, a: str, b: str, entity_type: str | None, limit: int
 
 
 # --- rollback --------------------------------------------------------------------------------------
-
-
-def _target_ref(world: str, to: str) -> str:
-    """``--to``: a hash, a release name of WORLD, or any full world ref."""
-    if "/" in to or "@" in to:
-        return to
-    if all(c in "0123456789abcdefABCDEF" for c in to) and len(to) >= 8:
-        return f"{world}@{to}"
-    return f"{world}/{to}"
 
 
 @worlds.command()

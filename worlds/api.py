@@ -192,7 +192,7 @@ class Worlds:
         branch = self.head(wref.world).name
         if wref.hash:
             try:
-                entry = self._first(f"{branch}@{wref.hash}")
+                entry = self._first(f"{branch}@{self._expand(branch, wref.hash)}")
             except NessieNotFound as exc:
                 raise WorldsError(f"commit {wref.hash} is not on world {wref.world!r}") from exc
             if entry is None:
@@ -211,6 +211,17 @@ class Worlds:
         if entry is None:
             raise WorldsError(f"world {wref.world!r} has no commit")
         return Resolved(wref, branch, entry.hash, entry.commit_time)
+
+    def _expand(self, branch: str, prefix: str, max_commits: int = 100_000) -> str:
+        """A full commit hash from the prefix the CLI prints (Nessie resolves full hashes only)."""
+        if len(prefix) == 64:
+            return prefix
+        for n, entry in enumerate(self.client.history_entries(branch, max_records=500)):
+            if entry.hash.startswith(prefix):
+                return entry.hash
+            if n >= max_commits:
+                break
+        raise WorldsError(f"commit {prefix} is not on branch {branch} (within {max_commits:,} commits)")
 
     def _first(self, ref: str) -> Any:
         for page in self.client.history(ref, max_records=1):
