@@ -108,3 +108,21 @@ def _world(world: str, text: str) -> str:
         raise InvalidRef(
             f"not a world ref: {text!r} ({exc}); use WORLD, WORLD@HASH, WORLD@TIME or WORLD/RELEASE"
         ) from exc
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A world ref resolved to one commit: ``pinned`` (``name@hash``) is what every read uses."""
+
+    ref: WorldRef
+    name: str  # the branch or tag
+    hash: str
+    commit_time: datetime | None = None
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.name}@{self.hash}"
+
+    def describe(self) -> str:
+        when = f" ({self.commit_time.isoformat()})" if self.commit_time else ""
+        return f"{self.ref} = commit {self.hash[:16]} on {self.name}{when}"
