@@ -170,3 +170,27 @@ def test_rollback_racing_a_live_committer(written: WrittenWorld, api: Worlds, wo
     assert {pk for _, pk in objects} == expected  # rolled back, then the later batches on top
     assert "x" not in {pk for _, pk in objects}
     assert OBJ  # the topic the worker's offsets belong to
+
+
+def test_worker_meeting_a_landed_rollback_retries_on_top_of_it(
+    written: WrittenWorld, api: Worlds, world_settings: Settings
+) -> None:
+    """The other interleaving: the rollback lands between the worker's read and its publish."""
+    w = written.world
+    written.commit("b1", [obj(w, "p1", "CREATE", 1)])
+    target = written.heads[-1]
+    written.commit("b2", [obj(w, "p2", "CREATE", 1)])
+    landed: list[str | None] = []
+
+    def rollback_first(cat: object, b: Batch, attempt: int) -> None:
+        if attempt == 1:
+            landed.append(api.rollback(w, f"{w}@{target}").hash)
+
+    worker = BatchCommitter(world_settings, written.client, before_publish=rollback_first)
+    out = worker.commit_batch(batch(w, "b3", [obj(w, "p3", "CREATE", 1)], 2))
+    assert landed and landed[0] is not None
+    assert out.attempts == 2  # its first publish conflicted with the rollback; it re-applied on the new head
+    objects, events = _state(world_settings, written.branch)
+    assert {pk for _, pk in objects} == {"p1", "p3"}
+    assert sum(events.values()) == 2 and not [e for e, n in events.items() if n > 1]
+    assert [r.kind for r in api.history(w, limit=2, counts=False)] == ["batch", "rollback"]
