@@ -87,6 +87,9 @@ def _rows(table: pa.Table, columns: list[str]) -> list[dict[str, Any]]:
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1), help="At most N commits.")
 @click.option("--author", default=None, help="Only commits by this author.")
 @click.option("--no-counts", is_flag=True, help="Skip per-table row counts (reads no table metadata).")
+@click.option(
+    "--changes", is_flag=True, help="Count events per kind and change type (reads each commit's new log file)."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per commit.")
 @click.pass_obj
 def history(
@@ -97,6 +100,7 @@ def history(
     limit: int,
     author: str | None,
     no_counts: bool,
+    changes: bool,
     as_json: bool,
 ) -> None:
     """WORLD's commits, newest first: hash, time, author, message, batch id, rows per table.
@@ -104,12 +108,19 @@ def history(
     \b
     Example:
       causeway worlds history whatif-001 --since 2026-11-30T10:00:00Z --limit 20
+      causeway worlds history prod --limit 5 --changes --json
     """
     kinds: dict[str, int] = {}
     n = 0
     with _api(settings) as api, Progress("history", limit, enabled=not as_json) as progress:
         for rec in api.history(
-            world, since=_time(since), until=_time(until), author=author, limit=limit, counts=not no_counts
+            world,
+            since=_time(since),
+            until=_time(until),
+            author=author,
+            limit=limit,
+            counts=not no_counts,
+            changes=changes,
         ):
             n += 1
             kinds[rec.kind] = kinds.get(rec.kind, 0) + 1
@@ -131,6 +142,12 @@ def history(
             click.echo(f"    {rec.message}")
             if counts:
                 click.echo(f"    {counts}")
+            if rec.changes:
+                per = "  ".join(
+                    f"{kind} " + ",".join(f"{c}={n}" for c, n in sorted(v.items()))
+                    for kind, v in sorted(rec.changes.items())
+                )
+                click.echo(f"    {per}")
     if not as_json:
         _summary(
             f"history of {world}",

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.expressions import (
     AlwaysTrue,
     And,
@@ -26,6 +27,8 @@ from pyiceberg.expressions import (
     In,
     LessThanOrEqual,
 )
+from pyiceberg.io import load_file_io
+from pyiceberg.manifest import ManifestEntryStatus, read_manifest_list
 from pyiceberg.table import DataScan, Table
 
 from sinks.errors import NessieError
@@ -89,20 +92,58 @@ class Worlds(ReleaseOps, RollbackOps):
         author: str | None = None,
         limit: int | None = 50,
         counts: bool = True,
+        changes: bool = False,
         page_size: int = 100,
     ) -> Iterator[hist.CommitRecord]:
-        """The world's commits, newest first, paged through Nessie's log (one page in memory)."""
+        """The world's commits, newest first, paged through Nessie's log (one page in memory).
+
+        ``counts``: rows added and removed per table, from snapshot summaries (metadata reads only).
+        ``changes``: events per kind and change type, from the log file(s) each commit appended.
+        """
         branch = self.head(world).name
         flt = hist.history_filter(since, until, author)
         size = max(1, min(page_size, limit or page_size))
         seen = 0
-        for page in self.client.history(branch, max_records=size, filter=flt, fetch_all=counts):
+        for page in self.client.history(branch, max_records=size, filter=flt, fetch_all=counts or changes):
             for entry in page:
-                tables = self._commit_counts(entry.operations or ()) if counts else {}
-                yield hist.record(entry.hash, entry.commit_time, entry.author, entry.message, entry.properties, tables)
+                ops = entry.operations or ()
+                tables = self._commit_counts(ops) if counts else {}
+                changed = self._commit_changes(ops) if changes else {}
+                yield hist.record(
+                    entry.hash, entry.commit_time, entry.author, entry.message, entry.properties, tables, changed
+                )
                 seen += 1
                 if limit is not None and seen >= limit:
                     return
+
+    def _commit_changes(self, operations: tuple[Operation, ...]) -> dict[str, dict[str, int]]:
+        """Count the rows of the ``entity_events`` files this commit's snapshot added (not a table scan)."""
+        for op in operations:
+            if op.type != "PUT" or not isinstance(op.content, IcebergTable):
+                continue
+            if tuple(op.key) != (self.settings.namespace, ENTITY_EVENTS):
+                continue
+            meta = self.metadata(op.content.metadata_location)
+            snap = next((s for s in meta.get("snapshots") or () if s["snapshot-id"] == op.content.snapshot_id), None)
+            if snap is None:
+                return {}
+            io = load_file_io(self.catalog.properties, op.content.metadata_location)
+            kinds: list[str] = []
+            types: list[str] = []
+            applied: list[bool] = []
+            for manifest in read_manifest_list(io.new_input(snap["manifest-list"])):
+                if manifest.added_snapshot_id != snap["snapshot-id"]:
+                    continue
+                for e in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                    if e.status != ManifestEntryStatus.ADDED or e.snapshot_id != snap["snapshot-id"]:
+                        continue
+                    with io.new_input(e.data_file.file_path).open() as f:
+                        rows = pq.read_table(f, columns=["kind", "change_type", "applied"])
+                    kinds += rows.column("kind").to_pylist()
+                    types += rows.column("change_type").to_pylist()
+                    applied += rows.column("applied").to_pylist()
+            return hist.change_counts(kinds, types, applied)
+        return {}
 
     def _commit_counts(self, operations: tuple[Operation, ...]) -> dict[str, hist.TableCounts]:
         out: dict[str, hist.TableCounts] = {}

@@ -58,6 +58,9 @@ class CommitRecord:
     event_count: int | None
     properties: Mapping[str, str]
     tables: Mapping[str, TableCounts] = field(default_factory=dict)
+    #: ``{"object": {"CREATE": n, ...}, "link": {...}, "stale": {...}}`` from the log rows the commit
+    #: appended (only when asked: it reads the commit's new ``entity_events`` files).
+    changes: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class CommitRecord:
             "batch_ids": list(self.batch_ids),
             "event_count": self.event_count,
             "tables": {name: c.to_json() for name, c in self.tables.items()},
+            "changes": {k: dict(v) for k, v in self.changes.items()},
             "properties": dict(self.properties),
         }
 
@@ -165,6 +169,15 @@ def previous_metadata_location(metadata: Mapping[str, Any]) -> str | None:
     return log[-1].get("metadata-file") if log else None
 
 
+def change_counts(kinds: list[str], change_types: list[str], applied: list[bool]) -> dict[str, dict[str, int]]:
+    """Events a commit appended, per kind and change type; events the version rule refused count as stale."""
+    out: dict[str, dict[str, int]] = {}
+    for kind, change, ok in zip(kinds, change_types, applied, strict=True):
+        per = out.setdefault(kind if ok else "stale", {})
+        per[change] = per.get(change, 0) + 1
+    return out
+
+
 def record(
     hash: str,
     time: datetime,
@@ -172,6 +185,7 @@ def record(
     message: str,
     properties: Mapping[str, str],
     tables: Mapping[str, TableCounts] | None = None,
+    changes: Mapping[str, Mapping[str, int]] | None = None,
 ) -> CommitRecord:
     batch = properties.get(PROP_BATCH)
     count = properties.get(PROP_COUNT)
@@ -185,4 +199,5 @@ def record(
         event_count=int(count) if count and count.isdigit() else None,
         properties=dict(properties),
         tables=dict(tables or {}),
+        changes=dict(changes or {}),
     )

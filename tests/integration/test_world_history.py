@@ -40,6 +40,13 @@ def test_history_newest_first_with_batches_counts_and_filters(written: WrittenWo
     assert "entity_edge" not in b2.tables
     assert b3.tables["entity_common"].added_rows == 1 and b3.tables["entity_common"].removed_rows == 0
     assert all(r.kind == "batch" for r in recs[:3])
+    # Per kind and change type, from the log files each commit appended (not a table scan).
+    detailed = list(api.history(written.world, limit=3, changes=True))
+    assert [dict(r.changes) for r in detailed] == [
+        {"object": {"CREATE": 1}},
+        {"object": {"UPDATE": 1, "DELETE": 1}},
+        {"object": {"CREATE": 5}, "link": {"CREATE": 1}},
+    ]
 
     assert len(list(api.history(written.world, limit=2))) == 2
     assert [r.hash for r in api.history(written.world, since=b2.time)] == [b3.hash, b2.hash]

@@ -79,3 +79,10 @@ def test_commit_kinds() -> None:
     assert hist.record("h", t, "a", "m", {"causeway.rollback.to": "x"}).kind == "rollback"
     assert hist.record("h", t, "a", "m", {"causeway.release": "v1"}).kind == "release"
     assert hist.record("h", t, "a", "merge world-a into main", {}).kind == "merge"
+
+
+def test_change_counts_split_applied_by_kind_and_stale() -> None:
+    out = hist.change_counts(
+        ["object", "object", "link", "object"], ["CREATE", "UPDATE", "CREATE", "UPDATE"], [True, True, True, False]
+    )
+    assert out == {"object": {"CREATE": 1, "UPDATE": 1}, "link": {"CREATE": 1}, "stale": {"UPDATE": 1}}
