@@ -12,14 +12,14 @@ from datetime import datetime
 from typing import Any
 
 from models.worlds import InvalidWorldId
-from sinks.errors import NessieNotFound, NessieReferenceAlreadyExists
-from sinks.nessie import Operation, Reference
+from sinks.errors import NessieConflict, NessieNotFound, NessieReferenceAlreadyExists
+from sinks.nessie import CommitResult, Namespace, Operation, Reference
 from worlds import history as hist
 from worlds.base import WorldsBase
 from worlds.errors import WorldsError
 from worlds.refs import InvalidRef, parse_release_tag, release_tag
 
-#: The key a release commit marks as UNCHANGED: no table is touched, so it never conflicts.
+#: The key a release commit marks as UNCHANGED in a world that has no namespace yet.
 RELEASE_MARKER_KEY = ("causeway_releases",)
 
 
@@ -68,22 +68,46 @@ class ReleaseOps(WorldsBase):
                 f"release {world}/{name} exists at {release.released_hash[:16]}; releases are immutable "
                 f"(the world is now at {head.hash[:16]}): pick another name"
             )
-        props = {hist.PROP_RELEASE: name, "causeway.release.of": head.hash, "causeway.world": world}
+        # The released state is the release commit's parent: if a writer committed since the head was
+        # read, Nessie rebases this table-less commit onto it, and the tag holds that newer state.
+        props = {hist.PROP_RELEASE: name, "causeway.world": world}
         if message:
             props["causeway.release.message"] = message
-        marker = self.client.commit(
-            head.name,
-            head.hash,
-            [Operation("UNCHANGED", RELEASE_MARKER_KEY)],
-            message=f"release {name} of world {world}" + (f": {message}" if message else ""),
-            author=self.settings.commit_author,
-            properties=props,
-        )
+        marker = self._release_commit(world, name, message, props, head)
         try:
             self.client.create_tag(tag, Reference(head.name, "BRANCH", marker.hash))
         except NessieReferenceAlreadyExists as exc:
             raise WorldsError(f"release {world}/{name} was created concurrently; run `release show`") from exc
         return self._release(tag, marker.hash), True
+
+    def _release_commit(
+        self, world: str, name: str, message: str, props: dict[str, str], head: Reference, attempts: int = 5
+    ) -> CommitResult:
+        """The table-less commit that records a release; retried on a fresh head if Nessie refuses it.
+
+        Its one operation is UNCHANGED on the namespace (or, in a world without tables, on a key no
+        table uses): Nessie rebases it over any writer's commit, but refuses a rebase over a key that
+        does not exist, hence the retry from the new head.
+        """
+        ns = (self.settings.namespace,)
+        for attempt in range(attempts):
+            key = (
+                ns if isinstance(self.client.get_contents(head.pinned, [ns]).get(ns), Namespace) else RELEASE_MARKER_KEY
+            )
+            try:
+                return self.client.commit(
+                    head.name,
+                    head.hash,
+                    [Operation("UNCHANGED", key)],
+                    message=f"release {name} of world {world}" + (f": {message}" if message else ""),
+                    author=self.settings.commit_author,
+                    properties=props,
+                )
+            except NessieConflict:
+                if attempt + 1 == attempts:
+                    raise
+                head = self.head(world)
+        raise AssertionError("unreachable")
 
     def list_releases(self, world: str | None = None) -> list[Release]:
         out = []
@@ -127,7 +151,7 @@ class ReleaseOps(WorldsBase):
             name=name,
             tag=tag,
             hash=hash,
-            released_hash=props.get("causeway.release.of", hash),
+            released_hash=(entry.parent_hash or hash) if entry and hist.PROP_RELEASE in props else hash,
             message=props.get("causeway.release.message", ""),
             created_at=entry.commit_time if entry else None,
         )

@@ -140,3 +140,22 @@ def test_show_cli_names_the_commit_used(written: WrittenWorld, world_settings: S
     assert by_release.exit_code == 0 and "person/p0 v2" in by_release.output, by_release.output
     missing = CliRunner().invoke(cli, ["worlds", "show", written.world, "--at", "abcdef0123"], obj=world_settings)
     assert missing.exit_code != 0 and "not on branch" in missing.output
+
+
+def test_release_records_the_state_it_tagged_when_a_writer_commits_meanwhile(
+    written: WrittenWorld, api: Worlds
+) -> None:
+    written.commit("b1", [obj(written.world, "p1", "CREATE", 1)])
+    real_head = api.head
+
+    def head_then_writer_commits(world: str):  # type: ignore[no-untyped-def]
+        ref = real_head(world)
+        if len(written.heads) == 1:
+            written.commit("b2", [obj(written.world, "p2", "CREATE", 1)])  # lands after the read
+        return ref
+
+    api.head = head_then_writer_commits  # type: ignore[method-assign]
+    rel, _ = api.create_release(written.world, "r")
+    # Nessie rebased the table-less release commit onto the writer's commit: that is what the tag holds.
+    assert rel.released_hash == written.heads[-1]
+    assert set(api.show(f"{written.world}/r").objects.column("object_pk").to_pylist()) == {"p1", "p2"}
