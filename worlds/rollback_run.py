@@ -94,7 +94,8 @@ class RollbackOps(WorldsBase):
         for action in plan.actions:
             key = (ns, action.table)
             if action.action == KEEP:
-                unchanged.append(key)
+                if action.head_location is not None:  # a table absent on both sides has no key to check
+                    unchanged.append(key)
                 continue
             if action.action == DROP:
                 deletes.append(key)
