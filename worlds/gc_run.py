@@ -23,9 +23,9 @@ from pyiceberg.table.metadata import TableMetadata
 
 from sinks.catalog import NessieCatalog
 from sinks.errors import NessieNotFound
-from sinks.nessie import IcebergTable, SyncNessieClient
+from sinks.nessie import IcebergTable, Reference, SyncNessieClient
 from streams.settings import Settings
-from worlds.gc import StoredFile, SweepPlan, normalize, sweep
+from worlds.gc import GcError, StoredFile, SweepPlan, normalize, sweep
 from worlds.history import history_filter
 
 log = logging.getLogger(__name__)
@@ -125,26 +125,46 @@ def mark(
     cutoff: datetime,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[set[str], MarkStats]:
-    """Normalized paths of every file a live commit of any reference needs, under the warehouse."""
+    """Normalized paths of every file a live commit of any reference needs, under the warehouse.
+
+    References are listed again after marking, and any created or moved meanwhile are marked too
+    (a fork made from an old commit during the run must keep its files); a reference deleted while
+    marking needs nothing.
+    """
     marker = _Marker(catalog, catalog.warehouse)
     cutoff_ms = int(cutoff.timestamp() * 1000)
     flt = history_filter(since=cutoff + timedelta(microseconds=1))
-    for ref in client.list_references():
-        marker.stats.references += 1
-        try:
-            at_cutoff = client.get_entries(f"{ref.name}*{cutoff_ms}", content=True)
-        except NessieNotFound:
-            at_cutoff = []  # the reference has no commit that old: its later commits say it all
-        for entry in at_cutoff:
-            if isinstance(entry.content, IcebergTable):
-                marker.table_state(entry.content)
+    seen: set[tuple[str, str]] = set()
+    for _ in range(5):
+        fresh = [r for r in client.list_references() if (r.name, r.hash) not in seen]
+        if not fresh:
+            break
+        for ref in fresh:
+            seen.add((ref.name, ref.hash))
+            marker.stats.references += 1
+            _mark_reference(client, marker, ref, cutoff_ms, flt)
+            if progress is not None:
+                progress(1)
+    else:
+        raise GcError("references kept changing while marking; run gc again at a quieter time")
+    return marker.live, marker.stats
+
+
+def _mark_reference(client: SyncNessieClient, marker: _Marker, ref: Reference, cutoff_ms: int, flt: str | None) -> None:
+    try:
+        at_cutoff = client.get_entries(f"{ref.name}*{cutoff_ms}", content=True)
+    except NessieNotFound:
+        at_cutoff = []  # no commit that old (or the reference is gone): its later commits say it all
+    for entry in at_cutoff:
+        if isinstance(entry.content, IcebergTable):
+            marker.table_state(entry.content)
+    try:
         for commit in client.history_entries(f"{ref.name}@{ref.hash}", max_records=200, filter=flt, fetch_all=True):
             for op in commit.operations or ():
                 if op.type == "PUT" and isinstance(op.content, IcebergTable):
                     marker.table_state(op.content)
-        if progress is not None:
-            progress(1)
-    return marker.live, marker.stats
+    except NessieNotFound:
+        log.info("gc: reference %s was deleted while marking", ref.name)
 
 
 def _filesystem(settings: Settings, root: str) -> tuple[pafs.FileSystem, str, str]:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from sinks.committer import BatchCommitter
-from sinks.nessie import Reference
+from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_branch
 from streams.settings import Settings
 from tests.integration import worlds_fixtures as fx
@@ -89,3 +89,45 @@ def test_gc_cli(gc_settings: Settings) -> None:
     assert out.exit_code == 0, out.output
     body = orjson.loads(out.output.splitlines()[-1])
     assert body["dry_run"] is True and body["files"] == [] and body["references"] >= 1
+
+
+class _Churning(SyncNessieClient):
+    """Nessie as other users see it during a GC: a reference vanishes, another appears after the listing."""
+
+    def __init__(self, url: str, on_second_listing) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(url)
+        self.listings = 0
+        self.on_second_listing = on_second_listing
+
+    def list_references(self, *a, **kw):  # type: ignore[no-untyped-def,override]
+        self.listings += 1
+        if self.listings == 2:
+            self.on_second_listing()
+        refs = super().list_references(*a, **kw)
+        return refs + [Reference("gone-meanwhile-xyz", "BRANCH", "0" * 64)] if self.listings == 1 else refs
+
+
+def test_gc_marks_references_created_meanwhile_and_ignores_deleted_ones(
+    gc_settings: Settings, wclient, unique: str, nessie_url: str
+) -> None:
+    from tests.integration.test_committer import empty_root
+
+    w = f"t{unique}"
+    wclient.create_branch(f"world-{w}", empty_root(wclient))
+    written = WrittenWorld(w, f"world-{w}", BatchCommitter(gc_settings, wclient), wclient)
+    try:
+        written.commit("b0", [obj(w, "p0", "CREATE", 1)])
+        old = written.heads[-1]
+        for i in range(1, 4):
+            written.commit(f"b{i}", [obj(w, "p0", "UPDATE", i + 1, n=i)])
+        before = _full_read(gc_settings, f"world-{w}@{old}")
+        time.sleep(1.5)
+        # While GC marks, someone forks a world from the old commit (outside the retention).
+        fork = Reference(f"world-{w}", "BRANCH", old)
+        churn = _Churning(nessie_url, lambda: wclient.create_branch(f"world-{w}-late", fork))
+        with churn:
+            out = run_gc(gc_settings, timedelta(seconds=1), dry_run=False, client=churn)
+        assert out.deleted  # later states' superseded files went
+        assert _full_read(gc_settings, f"world-{w}-late") == before  # the late fork kept its files
+    finally:
+        fx.cleanup_refs(wclient, unique)
