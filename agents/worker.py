@@ -1,11 +1,12 @@
-"""The worker process: a Faust app whose agent feeds the change applier and acks what it settled.
+"""The worker process: a Faust app that runs the change intake and the applier as a service.
 
-Faust pitfalls handled here (see the field notes): ``take()`` acks a batch even when the body
-raised, so the agent uses ``noack_take`` and acks each event itself, only after its commit or dead
-letter, in offset order per partition (the applier returns them that way). ``stream_wait_empty`` is
-off, because a parked event is never acked until its cause arrives and must not stall a rebalance;
-on revocation the applier first commits what it released, then drops what is parked (the new owner
-re-reads it, and the branch's recorded offsets stop a second commit).
+The change topics are read by :class:`agents.intake.ChangeIntake`, an aiokafka ``getmany`` loop in
+the consumer group ``app_id`` that owns its offsets (commits only what the offset tracker says is
+settled, in order; drops records polled before a rebalance). Faust keeps the rest: the web server
+(/metrics, /health), the service tree and lifecycle, the timers (lag, reconciliation) and the
+control-plane loops. Faust's own consumer joins the group ``<app_id>-faust`` (its leader topic
+only), so it never competes with the intake for the change topics. Why the change topics left
+Faust's per-message path: docs/architecture.md, "Intake by batches".
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any
 import faust
 from aiohttp.web import json_response
 
-from agents.applier import Applier, RawRecord
+from agents.applier import Applier
 from agents.deadletters import DeadLetterPublisher
+from agents.intake import ChangeIntake
+from agents.intake import attach as attach_intake
 from agents.marks import AppliedMarks
 from models.worlds import WorldNaming
 from monitoring.lag import OffsetProbe
@@ -28,14 +31,12 @@ from monitoring.metrics import Metrics, register_faust_sensors
 from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
-from streams.app import change_topics, create_app
+from streams.app import create_app
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from worlds.manager import WorldManager
 
 log = logging.getLogger(__name__)
-
-TICK_SECONDS = 0.25
 
 
 class _Worlds:
@@ -58,9 +59,11 @@ class _Worlds:
 
 
 def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[faust.App, Applier]:
-    """The Faust app with the applier agent, its timer, rebalance hook and /health page."""
+    """The Faust app with the change intake and applier, the lag timer and the /health page."""
     metrics = metrics or Metrics()
-    app = create_app(settings)
+    # Faust's consumer group must differ from the intake's (``app_id``): the two would otherwise
+    # join one group with incompatible assignors.
+    app = create_app(settings.replace(app_id=f"{settings.app_id}-faust"))
     register_faust_sensors(app, metrics)
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     naming = WorldNaming(settings.prod_world, settings.main_branch)
@@ -87,71 +90,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
 
     schema_sync.attach(app, settings, metrics)
     reconcile.attach(app, settings, metrics)
-    topic = change_topics(app, settings)
-    streams: list[Any] = []
-
-    def current(event: Any) -> bool:
-        """Whether a Faust event was fetched in the consumer group's current generation.
-
-        A rebalance revokes every partition (eager protocol) and Faust then seeks each assigned
-        partition back to its committed offset, so records fetched before it come again. Copies
-        still buffered from the old generation are neither processed nor acked: acking them
-        would put acks above offsets the new generation has not settled (Faust's commit would
-        skip those), and processing them would feed the offset tracker a stale position.
-        """
-        generation = getattr(event.message, "generation_id", None)
-        return generation is None or generation == app.consumer_generation_id
-
-    async def ack(events: list[Any]) -> None:
-        if not streams:
-            return
-        stream = streams[0]
-        for event in events:
-            if current(event):
-                await stream.ack(event)
-
-    @app.agent(topic, name="apply-changes", concurrency=1)
-    async def apply_changes(stream: faust.StreamT) -> None:
-        streams[:] = [stream]
-        await applier.dlq.start()  # type: ignore[attr-defined]
-        async for events in stream.noack_take(settings.batch_max_events, within=settings.batch_max_seconds):
-            records = [
-                RawRecord(
-                    e.message.topic,
-                    e.message.partition,
-                    e.message.offset,
-                    e.message.key,
-                    e.message.value,
-                    list(e.message.headers or []),
-                    e,
-                )
-                for e in events
-                if current(e)
-            ]
-            await ack(await applier.process(records))
-            while applier.backpressure:
-                # The gate is full: stop taking input until causes arrive or waits expire.
-                await asyncio.sleep(TICK_SECONDS)
-                await ack(await applier.tick())
-
-    @app.task
-    async def tick_loop() -> None:
-        # A plain loop, not app.timer: a tick that flushes may take longer than the interval.
-        while not app.should_stop:
-            await asyncio.sleep(TICK_SECONDS)
-            await ack(await applier.tick())
-
-    @app.on_partitions_revoked.connect
-    async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
-        tps = [(tp.topic, tp.partition) for tp in revoked]
-        await ack(await applier.flush_all())
-        await applier.revoke(tps)
-        for topic_name, partition in tps:
-            metrics.forget_partition(topic_name, partition)
-
-    @app.on_partitions_assigned.connect
-    async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
-        applier.on_assigned()
+    intake = attach_intake(app, ChangeIntake(settings, applier, metrics))
 
     @app.page("/health")
     async def health(web: Any, request: Any) -> Any:
@@ -165,19 +104,19 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
 
     @app.timer(interval=5.0)
     async def export_lag() -> None:
-        await _export_lag(app, lag_probe, metrics, set(topic.topics))
+        await _export_lag(intake, lag_probe, metrics)
 
     return app, applier
 
 
-async def _export_lag(app: faust.App, probe: OffsetProbe, metrics: Metrics, topics: set[str]) -> None:
+async def _export_lag(intake: ChangeIntake, probe: OffsetProbe, metrics: Metrics) -> None:
     """Lag per assigned change-topic partition = broker end offset − the group's committed offset.
 
-    Both offsets come from the broker (``monitoring.lag``), not from Faust's consumer, so the gauges
-    match ``kafka-consumer-groups.sh --describe``; Faust's internal leader topic is left out.
+    Both offsets come from the broker (``monitoring.lag``), not from the intake's consumer, so the
+    gauges match ``kafka-consumer-groups.sh --describe``.
     """
     try:
-        assigned = [(tp.topic, tp.partition) for tp in app.consumer.assignment() if tp.topic in topics]
+        assigned = [(tp.topic, tp.partition) for tp in intake.assignment()]
         await probe.export(metrics, assigned)
     except Exception as exc:  # noqa: BLE001 - metrics must never stop the worker
         log.warning("lag export failed: %s: %s", type(exc).__name__, exc)
