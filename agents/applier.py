@@ -279,7 +279,7 @@ class Applier:
             await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]))
         self._repaired.add(world)
 
-    def on_assigned(self) -> None:
+    def on_assigned(self, tps: Sequence[TopicPartition] | None = None) -> None:
         """A rebalance gave us partitions: check each world's newest marks again on first touch."""
         self._repaired.clear()
 

@@ -73,6 +73,8 @@ class ChangeIntake(KafkaLoop):
         # Bumped by every rebalance: a poll that returned in an older generation is dropped.
         self.generation = 0
         self._committed: dict[TopicPartition, int] = {}
+        # Partitions the applier was told are assigned (cleared by a revoke).
+        self._taken: set[TopicPartition] = set()
         self.stats = {"polls": 0, "records": 0, "dropped_stale": 0, "commits": 0, "commit_failures": 0}
 
     @property
@@ -123,7 +125,8 @@ class ChangeIntake(KafkaLoop):
         generation = self.generation  # no await between the poll's return and this read
         self.stats["polls"] += 1
         async with self._lock:
-            records = self.admit(polled, generation, self.assignment())
+            self._take_assignment()
+            records = self.admit(polled, generation, self._taken)
             if records:
                 await self.applier.process(records)
             await self._commit(self.assignment())
@@ -207,17 +210,26 @@ class ChangeIntake(KafkaLoop):
                 log.warning("change intake: commit on revoke failed: %r", exc)
             await self.applier.revoke([(tp.topic, tp.partition) for tp in tps])
             for tp in tps:
+                self._taken.discard(tp)
                 self._committed.pop(tp, None)
                 if self.metrics is not None:
                     self.metrics.forget_partition(tp.topic, tp.partition)
 
     async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
-        """A new assignment; no generation bump here: aiokafka may hand out records of the new
-        assignment before this callback runs, and dropping them would skip offsets (positions
-        already moved past them). Only records returned before the revoke are stale."""
-        tps = list(assigned)
-        self.applier.on_assigned()
-        log.info("change intake assigned %d partition(s)", len(tps))
+        """A new assignment. No generation bump here: aiokafka may hand out records of the new
+        assignment before this callback runs, and dropping them would skip offsets (the position is
+        already past them). Only records returned before the revoke are stale."""
+        async with self._lock:
+            self._take_assignment()
+        log.info("change intake assigned %d partition(s)", len(list(assigned)))
+
+    def _take_assignment(self) -> None:
+        """Tell the applier about partitions assigned since the last revoke, before any of their
+        records reach it (under ``_lock``; the step calls it too, in case its poll came first)."""
+        new = self.assignment() - self._taken
+        if new:
+            self._taken |= new
+            self.applier.on_assigned(sorted((tp.topic, tp.partition) for tp in new))
 
 
 def attach(app: Any, intake: ChangeIntake) -> ChangeIntake:

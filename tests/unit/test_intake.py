@@ -120,12 +120,24 @@ async def test_a_poll_of_the_new_assignment_before_the_assigned_callback_is_kept
     # dropping them would skip offsets (the consumer's position is already past them).
     consumer = FakeConsumer({P0})
     intake, committer, _ = intake_with(consumer)
+    calls: list[object] = []
+    applier = intake.applier
+    on_assigned, process = applier.on_assigned, applier.process
+    applier.on_assigned = lambda tps=None: (calls.append(("assigned", tps)), on_assigned(tps))[1]  # type: ignore[method-assign]
+
+    async def spy_process(records: Any) -> Any:
+        calls.append(("process", len(records)))
+        return await process(records)
+
+    applier.process = spy_process  # type: ignore[method-assign]
     await intake.on_revoked([P0])
     consumer.polls.append({P0: [record(P0, 0, event(0))]})
     assert await intake.step() == 1
     await intake.on_assigned([P0])
     assert committed_ids(committer) == ["e0"]
     assert consumer.commits == [{P0: 1}]
+    # The applier learns of the assignment before it sees the partition's records, and once.
+    assert calls == [("assigned", [(TOPIC, 0)]), ("process", 1)]
 
 
 async def test_records_of_partitions_not_assigned_never_reach_the_applier() -> None:
