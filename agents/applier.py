@@ -30,6 +30,7 @@ from agents import faults
 from agents.batching import BatchAccumulator
 from agents.causal import CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
+from agents.flushing import FlushScheduler, UnlockedCommits
 from agents.offsets import Arrival, OffsetTracker, TopicPartition
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
@@ -93,6 +94,7 @@ class Applier:
         clock: Callable[[], float] = time.monotonic,
         worker_id: str | None = None,
         recent_event_ids: RecentIds | None = None,
+        pipelined: bool = False,
     ) -> None:
         self.settings = settings
         self.marks = marks
@@ -120,6 +122,15 @@ class Applier:
         self.totals: dict[str, int] = defaultdict(int)
         self._recent_event_ids = recent_event_ids
         self._repaired: set[str] = set()
+        # The intake's last poll was not full: buffered batches are flushed without waiting.
+        self.idle = False
+        # Pipelined (the worker): due worlds commit in the background, the lock released meanwhile.
+        self.flusher: FlushScheduler | None = None
+        if pipelined:
+            self.committer = UnlockedCommits(committer, self.lock)
+            self.flusher = FlushScheduler(
+                self._flush, self.lock, lambda: self.batches.due(self.clock(), self.idle), self.batches.worlds
+            )
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -165,6 +176,8 @@ class Applier:
 
     async def flush_all(self) -> list[Any]:
         """Commit everything released (before a partition is given up, or at shutdown)."""
+        if self.flusher is not None:
+            await self.flusher.drain()
         async with self.lock:
             await asyncio.gather(*(self._flush(world) for world in list(self.batches.worlds())))
             return self._acks_due()
@@ -192,7 +205,8 @@ class Applier:
 
     @property
     def backpressure(self) -> bool:
-        return self.gate.full
+        # Batches keep growing while their world's commit is in flight: bound them too.
+        return self.gate.full or self.batches.size() >= 3 * self.settings.batch_max_events
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -350,7 +364,10 @@ class Applier:
     async def _flush_due(self, now: float) -> None:
         # Effects released by a commit join the next batch; loop until nothing is due.
         for _ in range(100):
-            due = self.batches.due(now)
+            due = self.batches.due(now, self.idle)
+            if self.flusher is not None:
+                self.flusher.schedule(due)  # in the background; each flush schedules what is due next
+                return
             if not due:
                 return
             # Worlds are separate branches: their commits overlap (Nessie round trips, file writes).

@@ -127,6 +127,8 @@ class ChangeIntake(KafkaLoop):
         async with self._lock:
             self._take_assignment()
             records = self.admit(polled, generation, self._taken)
+            # Adaptive batching: a poll that is not full means intake has caught up.
+            self.applier.idle = self.settings.batch_flush_when_idle and len(records) < self.settings.batch_max_events
             if records:
                 await self.applier.process(records)
             await self._commit(self.assignment())

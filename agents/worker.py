@@ -78,6 +78,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         metrics=metrics,
         worker_id=worker_id,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
+        pipelined=True,
     )
     if os.environ.get("CAUSEWAY_CDC_MAPPING"):
         # CDC ingest runs in the same process when a mapping is configured; a bad mapping stops

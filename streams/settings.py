@@ -65,6 +65,12 @@ class Settings:
     topic_partitions: int = _opt(4, "Partitions for topics causeway creates.")
     batch_max_events: int = _opt(10_000, "Flush a world when this many events are buffered.")
     batch_max_seconds: float = _opt(1.0, "Flush at the latest this long after the first buffered event.")
+    batch_flush_when_idle: bool = _opt(
+        True,
+        "Flush buffered batches as soon as the intake catches up (a poll returns fewer than "
+        "batch_max_events records) instead of waiting for batch_max_seconds. Low latency at low rates; "
+        "at high rates a world's batch still grows while its previous commit is in flight.",
+    )
     dedupe_ttl_s: int = _opt(7 * 24 * 3600, "How long an applied event id is remembered in Redis.")
     dedupe_read_legacy_marks: bool = _opt(
         True,

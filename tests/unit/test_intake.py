@@ -153,6 +153,7 @@ async def test_revoke_commits_released_events_and_leaves_the_parked_offset_to_th
     consumer = FakeConsumer({P0, P1})
     intake, committer, _ = intake_with(consumer)
     intake.applier.batches.max_seconds = 60.0  # nothing flushes on its own
+    intake.settings = intake.settings.replace(batch_flush_when_idle=False)
     consumer.polls.append(
         {P0: [record(P0, 0, event(0)), record(P0, 1, event(1, caused_by="e9")), record(P0, 2, event(2))]}
     )
