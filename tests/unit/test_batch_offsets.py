@@ -1,4 +1,4 @@
-"""A batch's exact offsets are built from ranges, and equal the set of its sources' offsets."""
+"""Offset sets built from ranges and parsed from text the fast way equal one insert per offset or range."""
 
 from __future__ import annotations
 
@@ -18,3 +18,21 @@ def test_batch_offsets_equal_one_insert_per_offset(sources: list[tuple[int, int]
     for p, o in sources:
         expected.setdefault(("t", p), OffsetSet()).add(o)
     assert batch.offsets == expected
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 5)), max_size=30),
+    st.integers(0, 50),
+)
+def test_parse_reads_any_range_text_like_one_insert_per_range(spans: list[tuple[int, int]], floor: int) -> None:
+    # Sorted disjoint text (what format writes) takes the fast path; anything else the slow one.
+    for ranges in (sorted(spans), spans):
+        text = ",".join(f"{a}-{a + n}" for a, n in ranges)
+        expected = OffsetSet(floor=floor)
+        for a, n in ranges:
+            expected.add_range(a, a + n)
+        assert OffsetSet.parse(text, floor=floor) == expected
+    written = OffsetSet(floor=floor)
+    for a, n in spans:
+        written.add_range(a, a + n)
+    assert OffsetSet.parse(written.format(), floor=written.floor) == written
