@@ -150,9 +150,10 @@ class Batch:
     def from_sources(
         cls, world_id: str, batch_id: str, items: Sequence[tuple[ChangeEvent, Source]], **kw: object
     ) -> Batch:
-        offsets: dict[TopicPartition, OffsetSet] = {}
+        by_tp: dict[TopicPartition, list[int]] = {}
         for _, src in items:
-            offsets.setdefault(src.tp, OffsetSet()).add(src.offset)
+            by_tp.setdefault(src.tp, []).append(src.offset)
+        offsets = {tp: OffsetSet.of(offs) for tp, offs in by_tp.items()}  # ranges, not one insert per offset
         return cls(world_id, batch_id, [e for e, _ in items], offsets, [s for _, s in items], **kw)  # type: ignore[arg-type]
 
 

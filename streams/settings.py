@@ -59,7 +59,7 @@ class Settings:
     )
     commit_author: str = _opt("causeway", "Author recorded on every Nessie commit.")
     # --- processing ------------------------------------------------------------------------------
-    app_id: str = _opt("causeway", "Faust app id; also the Kafka consumer group id.")
+    app_id: str = _opt("causeway", "Consumer group of the change topics; Faust's app id is <app_id>-faust.")
     data_dir: str = _opt(
         "./.causeway/run/data",
         "Directory for the worker's local state (Faust's `<app_id>-data` folder); relative to the working directory.",
@@ -70,7 +70,18 @@ class Settings:
     topic_partitions: int = _opt(4, "Partitions for topics causeway creates.")
     batch_max_events: int = _opt(10_000, "Flush a world when this many events are buffered.")
     batch_max_seconds: float = _opt(1.0, "Flush at the latest this long after the first buffered event.")
+    batch_flush_when_idle: bool = _opt(
+        True,
+        "Flush buffered batches as soon as the intake catches up (a poll returns fewer than "
+        "batch_max_events records) instead of waiting for batch_max_seconds. Low latency at low rates; "
+        "at high rates a world's batch still grows while its previous commit is in flight.",
+    )
     dedupe_ttl_s: int = _opt(7 * 24 * 3600, "How long an applied event id is remembered in Redis.")
+    dedupe_read_legacy_marks: bool = _opt(
+        True,
+        "Also read marks of the key format before the world hash tag (causeway:applied:<world>:<id>). "
+        "Turn off once dedupe_ttl_s has passed since upgrading, and on Redis Cluster (those keys span slots).",
+    )
     causal_timeout_s: float = _opt(300.0, "A parked event waits this long for its cause, then dead-letters.")
     max_parked: int = _opt(100_000, "Parked events held in memory before the worker applies backpressure.")
     max_event_bytes: int = _opt(1_048_576, "Larger payloads are dead-lettered as oversized.")
