@@ -214,8 +214,6 @@ class ChangeIntake(KafkaLoop):
             for tp in tps:
                 self._taken.discard(tp)
                 self._committed.pop(tp, None)
-                if self.metrics is not None:
-                    self.metrics.forget_partition(tp.topic, tp.partition)
 
     async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         """A new assignment. No generation bump here: aiokafka may hand out records of the new
