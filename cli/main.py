@@ -7,10 +7,59 @@ import sys
 
 import click
 
+from cli.errors import Exit, Guarded
 from streams.settings import Settings, SettingsError, markdown_table
 
+#: The services each command needs, checked before it starts (``cli.preflight``); the longest
+#: matching command path wins, so a new subcommand of ``worlds`` inherits ``worlds``'s entry. A dry
+#: run needs what the real run needs: it makes the same checks.
+NEEDS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("worlds",): ("nessie",),
+    ("replay",): ("kafka", "redis", "nessie"),
+    ("dlq",): ("kafka",),
+    ("dlq", "redrive"): ("kafka", "redis", "nessie"),
+    ("offsets",): ("kafka",),
+    ("rebuild",): ("nessie",),
+    ("reconcile",): ("kafka", "nessie"),
+    ("worker",): ("kafka", "redis", "nessie"),
+    ("demo",): ("kafka", "redis", "nessie"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+def needs(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The services for a command path such as ``("dlq", "list")`` (longest prefix in NEEDS)."""
+    for n in range(len(path), 0, -1):
+        if path[:n] in NEEDS:
+            return NEEDS[path[:n]]
+    return ()
+
+
+class Causeway(Guarded):
+    """The root group: expected failures become one line (``Guarded``) and services are checked first."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        args = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+        path = tuple(a for a in args[:2] if not a.startswith("-"))
+        sub = self.commands.get(path[0]) if path else None
+        leaf = sub is not None and not (isinstance(sub, click.Group) and len(path) < 2)
+        services = needs(path) if leaf and not any(a in ("-h", "--help") for a in args) else ()
+        if services:
+            try:
+                settings = Settings.from_env()
+            except SettingsError:
+                services = ()  # the group callback reports it
+            else:
+                from cli.preflight import require
+
+                try:
+                    require(settings, *services)
+                except click.ClickException as exc:
+                    exc.show()
+                    ctx.exit(exc.exit_code)
+        return super().invoke(ctx)
+
+
+@click.group(cls=Causeway, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--log-level", default=None, help="Override CAUSEWAY_LOG_LEVEL (debug, info, warning).")
 @click.pass_context
 def cli(ctx: click.Context, log_level: str | None) -> None:
@@ -99,7 +148,7 @@ def main() -> None:
     try:
         cli(standalone_mode=True)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(Exit.INTERRUPTED)
 
 
 if __name__ == "__main__":
