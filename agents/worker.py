@@ -22,7 +22,9 @@ from aiohttp.web import json_response
 from agents.applier import Applier, RawRecord
 from agents.deadletters import DeadLetterPublisher
 from agents.marks import AppliedMarks
+from agents.probes import watch_dependencies
 from models.worlds import WorldNaming
+from monitoring.health import CounterMeter, Health, meter_method
 from monitoring.lag import OffsetProbe
 from monitoring.metrics import Metrics, register_faust_sensors
 from sinks.committer import BatchCommitter
@@ -36,6 +38,7 @@ from worlds.manager import WorldManager
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.25
+LOOP_STALL_S = 120.0  # a polling loop that completes no poll for this long is stuck (docs/operations.md)
 
 
 class _Worlds:
@@ -63,6 +66,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     app = create_app(settings)
     register_faust_sensors(app, metrics)
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
+    health = Health()
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     applier = Applier(
         settings,
@@ -80,13 +84,17 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         from agents.cdc import attach
         from agents.cdc_mapping import mapping_from_env
 
-        attach(app, settings, mapping_from_env(), metrics=metrics)
+        ingest = attach(app, settings, mapping_from_env(), metrics=metrics)
+        health.register_loop("cdc-ingest", meter_method(ingest).progress, LOOP_STALL_S)
     # Schema sync (control-plane schema changes → Iceberg schema evolution per world branch) and the
     # periodic reconciliation run beside the applier, each with its own consumer group.
     from agents import reconcile, schema_sync
 
-    schema_sync.attach(app, settings, metrics)
-    reconcile.attach(app, settings, metrics)
+    health.register_loop("schema-sync", meter_method(schema_sync.attach(app, settings, metrics)).progress, LOOP_STALL_S)
+    reconciler = reconcile.attach(app, settings, metrics)
+    if reconciler is not None:  # a pass starts with the world list: a timer that stops ticking turns stuck
+        stall = 2 * settings.reconcile_interval_s + LOOP_STALL_S
+        health.register_loop("reconcile-timer", meter_method(reconciler, "worlds").progress, stall)
     topic = change_topics(app, settings)
     streams: list[Any] = []
 
@@ -153,9 +161,31 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         applier.on_assigned()
 
+    # Intake: stuck when consumed records wait unsettled for longer than a cause may be waited for.
+    intake = CounterMeter(lambda: _settled(applier.totals), lambda: applier.tracker.in_flight())
+    health.register_loop("intake", intake.progress, settings.causal_timeout_s + LOOP_STALL_S)
+
+    @app.task
+    async def watch_health() -> None:
+        await watch_dependencies(health, settings, lambda: app.should_stop)
+
+    def health_page(live_only: bool) -> Any:
+        report = health.report()
+        ok = report.live if live_only else report.ready
+        body = report.to_json() | {"worker": worker_id, **applier.summary()}
+        return json_response(body, status=200 if ok else 503)
+
     @app.page("/health")
-    async def health(web: Any, request: Any) -> Any:
-        return json_response({"status": "ok", "worker": worker_id, **applier.summary()})
+    async def health_ready(web: Any, request: Any) -> Any:
+        return health_page(live_only=False)
+
+    @app.page("/health/ready")
+    async def ready(web: Any, request: Any) -> Any:
+        return health_page(live_only=False)
+
+    @app.page("/health/live")
+    async def live(web: Any, request: Any) -> Any:
+        return health_page(live_only=True)
 
     @app.page("/summary")
     async def summary(web: Any, request: Any) -> Any:
@@ -181,6 +211,10 @@ async def _export_lag(app: faust.App, probe: OffsetProbe, metrics: Metrics, topi
         await probe.export(metrics, assigned)
     except Exception as exc:  # noqa: BLE001 - metrics must never stop the worker
         log.warning("lag export failed: %s: %s", type(exc).__name__, exc)
+
+
+def _settled(totals: dict[str, int]) -> int:
+    return totals.get("applied", 0) + totals.get("dead_lettered", 0) + totals.get("duplicates", 0)
 
 
 def run_worker(settings: Settings) -> None:

@@ -2,7 +2,7 @@
 
 Run before any work, so a command with a service down or mis-pointed fails in a bounded time
 (``PREFLIGHT_TIMEOUT_S``, the probes run concurrently) with one line, instead of hanging in a retry
-loop or failing half-way. The checks are ``monitoring.probes``: the same as ``causeway doctor``'s
+loop or failing half-way. The checks are ``agents.probes``: the same as ``causeway doctor``'s
 first step and the worker's ``/health``.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from agents.probes import ProbeResult, probe_all
 from cli.errors import CommandError, Exit, mask_url
-from monitoring.probes import ProbeResult, probe_all
 from streams.settings import Settings
 
 #: Seconds a probe may take before its service counts as down (documented in docs/operations.md).

@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from monitoring.health import Health
 from sinks.errors import NessieNotAnApi, NessieUnavailable
 from sinks.nessie import Config, NessieClient, RetryPolicy
 from streams.settings import Settings
@@ -137,6 +139,23 @@ async def probe_redis(settings: Settings, timeout_s: float = 5.0) -> ProbeResult
 
 async def probe_nessie(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
     return await _timed("nessie", timeout_s, asyncio.ensure_future(_nessie(settings, timeout_s)))
+
+
+async def watch_dependencies(
+    health: Health,
+    settings: Settings,
+    stopping: Callable[[], bool],
+    interval_s: float = 5.0,
+    timeout_s: float = 3.0,
+) -> None:
+    """Probe Kafka, Redis and Nessie every ``interval_s`` into ``health`` until ``stopping()``."""
+    services = ("kafka", "redis", "nessie")
+    for name in services:
+        health.register_dependency(name)
+    while not stopping():
+        for result in await probe_all(settings, services, timeout_s):
+            health.set_dependency(result.service, result.ok, "" if result.ok else f"{result.verdict}: {result.detail}")
+        await asyncio.sleep(interval_s)
 
 
 async def probe_all(settings: Settings, services: tuple[str, ...], timeout_s: float = 5.0) -> list[ProbeResult]:
