@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.marks import AppliedMarks
-from agents.redrive import Decision, DlqFilter, DlqRecord, decide, redrive_headers, topic_kind
+from agents.redrive import Decision, DlqFilter, DlqRecord, collapse, decide, redrive_headers, topic_kind
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent, decode
 from models.worlds import InvalidWorldId, WorldNaming
@@ -33,10 +33,12 @@ def ledger_key(dlq_topic: str, ref: str) -> str:
 async def read_dlq(
     settings: Settings, flt: DlqFilter, progress: Callable[[int], None] | None = None
 ) -> tuple[list[DlqRecord], int]:
-    """Every letter of the DLQ topic matching ``flt``, oldest first; and how many were scanned."""
+    """Every letter of the DLQ topic matching ``flt``, oldest first, one per origin (copies that
+    redelivery made are attached to the first, see ``agents.redrive.collapse``); and how many DLQ
+    records were scanned."""
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
-    await consumer.start()
     try:
+        await consumer.start()  # inside: a failed start still closes the client (no "Unclosed" noise)
         parts = consumer.partitions_for_topic(settings.dlq_topic)
         if not parts:
             await consumer._client.force_metadata_update()
@@ -47,7 +49,7 @@ async def read_dlq(
         ends = await consumer.end_offsets(tps)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        out: list[DlqRecord] = []
+        everything: list[DlqRecord] = []
         scanned = 0
         open_tps = {tp for tp in tps if ends[tp] > 0}
         for tp in set(tps) - open_tps:
@@ -61,18 +63,20 @@ async def read_dlq(
                     if r.offset >= ends[tp]:
                         break
                     scanned += 1
-                    rec = DlqRecord(
-                        tp.partition, r.offset, r.timestamp, DeadLetter.from_record(r.key, r.value, list(r.headers))
+                    everything.append(
+                        DlqRecord(
+                            tp.partition, r.offset, r.timestamp, DeadLetter.from_record(r.key, r.value, list(r.headers))
+                        )
                     )
-                    if flt.matches(rec):
-                        out.append(rec)
                 if progress is not None:
                     progress(len(recs))
             for tp in list(open_tps):
                 if await consumer.position(tp) >= ends[tp]:
                     open_tps.discard(tp)
                     consumer.pause(tp)
-        return out, scanned
+        # By DLQ position across partitions; then one record per origin, then the filter.
+        everything.sort(key=lambda rec: (rec.timestamp_ms, rec.partition, rec.offset))
+        return [rec for rec in collapse(everything) if flt.matches(rec)], scanned
     finally:
         await consumer.stop()
 
@@ -100,9 +104,9 @@ async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, forc
     client = aioredis.Redis.from_url(settings.redis_url)
     try:
         applied = await marks.applied(refs)
-        keys = [ledger_key(settings.dlq_topic, r.ref) for r in records]
-        hits = await client.mget(keys) if keys else []
-        redriven = {r.ref for r, hit in zip(records, hits, strict=True) if hit}
+        refs_all = [ref for r in records for ref in r.refs]
+        hits = await client.mget([ledger_key(settings.dlq_topic, ref) for ref in refs_all]) if refs_all else []
+        redriven = {ref for ref, hit in zip(refs_all, hits, strict=True) if hit}
     finally:
         await marks.close()
         await client.aclose()
@@ -158,7 +162,8 @@ async def send(settings: Settings, decisions: Sequence[Decision], progress: Call
                 await fut
             async with client.pipeline(transaction=False) as pipe:
                 for d in chunk:
-                    pipe.set(ledger_key(settings.dlq_topic, d.record.ref), b"1", ex=settings.dedupe_ttl_s)
+                    for ref in d.record.refs:  # every copy of the letter: it was sent once for all
+                        pipe.set(ledger_key(settings.dlq_topic, ref), b"1", ex=settings.dedupe_ttl_s)
                 await pipe.execute()
             sent += len(chunk)
             if progress is not None:

@@ -13,12 +13,18 @@ DLQ, for the audit trail). Each letter gets one decision:
 * ``already-redriven`` – this DLQ record was redriven before (the redrive ledger); ``--again``
   sends it anyway;
 * ``no-origin`` – the letter does not say which topic it came from.
+
+**One letter per origin.** The dead-letter topic is at-least-once: a worker that crashes after
+publishing a letter but before committing its source offset re-reads the record and dead-letters
+it again. Letters with the same origin (source topic, partition, offset) are one letter to the
+operator: :func:`collapse` keeps the first and lists the other copies' DLQ positions, a filter
+matches the group, and a redrive sends it once and records every copy in the ledger.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from models.deadletter import H_REDRIVE, OUR_PREFIX, DeadLetter
@@ -36,10 +42,42 @@ class DlqRecord:
     offset: int
     timestamp_ms: int
     letter: DeadLetter
+    copies: tuple[str, ...] = ()  # DLQ positions of later letters with the same origin
 
     @property
     def ref(self) -> str:
         return f"{self.partition}:{self.offset}"
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        """This letter's DLQ position and its copies'."""
+        return (self.ref, *self.copies)
+
+    @property
+    def origin(self) -> tuple[str, int, int] | None:
+        """(source topic, partition, offset), or None when the letter does not say."""
+        dl = self.letter
+        return (dl.topic, dl.partition, dl.offset) if dl.topic else None
+
+
+def collapse(records: Iterable[DlqRecord]) -> list[DlqRecord]:
+    """One record per origin, in DLQ order: the first letter, with the later copies' refs attached.
+
+    Letters without an origin are kept as they are (nothing says two of them are the same record).
+    """
+    first: dict[tuple[str, int, int], int] = {}
+    out: list[DlqRecord] = []
+    for rec in records:
+        key = rec.origin
+        if key is None:
+            out.append(rec)
+        elif key in first:
+            i = first[key]
+            out[i] = replace(out[i], copies=(*out[i].copies, rec.ref))
+        else:
+            first[key] = len(out)
+            out.append(rec)
+    return out
 
 
 @dataclass(frozen=True)
@@ -61,7 +99,7 @@ class DlqFilter:
             and (not self.worlds or (dl.world_id or "") in self.worlds)
             and (self.since_ms is None or seen >= self.since_ms)
             and (self.until_ms is None or seen < self.until_ms)
-            and (not self.refs or rec.ref in self.refs)
+            and (not self.refs or any(r in self.refs for r in rec.refs))
             and (not self.event_ids or (dl.event_id or "") in self.event_ids)
         )
 
@@ -97,7 +135,7 @@ def decide(
     dl = rec.letter
     if not dl.topic:
         return Decision(rec, "no-origin", "the letter has no causeway.source.topic header")
-    if rec.ref in redriven and not again:
+    if any(r in redriven for r in rec.refs) and not again:
         return Decision(rec, "already-redriven", "redriven before; --again sends it once more")
     result = decode(dl.value, dl.key, kind, max_bytes)
     if isinstance(result, Invalid):

@@ -382,6 +382,7 @@ def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
                         "world_id": dl.world_id,
                         "event_id": dl.event_id,
                         "redrive_count": dl.redrive_count,
+                        "copies": list(r.copies),
                     }
                 )
             )
@@ -389,6 +390,7 @@ def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
             click.echo(
                 f"{r.ref:>8}  {_iso(dl.first_seen_ms)}  {dl.reason:<18} {dl.topic}[{dl.partition}]@{dl.offset}"
                 f"  world={dl.world_id or '-'}  event={dl.event_id or '-'}  redrives={dl.redrive_count}"
+                + (f"  copies={len(r.copies)}" if r.copies else "")
             )
     if as_json:
         return
@@ -398,6 +400,7 @@ def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
         [
             ("scanned", f"{scanned:,} letter(s)"),
             ("matched", f"{len(letters):,} (shown {len(shown):,})"),
+            ("copies", f"{sum(len(r.copies) for r in letters):,} (same origin, dead-lettered again on redelivery)"),
             ("by reason", ", ".join(f"{k}={v}" for k, v in reasons.most_common()) or "-"),
         ],
     )
@@ -424,6 +427,8 @@ def dlq_show(settings: Settings, ref_or_event_id: str) -> None:
     for r in letters:
         dl = r.letter
         click.echo(f"dead letter {settings.dlq_topic} {r.ref}")
+        if r.copies:
+            click.echo(f"  copies (same origin, dead-lettered again on redelivery): {', '.join(r.copies)}")
         for k, v in dl.headers():
             click.echo(f"  {k}: {v.decode('utf-8', 'replace')}")
         click.echo(f"  key: {dl.key.decode('utf-8', 'replace') if dl.key is not None else None}")
@@ -481,7 +486,7 @@ def dlq_redrive(settings: Settings, all_: bool, force: bool, again: bool, show: 
         f"dlq redrive {settings.dlq_topic}{' (dry run)' if dry_run else ''} ({_now()})",
         [
             ("scanned", f"{scanned:,} letter(s)"),
-            ("matched", f"{len(decisions):,}"),
+            ("matched", f"{len(decisions):,} (+{sum(len(d.record.copies) for d in decisions):,} copies of them)"),
             ("sent" if not dry_run else "would send", f"{actions['redrive'] if dry_run else sent:,}"),
             ("already applied", f"{actions['applied']:,} (skipped: event has a Redis mark)"),
             ("still invalid", f"{actions['invalid']:,} (refused; --force sends them)"),

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from click.testing import CliRunner, Result
@@ -20,6 +21,7 @@ from agents.replay import ReplayError, ReplaySpec, rewrite
 from agents.replayer import CheckpointStore, run_replay
 from bench.workload import expected_state, generate
 from cli.main import cli
+from models.deadletter import DeadLetter
 from models.events import ChangeEvent
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
@@ -351,3 +353,47 @@ async def test_rebuild_equals_the_live_projections(pipe: Pipeline) -> None:
     same_state(pipe.state("prod"), live)
     matches_model(pipe.state("prod"), wl.valid_events, "prod")
     assert "identical" in (await causeway(pipe, "rebuild", "prod", "--swap")).output
+
+
+async def test_dead_letters_of_one_origin_are_listed_shown_and_redriven_once(pipe: Pipeline) -> None:
+    """A crash between the dead letter and the offset commit dead-letters a record again: the DLQ is
+    at-least-once, but `dlq list/show/redrive` treat letters of one origin as one."""
+    s = pipe.settings
+    wl = generate(pipe.params(events=3, worlds=1, keys=3, seed=9, bad_rate=0.0, causal_share=0.0))
+    ev_a, ev_b = (r.event for r in wl.records[:2])
+    assert ev_a is not None and ev_b is not None
+
+    def letter(ev: ChangeEvent, offset: int, first_seen: int) -> DeadLetter:
+        return DeadLetter(
+            "cause-missing",
+            "cause x never arrived",
+            s.objects_topic,
+            1,
+            offset,
+            ev.key.encode(),
+            ev.encode(),
+            ev.event_id,
+            ev.world_id,
+            first_seen_ms=first_seen,
+        )
+
+    # Origin objs/1@5 dead-lettered three times (two redeliveries), objs/1@6 once.
+    for dl in (letter(ev_a, 5, 1000), letter(ev_b, 6, 1001), letter(ev_a, 5, 2000), letter(ev_a, 5, 3000)):
+        await pipe.publish_raw(s.dlq_topic, dl.key or b"", dl.value or b"", dl.headers())
+
+    listed = await causeway(pipe, "dlq", "list", "--json")
+    rows = [orjson.loads(line) for line in listed.output.splitlines() if line.startswith("{")]
+    assert [(r["offset"], len(r["copies"])) for r in rows] == [(5, 2), (6, 0)]
+    text = summary(await causeway(pipe, "dlq", "list"))
+    assert text["scanned"].startswith("4 ") and text["matched"].startswith("2 ") and text["copies"].startswith("2 ")
+    copy_ref = rows[0]["copies"][-1]
+    shown = await causeway(pipe, "dlq", "show", copy_ref)  # a copy's position finds the letter
+    assert shown.output.count("dead letter ") == 1 and "copies (same origin" in shown.output
+
+    before = await end_offsets(pipe)
+    out = await causeway(pipe, "dlq", "redrive", "--all", "--force")
+    assert summary(out)["sent"] == "2"
+    resent = await read_from(pipe, before)
+    assert sorted(r.value for r in resent) == sorted([ev_a.encode(), ev_b.encode()])  # each origin once
+    again = await causeway(pipe, "dlq", "redrive", "--ref", copy_ref, "--force")
+    assert summary(again)["redriven before"].startswith("1 ")  # every copy is in the ledger
