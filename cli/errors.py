@@ -159,6 +159,25 @@ def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] |
     return None
 
 
+class OneLineFormatter(logging.Formatter):
+    """Log lines without tracebacks: an exception adds ``(Type: message)`` to its line instead.
+
+    The CLI's handlers use it unless ``--log-level debug``, so a failure logged deep inside (a
+    reconciliation pass, a retry) stays one line on the operator's screen."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        exc = record.exc_info[1] if record.exc_info else None
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info, record.exc_text, record.stack_info = None, None, None
+        try:
+            line = super().format(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+        if exc is not None:
+            line += f" ({type(exc).__name__}: {' '.join(str(exc).split())})"
+        return line
+
+
 class Guarded(click.Group):
     """A click group whose commands never end in a traceback (see the module docstring)."""
 

@@ -7,8 +7,10 @@ import sys
 
 import click
 
-from cli.errors import Exit, Guarded
+from cli.errors import CommandError, Exit, Guarded, OneLineFormatter
 from streams.settings import Settings, SettingsError, markdown_table
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 #: The services each command needs, checked before it starts (``cli.preflight``); the longest
 #: matching command path wins, so a new subcommand of ``worlds`` inherits ``worlds``'s entry. A dry
@@ -71,9 +73,12 @@ def cli(ctx: click.Context, log_level: str | None) -> None:
     try:
         settings = Settings.from_env()
     except SettingsError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), Exit.USAGE) from exc
     level = (log_level or settings.log_level).upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    if level != "DEBUG" and ctx.invoked_subcommand != "worker":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(OneLineFormatter(LOG_FORMAT))
     if level != "DEBUG":
         # Client libraries log every request at INFO; operators want causeway's own lines.
         for noisy in ("httpx", "aiokafka", "kafka"):
@@ -103,7 +108,8 @@ def config(settings: Settings, markdown: bool) -> None:
 def doctor(settings: Settings) -> None:
     """Check every service with a real round trip: Kafka, Redis, Nessie, Prometheus.
 
-    Exits non-zero and names the failing service when one does not answer.
+    Each service gets one line: ok, DOWN (nothing answers: not running, or a wrong host/port) or
+    WRONG (something else answers at that URL). Exits 4 when any is not ok.
 
     \b
     Example:
@@ -113,7 +119,11 @@ def doctor(settings: Settings) -> None:
 
     ok = run_checks(settings, echo=click.echo)
     if not ok:
-        raise click.ClickException("some services failed; start them with: scripts/services.sh start")
+        raise CommandError(
+            "some services failed: DOWN = nothing answers (start it: scripts/services.sh start, or fix the "
+            "host/port), WRONG = the URL points at another service (fix the CAUSEWAY_* URL)",
+            Exit.UNAVAILABLE,
+        )
 
 
 def _register_optional_groups() -> None:
