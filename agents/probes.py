@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -141,21 +141,27 @@ async def probe_nessie(settings: Settings, timeout_s: float = 5.0) -> ProbeResul
     return await _timed("nessie", timeout_s, asyncio.ensure_future(_nessie(settings, timeout_s)))
 
 
-async def watch_dependencies(
+def dependency_watcher(
     health: Health,
     settings: Settings,
     stopping: Callable[[], bool],
     interval_s: float = 5.0,
     timeout_s: float = 3.0,
-) -> None:
-    """Probe Kafka, Redis and Nessie every ``interval_s`` into ``health`` until ``stopping()``."""
+) -> Callable[[], Awaitable[None]]:
+    """Register Kafka, Redis and Nessie in ``health`` (``unknown`` until probed) now, and return the
+    loop that probes them every ``interval_s`` into it until ``stopping()``."""
     services = ("kafka", "redis", "nessie")
     for name in services:
         health.register_dependency(name)
-    while not stopping():
-        for result in await probe_all(settings, services, timeout_s):
-            health.set_dependency(result.service, result.ok, "" if result.ok else f"{result.verdict}: {result.detail}")
-        await asyncio.sleep(interval_s)
+
+    async def watch() -> None:
+        while not stopping():
+            for result in await probe_all(settings, services, timeout_s):
+                detail = "" if result.ok else f"{result.verdict}: {result.detail}"
+                health.set_dependency(result.service, result.ok, detail)
+            await asyncio.sleep(interval_s)
+
+    return watch
 
 
 async def probe_all(settings: Settings, services: tuple[str, ...], timeout_s: float = 5.0) -> list[ProbeResult]:

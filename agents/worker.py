@@ -22,7 +22,7 @@ from aiohttp.web import json_response
 from agents.applier import Applier, RawRecord
 from agents.deadletters import DeadLetterPublisher
 from agents.marks import AppliedMarks
-from agents.probes import watch_dependencies
+from agents.probes import dependency_watcher
 from models.worlds import WorldNaming
 from monitoring.health import CounterMeter, Health, meter_method
 from monitoring.lag import OffsetProbe
@@ -165,9 +165,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     intake = CounterMeter(lambda: _settled(applier.totals), lambda: applier.tracker.in_flight())
     health.register_loop("intake", intake.progress, settings.causal_timeout_s + LOOP_STALL_S)
 
-    @app.task
-    async def watch_health() -> None:
-        await watch_dependencies(health, settings, lambda: app.should_stop)
+    app.task(dependency_watcher(health, settings, lambda: app.should_stop))
 
     def health_page(live_only: bool) -> Any:
         report = health.report()

@@ -3,7 +3,7 @@
 A worker runs **loops** (the intake of change events, the CDC ingest, schema sync, the
 reconciliation timer) and needs **dependencies** (Kafka, Redis, Nessie). Each loop registers a
 progress probe: a callable returning :class:`LoopProgress` (when it last made progress, how many
-records wait for it). Dependencies are set from outside (``agents.probes.watch_dependencies``
+records wait for it). Dependencies are set from outside (``agents.probes.dependency_watcher``
 probes them on a timer). :func:`assess` turns both into a :class:`HealthReport`:
 
 =========  =================================================================================
