@@ -8,6 +8,7 @@ order could lose a redrive.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -15,7 +16,16 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.marks import AppliedMarks
-from agents.redrive import Decision, DlqFilter, DlqRecord, collapse, decide, redrive_headers, topic_kind
+from agents.redrive import (
+    Decision,
+    DlqFilter,
+    DlqRecord,
+    causes_wanted,
+    collapse,
+    decide,
+    redrive_headers,
+    topic_kind,
+)
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent, decode
 from models.worlds import InvalidWorldId, WorldNaming
@@ -91,19 +101,20 @@ class RedriveResult:
 
 
 async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, force: bool, again: bool) -> list[Decision]:
-    """One decision per letter, after asking Redis (marks, ledger) and Nessie (worlds)."""
+    """One decision per letter, after asking Redis (marks, ledger) and Nessie (worlds, causes)."""
     kinds = {r.ref: topic_kind(r.letter.topic, settings.objects_topic, settings.links_topic) for r in records}
-    refs: list[tuple[str, str]] = []
-    worlds: set[str] = set()
+    events: dict[str, ChangeEvent] = {}
     for r in records:
         ev = decode(r.letter.value, r.letter.key, kinds[r.ref], settings.max_event_bytes)
         if isinstance(ev, ChangeEvent):
-            refs.append((ev.world_id, ev.event_id))
-            worlds.add(ev.world_id)
+            events[r.ref] = ev
+    refs = [(ev.world_id, ev.event_id) for ev in events.values()]
+    wanted = causes_wanted(records, events)
     marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s)
     client = aioredis.Redis.from_url(settings.redis_url)
     try:
         applied = await marks.applied(refs)
+        causes_marked = await marks.applied(wanted) if wanted else set()
         refs_all = [ref for r in records for ref in r.refs]
         hits = await client.mget([ledger_key(settings.dlq_topic, ref) for ref in refs_all]) if refs_all else []
         redriven = {ref for ref, hit in zip(refs_all, hits, strict=True) if hit}
@@ -114,12 +125,18 @@ async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, forc
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     async with NessieClient.from_settings(settings) as nessie:
         manager = WorldManager(nessie, naming)
-        for w in worlds:
+        for w in {ev.world_id for ev in events.values()}:
             try:
                 if await manager.get(w) is not None:
                     present.add(w)
             except InvalidWorldId:
                 pass
+    # A cause is present when marked, in its branch's event log (marks expire; the log is the
+    # truth), or redriven in the same run (it arrives with its effect).
+    sent_with = set(refs) & wanted
+    unresolved = wanted - causes_marked - sent_with
+    in_log = await asyncio.to_thread(_causes_in_logs, settings, naming, unresolved, present)
+    causes_present = causes_marked | sent_with | in_log
     return [
         decide(
             r,
@@ -128,11 +145,29 @@ async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, forc
             applied=applied,
             worlds_present=present,
             redriven=redriven,
+            causes_present=causes_present,
             force=force,
             again=again,
         )
         for r in records
     ]
+
+
+def _causes_in_logs(
+    settings: Settings, naming: WorldNaming, causes: set[tuple[str, str]], worlds: set[str]
+) -> set[tuple[str, str]]:
+    """The (world, event id) pairs of ``causes`` that their world branch's event log holds."""
+    if not causes:
+        return set()
+    from agents.replayer import ReplayCommitter
+    from sinks.committer import BatchCommitter
+
+    log = ReplayCommitter(BatchCommitter(settings))
+    found: set[tuple[str, str]] = set()
+    for world in {w for w, _ in causes} & worlds:
+        ids = [i for w, i in causes if w == world]
+        found |= {(world, i) for i in log.event_ids_in_log(naming.branch(world), ids)}
+    return found
 
 
 async def send(settings: Settings, decisions: Sequence[Decision], progress: Callable[[int], None] | None = None) -> int:

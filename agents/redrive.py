@@ -10,6 +10,10 @@ DLQ, for the audit trail). Each letter gets one decision:
   a harmless duplicate, so it is skipped and reported;
 * ``world-missing`` – an unknown-world letter whose world still has no branch (fix the cause first,
   or ``--force``);
+* ``cause-missing`` – a cause-missing letter whose cause is still nowhere: no Redis mark, not in
+  its world branch's event log, and not redriven with it (redrive the cause first, or ``--force``);
+* ``stale`` – a stale-version letter: its event was settled as older than the stored version (it
+  carries a mark); sending it again would only dead-letter it again;
 * ``already-redriven`` – this DLQ record was redriven before (the redrive ledger); ``--again``
   sends it anyway;
 * ``no-origin`` – the letter does not say which topic it came from.
@@ -32,6 +36,8 @@ from models.events import ChangeEvent, EntityKind, Invalid, decode
 
 H_REDRIVEN_FROM = "causeway.redriven_from"  # "<dlq topic>/<partition>@<offset>"
 UNKNOWN_WORLD = "unknown-world"
+CAUSE_MISSING = "cause-missing"
+STALE_VERSION = "stale-version"
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ class DlqFilter:
 @dataclass(frozen=True)
 class Decision:
     record: DlqRecord
-    action: str  # redrive | invalid | applied | world-missing | already-redriven | no-origin
+    action: str  # redrive | invalid | applied | stale | world-missing | cause-missing | already-redriven | no-origin
     detail: str = ""
     event: ChangeEvent | None = None
 
@@ -128,6 +134,7 @@ def decide(
     applied: Collection[tuple[str, str]],
     worlds_present: Collection[str],
     redriven: Collection[str],
+    causes_present: Collection[tuple[str, str]] = (),
     force: bool = False,
     again: bool = False,
 ) -> Decision:
@@ -143,6 +150,8 @@ def decide(
             return Decision(rec, "redrive", f"forced although invalid: {result.reason}")
         return Decision(rec, "invalid", f"{result.reason}: {result.detail}")
     if (result.world_id, result.event_id) in applied:
+        if dl.reason == STALE_VERSION:
+            return Decision(rec, "stale", "older than the stored version; it would be dead-lettered again", result)
         return Decision(rec, "applied", f"event {result.event_id} already applied in world {result.world_id}", result)
     if dl.reason == UNKNOWN_WORLD and result.world_id not in worlds_present and not force:
         return Decision(
@@ -151,7 +160,25 @@ def decide(
             f"world {result.world_id!r} still has no branch; `causeway worlds create {result.world_id}` first",
             result,
         )
+    cause = result.caused_by
+    if dl.reason == CAUSE_MISSING and cause and (result.world_id, cause) not in causes_present and not force:
+        return Decision(
+            rec,
+            "cause-missing",
+            f"cause {cause} is still not applied in world {result.world_id} (no mark, not in its event log, "
+            "not redriven with it); redrive the cause first, or --force",
+            result,
+        )
     return Decision(rec, "redrive", "", result)
+
+
+def causes_wanted(records: Iterable[DlqRecord], events: dict[str, ChangeEvent]) -> set[tuple[str, str]]:
+    """(world, cause event id) of the cause-missing letters among ``records`` (``events`` by ref)."""
+    return {
+        (ev.world_id, ev.caused_by)
+        for r in records
+        if r.letter.reason == CAUSE_MISSING and (ev := events.get(r.ref)) is not None and ev.caused_by
+    }
 
 
 def redrive_headers(rec: DlqRecord, dlq_topic: str) -> list[tuple[str, bytes]]:

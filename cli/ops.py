@@ -18,6 +18,7 @@ from typing import Any
 import click
 import orjson
 
+from cli.errors import Incomplete
 from cli.progress import Progress
 from streams.settings import Settings
 
@@ -228,6 +229,8 @@ def replay(
         _replay_summary(report, spec)
         raise SystemExit(130) from None
     _replay_summary(report, spec)
+    if not report.already_complete and not report.checkpoint.complete:
+        raise Incomplete(f"{report.checkpoint.left:,} record(s) left; run the same command to resume")
 
 
 async def _interrupted_report(settings: Settings, rid: str) -> Any:
@@ -451,9 +454,12 @@ def dlq_redrive(settings: Settings, all_: bool, force: bool, again: bool, show: 
     """Re-publish dead letters to their original topic, key and headers (+ redrive count).
 
     Letters that still fail validation are refused unless --force; so are unknown-world letters
-    whose world still has no branch. Letters whose event is already applied (Redis mark) are
-    skipped and listed: sending them would only make a duplicate. Each redriven DLQ record is
-    remembered, so running the command twice sends it once (--again overrides).
+    whose world still has no branch, and cause-missing letters whose cause is still nowhere (no
+    Redis mark, not in the world branch's event log, not redriven with them). Letters whose event
+    is already applied (Redis mark) are skipped and listed: sending them would only make a
+    duplicate. Each redriven DLQ record is remembered, so running the command twice sends it once
+    (--again overrides). Letters with the same origin (topic, partition, offset) are one letter.
+    Exits 3 when any letter was refused (a dry run too: it makes the same checks).
 
     \b
     Examples:
@@ -489,13 +495,18 @@ def dlq_redrive(settings: Settings, all_: bool, force: bool, again: bool, show: 
             ("matched", f"{len(decisions):,} (+{sum(len(d.record.copies) for d in decisions):,} copies of them)"),
             ("sent" if not dry_run else "would send", f"{actions['redrive'] if dry_run else sent:,}"),
             ("already applied", f"{actions['applied']:,} (skipped: event has a Redis mark)"),
+            ("stale", f"{actions['stale']:,} (skipped: older than the stored version; would be dead-lettered again)"),
             ("still invalid", f"{actions['invalid']:,} (refused; --force sends them)"),
             ("world missing", f"{actions['world-missing']:,} (refused; create the world or --force)"),
+            ("cause missing", f"{actions['cause-missing']:,} (refused; redrive the cause first or --force)"),
             ("redriven before", f"{actions['already-redriven']:,} (skipped; --again sends them)"),
             ("no origin", f"{actions['no-origin']:,}"),
             ("took", f"{time.monotonic() - started:.1f}s"),
         ],
     )
+    refused = sum(actions[a] for a in ("invalid", "world-missing", "cause-missing", "no-origin"))
+    if refused:
+        raise Incomplete(f"{refused:,} letter(s) refused{' (dry run)' if dry_run else ''}; see the summary")
 
 
 # --- offsets ---------------------------------------------------------------------------------------
@@ -707,3 +718,5 @@ def rebuild(settings: Settings, world: str, swap: bool, sample: int, dry_run: bo
             ("took", f"{time.monotonic() - started:.1f}s"),
         ],
     )
+    if not result.identical and not result.swapped:
+        raise Incomplete("the live projections differ from the rebuild" + ("" if dry_run else "; --swap uses it"))

@@ -13,9 +13,11 @@ from typing import Any
 
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from click.testing import CliRunner, Result
 
+from agents.dedupe import applied_key
 from agents.group_admin import describe_group
 from agents.replay import ReplayError, ReplaySpec, rewrite
 from agents.replayer import CheckpointStore, run_replay
@@ -263,7 +265,7 @@ async def test_redrive_after_fixing_the_cause_applies_exactly_once(unique: str, 
         letters = await pipe.dead_letters()
         assert len(letters) == len(records) and {dl.reason for dl in letters} == {"unknown-world"}
 
-        refused = await causeway(pipe, "dlq", "redrive", "--reason", "unknown-world", "--world", world)
+        refused = await causeway(pipe, "dlq", "redrive", "--reason", "unknown-world", "--world", world, code=3)
         assert summary(refused)["world missing"].startswith(f"{len(records)} ")
         async with NessieClient.from_settings(pipe.settings) as nessie:
             naming = WorldNaming(pipe.settings.prod_world, pipe.settings.main_branch)
@@ -337,7 +339,7 @@ async def test_rebuild_equals_the_live_projections(pipe: Pipeline) -> None:
     lost = sorted(live.objects)[:5]
     table.delete(f"object_pk in ({', '.join(repr(pk) for pk in lost)})")
     assert not set(lost) & set(pipe.state("prod").objects)
-    diff = await causeway(pipe, "rebuild", "prod")
+    diff = await causeway(pipe, "rebuild", "prod", code=3)  # differs: exit 3 until swapped
     assert "+5" in diff.output and "run again with --swap" in diff.output
     # A swap expects the head the rebuild read: refused once the world moved (here: one more loss).
     stale = rebuild(pipe.settings, "prod")
@@ -397,3 +399,56 @@ async def test_dead_letters_of_one_origin_are_listed_shown_and_redriven_once(pip
     assert sorted(r.value for r in resent) == sorted([ev_a.encode(), ev_b.encode()])  # each origin once
     again = await causeway(pipe, "dlq", "redrive", "--ref", copy_ref, "--force")
     assert summary(again)["redriven before"].startswith("1 ")  # every copy is in the ledger
+
+
+async def test_redrive_refuses_a_cause_missing_letter_whose_cause_is_still_nowhere(pipe: Pipeline) -> None:
+    """Issue 23 item 5: the cause is looked up in Redis marks, then in the branch's event log."""
+    s = pipe.settings
+    wl = generate(pipe.params(events=40, worlds=1, keys=40, seed=21, bad_rate=0.0, causal_share=0.0))
+    creates = [r for r in wl.records if r.event is not None and r.event.change_type.value == "CREATE"][:2]
+    cause, cause_unmarked = (r.event for r in creates)
+    assert cause is not None and cause_unmarked is not None
+    pipe.start_worker()
+    await pipe.publish(creates)
+    await pipe.wait_drained()
+    # Marks expire (or Redis loses them): the branch's event log still holds the cause.
+    client = aioredis.Redis.from_url(s.redis_url)
+    try:
+        assert await client.delete(applied_key(cause_unmarked.world_id, cause_unmarked.event_id)) == 1
+    finally:
+        await client.aclose()
+
+    def effect(name: str, caused_by: str) -> ChangeEvent:
+        return dataclasses.replace(
+            cause, event_id=f"{pipe.unique}-{name}", entity_pk=f"{pipe.unique}-{name}", caused_by=caused_by
+        )
+
+    effects = [
+        effect("e1", cause.event_id),
+        effect("e2", f"{pipe.unique}-nowhere"),
+        effect("e3", cause_unmarked.event_id),
+    ]
+    for i, ev in enumerate(effects):
+        dl = DeadLetter(
+            "cause-missing",
+            "timed out",
+            s.objects_topic,
+            0,
+            10_000 + i,
+            ev.key.encode(),
+            ev.encode(),
+            ev.event_id,
+            ev.world_id,
+        )
+        await pipe.publish_raw(s.dlq_topic, dl.key or b"", dl.value or b"", dl.headers())
+
+    dry = await causeway(pipe, "dlq", "redrive", "--reason", "cause-missing", "--dry-run", code=3)
+    assert summary(dry)["would send"] == "2" and summary(dry)["cause missing"].startswith("1 ")
+    assert f"{pipe.unique}-nowhere" in dry.output
+    out = await causeway(pipe, "dlq", "redrive", "--reason", "cause-missing", code=3)
+    assert summary(out)["sent"] == "2" and summary(out)["cause missing"].startswith("1 ")
+    await pipe.wait_drained()
+    state = pipe.state("prod")
+    assert {f"{pipe.unique}-e1", f"{pipe.unique}-e3"} <= set(state.event_ids)
+    assert f"{pipe.unique}-e2" not in state.event_ids
+    assert len(await pipe.dead_letters()) == 3  # nothing was dead-lettered again

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from agents.redrive import H_REDRIVEN_FROM, DlqFilter, DlqRecord, collapse, decide, redrive_headers
+from agents.redrive import H_REDRIVEN_FROM, DlqFilter, DlqRecord, causes_wanted, collapse, decide, redrive_headers
 from models.deadletter import H_REDRIVE, DeadLetter
 from models.events import ChangeEvent, ChangeType, EntityKind
 
@@ -109,3 +109,20 @@ def test_letters_with_the_same_origin_are_one_letter() -> None:
     assert DlqFilter(refs=("0:30",)).matches(got[0])
     assert _decide(got[0], redriven={"0:30"}).action == "already-redriven"
     assert _decide(got[0]).action == "redrive"
+
+
+def test_a_cause_missing_letter_is_refused_while_its_cause_is_nowhere() -> None:
+    effect = dataclasses.replace(EV, event_id="e-2", caused_by="c-1")
+    letter = dataclasses.replace(_rec("cause-missing").letter, value=effect.encode(), event_id="e-2")
+    rec = DlqRecord(0, 18, 1000, letter)
+    refused = _decide(rec)
+    assert refused.action == "cause-missing" and "c-1" in refused.detail
+    assert _decide(rec, causes_present={("w1", "c-1")}).action == "redrive"
+    assert _decide(rec, force=True).action == "redrive"
+    assert causes_wanted([rec], {rec.ref: effect}) == {("w1", "c-1")}
+    # Another reason with a cause is not held back by it.
+    assert _decide(dataclasses.replace(rec, letter=dataclasses.replace(letter, reason="commit-failed"))).send
+
+
+def test_a_stale_letter_is_labelled_stale_not_applied() -> None:
+    assert _decide(_rec("stale-version"), applied={("w1", "e-1")}).action == "stale"
