@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -36,32 +39,7 @@ def needs(path: tuple[str, ...]) -> tuple[str, ...]:
     return ()
 
 
-class Causeway(Guarded):
-    """The root group: expected failures become one line (``Guarded``) and services are checked first."""
-
-    def invoke(self, ctx: click.Context) -> object:
-        args = [*getattr(ctx, "_protected_args", ()), *ctx.args]
-        path = tuple(a for a in args[:2] if not a.startswith("-"))
-        sub = self.commands.get(path[0]) if path else None
-        leaf = sub is not None and not (isinstance(sub, click.Group) and len(path) < 2)
-        services = needs(path) if leaf and not any(a in ("-h", "--help") for a in args) else ()
-        if services:
-            try:
-                settings = Settings.from_env()
-            except SettingsError:
-                services = ()  # the group callback reports it
-            else:
-                from cli.preflight import require
-
-                try:
-                    require(settings, *services)
-                except click.ClickException as exc:
-                    exc.show()
-                    ctx.exit(exc.exit_code)
-        return super().invoke(ctx)
-
-
-@click.group(cls=Causeway, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=Guarded, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--log-level", default=None, help="Override CAUSEWAY_LOG_LEVEL (debug, info, warning).")
 @click.pass_context
 def cli(ctx: click.Context, log_level: str | None) -> None:
@@ -151,7 +129,32 @@ def _register_optional_groups() -> None:
             cli.add_command(command)
 
 
+def _check_services_first(group: click.Group, path: tuple[str, ...] = ()) -> None:
+    """Wrap every command's callback so the services it needs (NEEDS) are probed first: after its
+    options were parsed (a usage error stays exit 2), before it does anything (cli.preflight)."""
+    for name, command in group.commands.items():
+        here = (*path, name)
+        if isinstance(command, click.Group):
+            _check_services_first(command, here)
+        elif command.callback is not None and needs(here) and not getattr(command.callback, "_preflight", False):
+            command.callback = _with_preflight(command.callback, needs(here))
+
+
+def _with_preflight(callback: Callable[..., Any], services: tuple[str, ...]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from cli.preflight import require
+
+        settings = click.get_current_context().find_object(Settings)
+        require(settings or Settings.from_env(), *services)
+        return callback(*args, **kwargs)
+
+    run._preflight = True  # type: ignore[attr-defined]
+    return run
+
+
 _register_optional_groups()
+_check_services_first(cli)
 
 
 def main() -> None:

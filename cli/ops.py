@@ -9,6 +9,7 @@ block meant to be pasted into a ticket.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -20,7 +21,10 @@ import orjson
 
 from cli.errors import Incomplete
 from cli.progress import Progress
+from cli.worlds import commit_hash
 from streams.settings import Settings
+
+REF = re.compile(r"\d+:\d+")
 
 
 def parse_time(value: str | None) -> int | None:
@@ -77,14 +81,25 @@ def _topics(settings: Settings, topics: Sequence[str]) -> tuple[str, ...]:
 @click.option("--world", "worlds", multiple=True, help="Only events of this world (repeatable).")
 @click.option("--type", "types", multiple=True, help="Only events of this object or link type (repeatable).")
 @click.option("--into-world", default=None, help="Replay into a NEW world branch (a what-if world); see below.")
-@click.option("--from-commit", default=None, help="With --into-world: fork the new world at this commit hash.")
+@click.option(
+    "--from-commit",
+    default=None,
+    callback=commit_hash,
+    help="With --into-world: fork the new world at this commit hash (a prefix is expanded).",
+)
 @click.option("--as-of", default=None, help="With --into-world: fork at the source world as of this time.")
 @click.option("--restart", is_flag=True, help="Ignore a saved checkpoint and start the range again.")
-@click.option("--wait-parked", default=5.0, show_default=True, help="Seconds to wait at the end for parked causes.")
+@click.option(
+    "--wait-parked",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds to wait at the end for parked causes.",
+)
 @click.option(
     "--max-records",
     "stop_after",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
     help="Stop after about N records read (a bounded run); the next run resumes from the checkpoint.",
 )
@@ -332,6 +347,10 @@ def _dlq_filter_options(f: Any) -> Any:
 def _dlq_filter(**kw: Any) -> Any:
     from agents.redrive import DlqFilter
 
+    for ref in kw["refs"]:
+        if not REF.fullmatch(ref):
+            raise click.BadParameter(f"{ref!r} is not a DLQ position PARTITION:OFFSET (e.g. 0:17)", param_hint="--ref")
+
     return DlqFilter(
         reasons=kw["reasons"],
         topics=kw["topics"],
@@ -357,7 +376,13 @@ def dlq() -> None:
 
 @dlq.command("list")
 @_dlq_filter_options
-@click.option("--limit", default=50, show_default=True, help="Show at most this many, newest last (0: all).")
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Show at most this many, newest last (0: all).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_obj
 def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
@@ -447,7 +472,13 @@ def dlq_show(settings: Settings, ref_or_event_id: str) -> None:
 @click.option("--all", "all_", is_flag=True, help="Redrive every letter (needed when no filter is given).")
 @click.option("--force", is_flag=True, help="Also send letters that still fail validation or whose world is missing.")
 @click.option("--again", is_flag=True, help="Also send letters that were redriven before.")
-@click.option("--show", default=20, show_default=True, help="List at most this many per-letter decisions.")
+@click.option(
+    "--show",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="List at most this many per-letter decisions.",
+)
 @click.option("--dry-run", is_flag=True, help="Show the decision for each letter; send nothing.")
 @click.pass_obj
 def dlq_redrive(settings: Settings, all_: bool, force: bool, again: bool, show: int, dry_run: bool, **kw: Any) -> None:
@@ -600,6 +631,10 @@ def offsets_reset(
         check_resettable(state)
         topic_list = _topics(settings, topics)
         rows, by_time = asyncio.run(partition_offsets(settings.kafka_bootstrap, group, topic_list, at_ms))
+        missing = sorted(set(partitions) - {r.partition for r in rows})
+        if missing:
+            have = ", ".join(str(p) for p in sorted({r.partition for r in rows}))
+            raise click.BadParameter(f"no partition {missing} in {', '.join(topic_list)} (partitions: {have})")
         rows = [r for r in rows if not partitions or r.partition in partitions]
         targets = parse_offset_targets(offset_values, [(r.topic, r.partition) for r in rows]) if offset_values else {}
         if strategy == "offset":

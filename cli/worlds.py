@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -16,6 +17,7 @@ from streams.settings import Settings
 from worlds.manager import ForkSource, WorldError, WorldManager
 
 T = TypeVar("T")
+HASH = re.compile(r"[0-9a-fA-F]{8,64}")
 
 
 def _run(settings: Settings, action: Callable[[WorldManager], Awaitable[T]]) -> T:
@@ -30,6 +32,13 @@ def _run(settings: Settings, action: Callable[[WorldManager], Awaitable[T]]) -> 
         raise click.ClickException(str(exc)) from exc
     except NessieError as exc:
         raise click.ClickException(f"Nessie at {settings.nessie_url}: {exc}") from exc
+
+
+def commit_hash(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option callback: a commit hash is 8 to 64 hex digits (checked before Nessie is asked)."""
+    if value is not None and not HASH.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is not a commit hash (hex digits)")
+    return value
 
 
 @click.group()
@@ -61,7 +70,7 @@ def list_(settings: Settings, as_json: bool) -> None:
 @click.argument("world_id")
 @click.option("--from-world", default=None, help="Fork from this world's head (default: prod).")
 @click.option("--from-tag", default=None, help="Fork from a tag (e.g. a release).")
-@click.option("--from-commit", default=None, help="Fork from a commit hash.")
+@click.option("--from-commit", default=None, callback=commit_hash, help="Fork from a commit hash.")
 @click.option("--dry-run", is_flag=True, help="Say what would be created, change nothing.")
 @click.pass_obj
 def create(
@@ -89,7 +98,13 @@ def create(
     except InvalidWorldId as exc:
         raise click.ClickException(str(exc)) from exc
     if dry_run:
-        click.echo(f"would create world {world_id} (branch {branch}) from {source.describe()}")
+        existing, at = _run(settings, lambda m: m.plan_create(world_id, source))
+        if existing is not None:
+            click.echo(
+                f"world {world_id} already exists on branch {existing.branch} at {existing.hash[:16]}: nothing to do"
+            )
+        else:
+            click.echo(f"would create world {world_id} (branch {branch}) from {source.describe()} at {at.hash[:16]}")
         return
     world, created = _run(settings, lambda m: m.create(world_id, source))
     verb = "created" if created else "already exists:"
@@ -108,7 +123,7 @@ def delete(settings: Settings, world_id: str, yes: bool, dry_run: bool) -> None:
     Example:
       causeway worlds delete whatif-001 --yes
     """
-    world = _run(settings, lambda m: m.get(world_id))
+    world = _run(settings, lambda m: m.plan_delete(world_id))  # the real delete's checks, dry run or not
     if world is None:
         click.echo(f"world {world_id} does not exist; nothing to do")
         return

@@ -452,3 +452,29 @@ async def test_redrive_refuses_a_cause_missing_letter_whose_cause_is_still_nowhe
     assert {f"{pipe.unique}-e1", f"{pipe.unique}-e3"} <= set(state.event_ids)
     assert f"{pipe.unique}-e2" not in state.event_ids
     assert len(await pipe.dead_letters()) == 3  # nothing was dead-lettered again
+
+
+async def test_dry_runs_make_the_real_checks_and_bad_options_get_one_line(pipe: Pipeline) -> None:
+    """Issue 23 items 6 and 7: a dry run asks Nessie what the real run would; bad input is exit 2."""
+    w = f"dr{pipe.unique[:8]}"
+    exists = await causeway(pipe, "worlds", "create", "prod", "--dry-run")
+    assert "already exists" in exists.output and "would create" not in exists.output
+    missing = await causeway(pipe, "worlds", "create", w, "--from-world", f"{w}-nosuch", "--dry-run", code=1)
+    assert "does not exist" in missing.output
+    short = await causeway(pipe, "worlds", "create", w, "--from-commit", "abcdef0123", "--dry-run", code=1)
+    assert "does not exist" in short.output and "full 64-hex hash" in short.output
+    bad = await causeway(pipe, "worlds", "create", w, "--from-commit", "zzzz", "--dry-run", code=2)
+    assert "not a commit hash" in bad.output and "400" not in bad.output
+    prod = await causeway(pipe, "worlds", "delete", "prod", "--dry-run", code=1)
+    assert "cannot be deleted" in prod.output and "would delete" not in prod.output
+    ok = await causeway(pipe, "worlds", "create", w, "--dry-run")
+    assert ok.output.startswith(f"would create world {w}")
+    async with NessieClient.from_settings(pipe.settings) as nessie:
+        naming = WorldNaming(pipe.settings.prod_world, pipe.settings.main_branch)
+        assert await WorldManager(nessie, naming).get(w) is None  # the dry run changed nothing
+
+    no_part = await causeway(pipe, "offsets", "reset", "--to", "earliest", "--partition", "7", "--dry-run", code=2)
+    assert "no partition [7]" in no_part.output
+    bad_ref = await causeway(pipe, "dlq", "list", "--ref", "abc", code=2)
+    assert "PARTITION:OFFSET" in bad_ref.output
+    assert "Traceback" not in no_part.output + bad_ref.output

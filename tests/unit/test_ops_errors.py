@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from cli.errors import Exit, Guarded, explain, mask_url
-from cli.main import needs
+from cli.main import cli, needs
 from sinks.errors import NessieNotAnApi, NessieNotFound, NessieUnavailable, error_from_response
 from streams.settings import Settings
 from worlds.manager import WorldError
@@ -86,3 +86,21 @@ def test_every_command_that_touches_a_service_checks_it_first() -> None:
     assert needs(("dlq", "redrive")) == ("kafka", "redis", "nessie")
     assert needs(("replay",)) == ("kafka", "redis", "nessie")
     assert needs(("config",)) == ()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["dlq", "list", "--limit", "-3"],
+        ["dlq", "redrive", "--all", "--show", "-1"],
+        ["replay", "--max-records", "0"],
+        ["replay", "--wait-parked", "-1"],
+        ["worlds", "create", "w1", "--from-commit", "zzzz"],
+    ],
+)
+def test_bad_options_are_a_usage_error_before_any_service_is_asked(args: list[str]) -> None:
+    # The services point at a closed port: a usage error must win (exit 2), not "unavailable" (4).
+    env = {"CAUSEWAY_KAFKA_BOOTSTRAP": "127.0.0.1:1", "CAUSEWAY_NESSIE_URL": "http://127.0.0.1:1/api/v2"}
+    r = CliRunner().invoke(cli, args, env=env)
+    assert r.exit_code == Exit.USAGE, r.output
+    assert "Traceback" not in r.output
