@@ -90,6 +90,10 @@ def _topics(settings: Settings, topics: Sequence[str]) -> tuple[str, ...]:
 @click.option("--as-of", default=None, help="With --into-world: fork at the source world as of this time.")
 @click.option("--restart", is_flag=True, help="Ignore a saved checkpoint and start the range again.")
 @click.option(
+    "--into-existing", is_flag=True, help="With --into-world: allow a world that already exists (it is written to)."
+)
+@click.option("--confirm-prod", is_flag=True, help="With --into-world prod --into-existing: yes, the production world.")
+@click.option(
     "--wait-parked",
     default=5.0,
     show_default=True,
@@ -117,6 +121,8 @@ def replay(
     from_commit: str | None,
     as_of: str | None,
     restart: bool,
+    into_existing: bool,
+    confirm_prod: bool,
     wait_parked: float,
     stop_after: int | None,
     dry_run: bool,
@@ -134,7 +140,12 @@ def replay(
     --into-world NEW replays the events of ONE source world (--world, default prod) into a new
     world branch forked from --from-commit, --as-of or the source world's head: each event keeps
     its event id, version, cause and properties; only world_id (and so the key) becomes NEW.
-    Events the fork already holds are marked applied for NEW, so they count as duplicates.
+    Events the fork already holds are marked applied for NEW, so they count as duplicates. A world
+    that exists is refused unless --into-existing; prod also needs --confirm-prod.
+
+    The run ends: once the range is read, events whose cause is neither in the range nor on the
+    branch are dead-lettered as cause-missing and reported. Exit 0 when complete, 3 when records
+    are left (--max-records, parked), 130 on Ctrl-C (the next run resumes).
 
     \b
     Examples:
@@ -187,6 +198,8 @@ def replay(
     if dry_run:
         try:
             planned = asyncio.run(plan(settings, spec))
+            if into_world is not None:  # the checks the real run makes before it creates the world
+                asyncio.run(_check_target(settings, spec, into_existing, confirm_prod))
         except ReplayError as exc:
             raise click.ClickException(str(exc)) from exc
         total = sum(b - a for a, b in planned.values())
@@ -221,6 +234,8 @@ def replay(
                 wait_parked_s=wait_parked,
                 on_start=on_start,
                 progress=lambda n: bar[0].advance(n) if bar else None,
+                into_existing=into_existing,
+                allow_prod=confirm_prod,
             )
         finally:
             for b in bar:
@@ -256,7 +271,28 @@ async def _interrupted_report(settings: Settings, rid: str) -> Any:
         cp = await store.load(rid)
     finally:
         await store.close()
-    return None if cp is None else ReplayReport(rid, cp, resumed=cp.runs > 1, already_complete=False, interrupted=True)
+    if cp is None:
+        return None
+    return ReplayReport(
+        rid,
+        cp,
+        resumed=cp.runs > 1,
+        already_complete=False,
+        interrupted=True,
+        read_this_run=cp.last_run_read,
+        seconds=cp.last_run_s,
+    )
+
+
+async def _check_target(settings: Settings, spec: Any, into_existing: bool, confirm_prod: bool) -> None:
+    from agents.replayer import check_target
+    from models.worlds import WorldNaming
+    from sinks.nessie import NessieClient
+    from worlds.manager import WorldManager
+
+    async with NessieClient.from_settings(settings) as nessie:
+        manager = WorldManager(nessie, WorldNaming(settings.prod_world, settings.main_branch))
+        await check_target(manager, settings, spec, allow_existing=into_existing, allow_prod=confirm_prod)
 
 
 def _resolve_as_of(settings: Settings, world: str, ms: int | None) -> str:
@@ -295,10 +331,10 @@ def _replay_summary(report: Any, spec: Any) -> None:
     c = cp.counters
     if report.already_complete:
         state = "already complete: nothing read (use --restart to read the range again)"
-    elif report.interrupted:
-        state = f"stopped early; {cp.left:,} record(s) left, run the same command to resume"
     elif cp.complete:
         state = "complete"
+    elif report.interrupted:
+        state = f"stopped early; {cp.left:,} record(s) left, run the same command to resume"
     else:
         state = f"incomplete: {cp.left:,} record(s) left (parked events hold their partitions)"
     rows: list[tuple[str, object]] = [
@@ -315,6 +351,7 @@ def _replay_summary(report: Any, spec: Any) -> None:
         ("filtered out", f"{c.get('filtered_out', 0):,}"),
         ("invalid", f"{c.get('invalid_skipped', 0):,} (skipped; dead-lettered when first read)"),
         ("parked", f"{cp.parked:,}"),
+        ("cause missing", f"{report.causes_missing:,} (dead-lettered: cause neither in the range nor on the branch)"),
         ("took", f"{report.seconds:.1f}s"),
     ]
     _summary(f"replay {report.replay_id} ({_now()})", rows)

@@ -21,7 +21,7 @@ from agents.dedupe import applied_key
 from agents.group_admin import describe_group
 from agents.replay import ReplayError, ReplaySpec, rewrite
 from agents.replayer import CheckpointStore, run_replay
-from bench.workload import expected_state, generate
+from bench.workload import Record, expected_state, generate
 from cli.main import cli
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent
@@ -478,3 +478,58 @@ async def test_dry_runs_make_the_real_checks_and_bad_options_get_one_line(pipe: 
     bad_ref = await causeway(pipe, "dlq", "list", "--ref", "abc", code=2)
     assert "PARTITION:OFFSET" in bad_ref.output
     assert "Traceback" not in no_part.output + bad_ref.output
+
+
+def _as_record(ev: ChangeEvent) -> Record:
+    return Record(ev.kind, ev.key.encode(), ev.encode(), ev)
+
+
+async def test_replay_ends_bounds_its_reads_and_never_writes_into_an_existing_world(pipe: Pipeline) -> None:
+    """Issue 23 items 2, 3 and 4, against the real services (no worker: only the replay applies)."""
+    s, u = pipe.settings, pipe.unique
+    wl = generate(pipe.params(events=300, worlds=1, keys=30, seed=31, bad_rate=0.0, causal_share=0.0))
+    await pipe.publish(wl.records)
+
+    # 4. --max-records is a bound, however small; exit 3 while records are left.
+    bounded = await causeway(pipe, "replay", "--world", "prod", "--max-records", "50", code=3)
+    sb = summary(bounded)
+    assert sb["state"].startswith("stopped early") and sb["read"] == "50 in total, 50 this run"
+    done = await causeway(pipe, "replay", "--world", "prod", "--wait-parked", "0")
+    assert summary(done)["state"] == "complete"
+
+    # 3. An effect whose cause is nowhere does not hold the replay forever: dead-lettered once, complete.
+    #    An effect whose cause is only on the branch (its mark lost) is applied.
+    first = next(r.event for r in wl.records if r.event is not None and r.event.change_type.value == "CREATE")
+    assert first is not None
+    client = aioredis.Redis.from_url(s.redis_url)
+    try:
+        assert await client.delete(applied_key(first.world_id, first.event_id)) == 1
+    finally:
+        await client.aclose()
+    orphan = dataclasses.replace(first, event_id=f"{u}-orphan", entity_pk=f"{u}-o", caused_by=f"{u}-nowhere")
+    on_branch = dataclasses.replace(first, event_id=f"{u}-child", entity_pk=f"{u}-c", caused_by=first.event_id)
+    start = await end_offsets(pipe)
+    await pipe.publish([_as_record(orphan), _as_record(on_branch)])
+    ranges = [f"--range={t}/{p}:{o}-" for (t, p), o in start.items()]
+    out = await causeway(pipe, "replay", *ranges, "--wait-parked", "0")
+    so = summary(out)
+    assert so["state"] == "complete" and so["cause missing"].startswith("1 ")
+    assert "cause-missing" in out.output
+    state = pipe.state("prod")
+    assert f"{u}-child" in state.event_ids and f"{u}-orphan" not in state.event_ids
+    letters = [dl for dl in await pipe.dead_letters() if dl.event_id == f"{u}-orphan"]
+    assert [dl.reason for dl in letters] == ["cause-missing"]
+    again = await causeway(pipe, "replay", *ranges, "--wait-parked", "0")
+    assert summary(again)["state"].startswith("already complete")
+
+    # 2. --into-world creates a world: an existing one is refused, also at its own head and with
+    #    --restart, and prod needs its own confirmation; dry runs refuse the same.
+    target = f"ex{u[:8]}"
+    async with NessieClient.from_settings(s) as nessie:
+        world, _ = await WorldManager(nessie, WorldNaming(s.prod_world, s.main_branch)).create(target)
+    for extra in ((), ("--restart",), ("--dry-run",)):
+        refused = await causeway(pipe, "replay", "--into-world", target, "--from-commit", world.hash, *extra, code=1)
+        assert "already exists" in refused.output and "--into-existing" in refused.output
+    prod = await causeway(pipe, "replay", "--into-world", "prod", "--into-existing", code=1)
+    assert "production world" in prod.output and "--confirm-prod" in prod.output
+    assert head(pipe, target) == world.hash  # nothing was written
