@@ -24,6 +24,7 @@ again from the start, which dedupe absorbs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -42,7 +43,7 @@ from agents.marks import AppliedMarks
 from agents.replay import Checkpoint, ReplayError, ReplaySpec, next_offset, resolve_range, rewrite
 from models.events import EntityKind, Invalid, decode
 from models.worlds import WorldNaming
-from monitoring.metrics import Metrics
+from monitoring.metrics import Dependency, Metrics
 from sinks.committer import Batch, BatchCommitter, CommitOutcome
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
@@ -335,6 +336,7 @@ async def run_replay(
     on_start: Callable[[Checkpoint], None] | None = None,
     into_existing: bool = False,
     allow_prod: bool = False,
+    outage_s: float = 30.0,
 ) -> ReplayReport:
     """Replay ``spec`` from its checkpoint (or from the start); returns what happened.
 
@@ -342,14 +344,39 @@ async def run_replay(
     for bounded runs); the checkpoint then says where to resume. When the whole range was read,
     events still waiting for a cause that is neither in the range nor on the branch are
     dead-lettered (``cause-missing``, as a worker would after its causal timeout) so the replay
-    completes. Raises ReplayError while another process runs the same replay.
+    completes. Raises ReplayError while another process runs the same replay, and DependencyDown
+    when Kafka, Redis or Nessie stays down for ``outage_s`` during the run (the checkpoint holds).
     """
     rid = spec.replay_id()
     await store.acquire(rid)
+    watch = OutageWatch()
     try:
-        return await _run(
-            settings, spec, store, progress, restart, stop_after, wait_parked_s, on_start, into_existing, allow_prod
+        run = asyncio.ensure_future(
+            _run(
+                settings,
+                spec,
+                store,
+                progress,
+                restart,
+                stop_after,
+                wait_parked_s,
+                on_start,
+                into_existing,
+                allow_prod,
+                metrics=watch,
+            )
         )
+        while not run.done():
+            await asyncio.wait({run}, timeout=1.0)
+            down = watch.down_for(time.monotonic())
+            if down is not None and down[1] > outage_s and not run.done():
+                # The applier retries a dependency forever (right for a worker); an operator's
+                # command gives up instead: the checkpoint is saved while the run unwinds.
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run
+                raise DependencyDown(down[0], down[1])
+        return run.result()
     finally:
         await store.release(rid)
 
@@ -365,6 +392,7 @@ async def _run(
     on_start: Callable[[Checkpoint], None] | None,
     into_existing: bool = False,
     allow_prod: bool = False,
+    metrics: Metrics | None = None,
 ) -> ReplayReport:
     started = time.monotonic()
     rid = spec.replay_id()
@@ -399,7 +427,7 @@ async def _run(
         committer=committer,
         dead_letters=dlq,
         worlds=_Worlds(WorldManager(nessie, naming)),
-        metrics=Metrics(),
+        metrics=metrics or Metrics(),
         worker_id=f"replay-{rid}",
         clock=clock,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
@@ -493,6 +521,39 @@ async def _run(
         )
     report.seconds = time.monotonic() - started
     return report
+
+
+class DependencyDown(ReplayError):
+    """A dependency stayed down during a replay; the run stopped and saved its checkpoint."""
+
+    def __init__(self, dependency: str, seconds: float) -> None:
+        super().__init__(
+            f"{dependency} stayed unreachable for {seconds:.0f}s during the replay; stopped with the checkpoint "
+            f"saved: run the same command again once {dependency} is back (`causeway doctor`)"
+        )
+        self.dependency = dependency
+
+
+class OutageWatch(Metrics):
+    """The applier's metrics, also remembering since when each dependency has been failing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down_since: dict[str, float] = {}
+
+    def dependency(self, name: Dependency, up: bool) -> None:
+        super().dependency(name, up)
+        if up:
+            self.down_since.pop(name, None)
+        else:
+            self.down_since.setdefault(name, time.monotonic())
+
+    def down_for(self, now: float) -> tuple[str, float] | None:
+        """The dependency down the longest and for how long, or None."""
+        if not self.down_since:
+            return None
+        name, since = min(self.down_since.items(), key=lambda kv: kv[1])
+        return name, now - since
 
 
 class SkippableClock:

@@ -107,6 +107,7 @@ def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] |
     """The line and exit code for an expected failure, or None when ``exc`` is not one."""
     from agents.offsets_admin import ResetRefused
     from agents.replay import ReplayError
+    from agents.replayer import DependencyDown
     from models.worlds import InvalidWorldId
     from sinks.errors import (
         CommitStateUnknown,
@@ -149,6 +150,8 @@ def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] |
             )
         if isinstance(e, NessieError):
             return (f"Nessie at {mask_url(s.nessie_url)}: {e}", Exit.ERROR)
+        if isinstance(e, DependencyDown):
+            return (str(e), Exit.UNAVAILABLE)
         if isinstance(e, WorldError | InvalidWorldId | ReplayError | RebuildError):
             return (str(e), Exit.ERROR)
         if isinstance(e, ResetRefused):

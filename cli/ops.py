@@ -19,7 +19,7 @@ from typing import Any
 import click
 import orjson
 
-from cli.errors import Incomplete
+from cli.errors import CommandError, Exit, Incomplete
 from cli.progress import Progress
 from cli.worlds import commit_hash
 from streams.settings import Settings
@@ -242,11 +242,14 @@ def replay(
                 b.finish()
             await store.close()
 
+    from agents.replayer import DependencyDown
     from sinks.errors import NessieError
     from worlds.manager import WorldError
 
     try:
         report = asyncio.run(main())
+    except DependencyDown as exc:
+        raise CommandError(str(exc), Exit.UNAVAILABLE) from exc
     except (ReplayError, WorldError) as exc:
         raise click.ClickException(str(exc)) from exc
     except NessieError as exc:

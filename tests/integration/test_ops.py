@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import orjson
 import pytest
@@ -20,7 +21,7 @@ from click.testing import CliRunner, Result
 from agents.dedupe import applied_key
 from agents.group_admin import describe_group
 from agents.replay import ReplayError, ReplaySpec, rewrite
-from agents.replayer import CheckpointStore, run_replay
+from agents.replayer import CheckpointStore, DependencyDown, run_replay
 from bench.workload import Record, expected_state, generate
 from cli.main import cli
 from models.deadletter import DeadLetter
@@ -29,7 +30,9 @@ from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.nessie import NessieClient, SyncNessieClient
 from sinks.readback import BranchState, read_branch
+from streams.settings import Settings
 from tests.integration.pipeline import ROOT, Pipeline
+from tests.integration.proxy import CuttableProxy
 from worlds.manager import WorldManager
 from worlds.rebuilder import RebuildError, _swap, rebuild
 
@@ -533,3 +536,32 @@ async def test_replay_ends_bounds_its_reads_and_never_writes_into_an_existing_wo
     prod = await causeway(pipe, "replay", "--into-world", "prod", "--into-existing", code=1)
     assert "production world" in prod.output and "--confirm-prod" in prod.output
     assert head(pipe, target) == world.hash  # nothing was written
+
+
+async def test_a_replay_gives_up_when_a_dependency_stays_down_and_resumes_later(unique: str, tmp_path: Path) -> None:
+    """Issue 23 item 9: `replay` with Nessie gone used to retry forever; it stops, keeps its checkpoint."""
+    base = Settings.from_env()
+    parsed = urlparse(base.nessie_url)
+    proxy = CuttableProxy(parsed.hostname or "127.0.0.1", parsed.port or 0)
+    proxied = base.nessie_url.replace(f":{parsed.port}", f":{proxy.start()}", 1)
+    pipe = await Pipeline.create(unique, tmp_path, nessie_url=proxied)
+    store = CheckpointStore.from_settings(pipe.settings)
+    try:
+        wl = generate(pipe.params(events=200, worlds=1, keys=20, seed=41, bad_rate=0.0, causal_share=0.0))
+        await pipe.publish(wl.records)
+        spec = ReplaySpec(topics=(pipe.settings.objects_topic, pipe.settings.links_topic), worlds=("prod",))
+        proxy.cut()
+        started = time.monotonic()
+        with pytest.raises(DependencyDown, match="nessie stayed unreachable"):
+            await run_replay(pipe.settings, spec, store=store, wait_parked_s=0, outage_s=3.0)
+        assert time.monotonic() - started < 60
+        cp = await store.load(spec.replay_id())
+        assert cp is not None and not cp.complete
+        proxy.restore()
+        done = await run_replay(pipe.settings, spec, store=store, wait_parked_s=0)
+        assert done.resumed and done.checkpoint.complete
+        matches_model(pipe.state("prod"), wl.valid_events, "prod")
+    finally:
+        await store.close()
+        pipe.stop_all()
+        proxy.close()
