@@ -789,6 +789,7 @@ def rebuild(settings: Settings, world: str, swap: bool, sample: int, dry_run: bo
             ("events folded", f"{result.rebuilt.events_used:,} applied row(s) of entity_events"),
             ("rebuild branch", (result.rebuild_branch or "-") + (" (reused)" if result.reused else "")),
             ("rebuild head", (result.rebuild_head or "-")[:12]),
+            ("removed", ", ".join(result.removed) or "- (no stale rebuild branch of an older head)"),
             ("outcome", outcome),
             ("took", f"{time.monotonic() - started:.1f}s"),
         ],
