@@ -21,6 +21,7 @@ import orjson
 
 from cli.errors import CommandError, Exit, Incomplete
 from cli.progress import Progress
+from cli.summary import now, summary
 from cli.worlds import commit_hash
 from streams.settings import Settings
 
@@ -48,15 +49,8 @@ def _iso(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _summary(title: str, rows: Sequence[tuple[str, object]]) -> None:
-    click.echo(f"--- {title} ---")
-    width = max(len(k) for k, _ in rows) if rows else 0
-    for k, v in rows:
-        click.echo(f"{k:<{width}}  {v}")
+_now = now
+_summary = summary
 
 
 def _topics(settings: Settings, topics: Sequence[str]) -> tuple[str, ...]:

@@ -10,6 +10,8 @@ from typing import TypeVar
 import click
 import orjson
 
+from cli.errors import mask_url
+from cli.summary import now, summary
 from models.worlds import InvalidWorldId, WorldNaming
 from sinks.errors import NessieError
 from sinks.nessie import NessieClient
@@ -63,7 +65,10 @@ def list_(settings: Settings, as_json: bool) -> None:
         else:
             click.echo(f"{w.world_id:24} {w.branch:30} {w.hash[:16]}")
     if not as_json:
-        click.echo(f"{len(found)} world(s)")
+        summary(
+            f"worlds list ({now()})",
+            [("worlds", f"{len(found)} world(s)"), ("nessie", mask_url(settings.nessie_url))],
+        )
 
 
 @worlds.command()
@@ -103,12 +108,24 @@ def create(
             click.echo(
                 f"world {world_id} already exists on branch {existing.branch} at {existing.hash[:16]}: nothing to do"
             )
+            outcome = "nothing to do (exists)"
         else:
             click.echo(f"would create world {world_id} (branch {branch}) from {source.describe()} at {at.hash[:16]}")
+            outcome = "would create (dry run)"
+        rows = [("branch", branch), ("from", source.describe()), ("outcome", outcome)]
+        summary(f"worlds create {world_id} (dry run, {now()})", rows)
         return
     world, created = _run(settings, lambda m: m.create(world_id, source))
     verb = "created" if created else "already exists:"
     click.echo(f"{verb} world {world.world_id} on branch {world.branch} at {world.hash[:16]}")
+    summary(
+        f"worlds create {world_id} ({now()})",
+        [
+            ("branch", f"{world.branch} at {world.hash[:16]}"),
+            ("from", source.describe()),
+            ("outcome", "created" if created else "already existed: nothing changed"),
+        ],
+    )
 
 
 @worlds.command()
@@ -124,13 +141,23 @@ def delete(settings: Settings, world_id: str, yes: bool, dry_run: bool) -> None:
       causeway worlds delete whatif-001 --yes
     """
     world = _run(settings, lambda m: m.plan_delete(world_id))  # the real delete's checks, dry run or not
+    title = f"worlds delete {world_id}{' (dry run)' if dry_run else ''} ({now()})"
     if world is None:
         click.echo(f"world {world_id} does not exist; nothing to do")
+        summary(title, [("outcome", "nothing to do (no branch)")])
         return
     if dry_run:
         click.echo(f"would delete world {world_id} (branch {world.branch} at {world.hash[:16]})")
+        summary(title, [("branch", f"{world.branch} at {world.hash[:16]}"), ("outcome", "would delete (dry run)")])
         return
     if not yes:
         click.confirm(f"Delete world {world_id} (branch {world.branch} at {world.hash[:16]})?", abort=True)
     deleted = _run(settings, lambda m: m.delete(world_id, world.hash))
     click.echo(f"deleted world {world_id}" if deleted else f"world {world_id} was already gone")
+    summary(
+        title,
+        [
+            ("branch", f"{world.branch} at {world.hash[:16]} (its commits stay reachable from tags and forks)"),
+            ("outcome", "deleted" if deleted else "already gone"),
+        ],
+    )
