@@ -53,9 +53,10 @@ def cli(ctx: click.Context, log_level: str | None) -> None:
     except SettingsError as exc:
         raise CommandError(str(exc), Exit.USAGE) from exc
     level = (log_level or settings.log_level).upper()
+    before = set(logging.getLogger().handlers)
     logging.basicConfig(level=level, format=LOG_FORMAT)
     if level != "DEBUG" and ctx.invoked_subcommand != "worker":
-        for handler in logging.getLogger().handlers:
+        for handler in set(logging.getLogger().handlers) - before:  # ours only, not an embedding app's
             handler.setFormatter(OneLineFormatter(LOG_FORMAT))
     if level != "DEBUG":
         # Client libraries log every request at INFO; operators want causeway's own lines.

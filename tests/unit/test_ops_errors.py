@@ -104,3 +104,19 @@ def test_bad_options_are_a_usage_error_before_any_service_is_asked(args: list[st
     r = CliRunner().invoke(cli, args, env=env)
     assert r.exit_code == Exit.USAGE, r.output
     assert "Traceback" not in r.output
+
+
+def test_cli_log_lines_carry_no_traceback() -> None:
+    import logging
+
+    from cli.errors import OneLineFormatter
+
+    try:
+        raise ValueError("boom\nsecond line")
+    except ValueError:
+        import sys
+
+        record = logging.LogRecord("agents.reconcile", logging.ERROR, __file__, 1, "pass failed", None, sys.exc_info())
+    line = OneLineFormatter("%(levelname)s %(name)s: %(message)s").format(record)
+    assert line == "ERROR agents.reconcile: pass failed (ValueError: boom second line)"
+    assert record.exc_info is not None  # other handlers still see the exception
