@@ -24,7 +24,7 @@ from agents.deadletters import DeadLetterPublisher
 from agents.marks import AppliedMarks
 from agents.probes import dependency_watcher
 from models.worlds import WorldNaming
-from monitoring.health import CounterMeter, Health, meter_method
+from monitoring.health import CounterMeter, Health, meter_method, status_probe
 from monitoring.lag import OffsetProbe
 from monitoring.metrics import Metrics, register_faust_sensors
 from sinks.committer import BatchCommitter
@@ -85,7 +85,9 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         from agents.cdc_mapping import mapping_from_env
 
         ingest = attach(app, settings, mapping_from_env(), metrics=metrics)
-        health.register_loop("cdc-ingest", meter_method(ingest).progress, LOOP_STALL_S)
+        # The ingest's own status (last commit, records waiting) when it has one; else completed polls.
+        probe = status_probe(ingest.status) if hasattr(ingest, "status") else meter_method(ingest).progress
+        health.register_loop("cdc-ingest", probe, LOOP_STALL_S)
     # Schema sync (control-plane schema changes → Iceberg schema evolution per world branch) and the
     # periodic reconciliation run beside the applier, each with its own consumer group.
     from agents import reconcile, schema_sync

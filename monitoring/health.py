@@ -233,3 +233,24 @@ class CounterMeter:
         if value != self._seen:
             self._seen, self._last = value, self.clock()
         return LoopProgress(self._last, self.waiting(), detail=f"count {value}")
+
+
+def status_probe(
+    status: Callable[[], Any],
+    wall: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
+) -> Callable[[], LoopProgress]:
+    """A progress probe from a loop's own ``status()`` (duck-typed, e.g. the CDC ingest's
+    ``IngestStatus``): ``last_commit_at`` / ``started_at`` in Unix time, ``records_waiting``, and
+    ``last_failure``. Progress is the last commit; waiting records without one make it stuck."""
+
+    def probe() -> LoopProgress:
+        st = status()
+        last = getattr(st, "last_commit_at", None)
+        if last is None:
+            last = getattr(st, "started_at", None)
+        mono = None if last is None else clock() - max(0.0, wall() - last)
+        failure = getattr(st, "last_failure", None)
+        return LoopProgress(mono, getattr(st, "records_waiting", None), detail=failure or "")
+
+    return probe

@@ -122,3 +122,28 @@ def test_a_metered_sync_method_counts_passes() -> None:
     meter = meter_method(rec, "worlds", clock)
     assert rec.worlds() == ["prod"]
     assert meter.progress().last_progress == clock.now and meter.calls == 1
+
+
+def test_a_loop_reporting_its_own_status_is_stuck_when_records_wait_without_a_commit() -> None:
+    from dataclasses import dataclass
+
+    from monitoring.health import status_probe
+
+    @dataclass
+    class Status:  # the shape of the CDC ingest's IngestStatus
+        started_at: float | None
+        last_commit_at: float | None
+        records_waiting: int
+        last_failure: str | None
+
+    clock, wall = Clock(), [5_000.0]
+    st = Status(4_000.0, None, 0, None)
+    h = Health(clock=clock)
+    _all_up(h)
+    h.register_loop("cdc-ingest", status_probe(lambda: st, wall=lambda: wall[0], clock=clock), 120)
+    assert h.report().ready  # nothing waits
+    st.records_waiting, st.last_failure = 7, "produce failed: KafkaTimeoutError"
+    loop = h.report().to_json()["loops"]["cdc-ingest"]
+    assert loop["state"] == "stuck" and loop["detail"].startswith("produce failed")  # 1,000 s since start
+    st.last_commit_at = wall[0] - 10
+    assert h.report().ready
