@@ -131,3 +131,28 @@ def test_config_refuses_a_malformed_url() -> None:
     assert err.strip().splitlines() == [
         "Error: CAUSEWAY_NESSIE_URL='localhost:19120' is not a URL: use http://host:port..."
     ]
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "words"),
+    [
+        (("worlds", "create", "Bad World"), Exit.ERROR, "invalid world id"),
+        (("worlds", "delete", "Bad World", "--yes"), Exit.ERROR, "invalid world id"),
+        (("rebuild", "nosuch-opsdown", "--dry-run"), Exit.ERROR, "has no branch"),
+        (("rebuild", "Bad World", "--dry-run"), Exit.ERROR, "invalid world id"),
+        (("replay", "--into-world", "Bad World", "--dry-run"), Exit.USAGE, "invalid world id"),
+        (("dlq", "show", "99:99"), Exit.ERROR, "no dead letter"),
+        (("offsets", "show", "--topic", "nosuch.opsdown"), Exit.ERROR, "does not exist"),
+        (("reconcile", "--world", "Bad World", "--dry-run"), None, "invalid world id"),
+    ],
+    ids=lambda v: "-".join(v[:2]) if isinstance(v, tuple) else None,
+)
+def test_an_unknown_world_or_bad_id_is_one_line_never_a_traceback(
+    command: tuple[str, ...], code: Exit | None, words: str
+) -> None:
+    """Issue 19 item 5 across the commands, with every service up."""
+    got, out, err, _ = run(command)
+    assert got != 0 and (code is None or got == code), (got, out, err)
+    assert "Traceback" not in out + err
+    assert words in (out + err)
+    assert len([line for line in err.splitlines() if line.startswith("Error:")]) <= 1
