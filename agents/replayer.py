@@ -367,7 +367,14 @@ async def run_replay(
             )
         )
         while not run.done():
-            await asyncio.wait({run}, timeout=1.0)
+            try:
+                await asyncio.wait({run}, timeout=1.0)
+            except asyncio.CancelledError:
+                # Ctrl-C: the run saves its checkpoint while it unwinds; wait for that.
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run
+                raise
             down = watch.down_for(time.monotonic())
             if down is not None and down[1] > outage_s and not run.done():
                 # The applier retries a dependency forever (right for a worker); an operator's

@@ -568,3 +568,43 @@ async def test_a_replay_gives_up_when_a_dependency_stays_down_and_resumes_later(
         await store.close()
         pipe.stop_all()
         proxy.close()
+
+
+async def test_ctrl_c_saves_the_checkpoint_and_the_summary_counts_that_run(pipe: Pipeline) -> None:
+    """Issue 23 item 4: the Ctrl-C summary said "0 this run" and "took 0.0s"."""
+    wl = generate(pipe.params(events=8000, worlds=1, keys=80, seed=17, bad_rate=0.0))
+    await pipe.publish(wl.records)
+    spec = ReplaySpec(topics=(pipe.settings.objects_topic, pipe.settings.links_topic), worlds=("prod",))
+    store = CheckpointStore.from_settings(pipe.settings)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "cli.main",
+            "replay",
+            "--world",
+            "prod",
+            cwd=ROOT,
+            env=pipe.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.returncode is None:
+            cp = await store.load(spec.replay_id())
+            if cp is not None and 0 < cp.total - cp.left:
+                break
+            await asyncio.sleep(0.05)
+        assert proc.returncode is None, "the replay finished before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await store.close()
+    text = out.decode()
+    assert proc.returncode == 130, (text, err.decode())
+    assert "Traceback" not in text + err.decode()
+    lines = dict(re.findall(r"^(read|took|state)\s{2,}(.*)$", text, re.M))
+    assert lines["state"].startswith(("stopped early", "complete"))  # Ctrl-C may land after the last record
+    total, this_run = re.match(r"([\d,]+) in total, ([\d,]+) this run", lines["read"]).groups()  # type: ignore[union-attr]
+    assert int(this_run.replace(",", "")) > 0 and this_run == total
+    assert lines["took"] != "0.0s"
