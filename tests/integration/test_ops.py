@@ -110,6 +110,24 @@ async def read_from(pipe: Pipeline, start: dict[tuple[str, int], int]) -> list[A
         await consumer.stop()
 
 
+async def replay_until_it_moved(
+    pipe: Pipeline, args: list[str], store: CheckpointStore, spec: ReplaySpec, *, capture: bool
+) -> asyncio.subprocess.Process:
+    """Start ``causeway <args>`` as a process; return it once its checkpoint has moved (still running)."""
+    out = asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", *args, cwd=ROOT, env=pipe.env, stdout=out, stderr=out
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.returncode is None:
+        cp = await store.load(spec.replay_id())
+        if cp is not None and 0 < cp.total - cp.left:
+            break
+        await asyncio.sleep(0.05)
+    assert proc.returncode is None, "the replay finished before it could be interrupted"
+    return proc
+
+
 @pytest.fixture
 async def pipe(unique: str, tmp_path: Path):
     p = await Pipeline.create(unique, tmp_path)
@@ -203,24 +221,7 @@ async def test_interrupted_replay_resumes_without_duplicates(pipe: Pipeline) -> 
     try:
         # The same replay as a CLI process, killed with SIGKILL once its checkpoint has moved.
         args = ["replay", "--into-world", target, "--world", "prod", "--from-commit", start_hash]
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "cli.main",
-            *args,
-            cwd=ROOT,
-            env=pipe.env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        cp = None
-        while time.monotonic() < deadline and proc.returncode is None:
-            cp = await store.load(spec.replay_id())
-            if cp is not None and 0 < cp.total - cp.left:
-                break
-            await asyncio.sleep(0.05)
-        assert proc.returncode is None, "the replay finished before it could be interrupted"
+        proc = await replay_until_it_moved(pipe, args, store, spec, capture=False)
         proc.send_signal(signal.SIGKILL)
         await asyncio.wait_for(proc.wait(), 30)
         cp = await store.load(spec.replay_id())
@@ -577,25 +578,7 @@ async def test_ctrl_c_saves_the_checkpoint_and_the_summary_counts_that_run(pipe:
     spec = ReplaySpec(topics=(pipe.settings.objects_topic, pipe.settings.links_topic), worlds=("prod",))
     store = CheckpointStore.from_settings(pipe.settings)
     try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "cli.main",
-            "replay",
-            "--world",
-            "prod",
-            cwd=ROOT,
-            env=pipe.env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.returncode is None:
-            cp = await store.load(spec.replay_id())
-            if cp is not None and 0 < cp.total - cp.left:
-                break
-            await asyncio.sleep(0.05)
-        assert proc.returncode is None, "the replay finished before it could be interrupted"
+        proc = await replay_until_it_moved(pipe, ["replay", "--world", "prod"], store, spec, capture=True)
         proc.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     finally:
