@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -11,7 +12,13 @@ import httpx
 import redis
 
 from monitoring.discovery import describe_targets
+from agents.probes import describe, probe_kafka, probe_nessie, probe_redis
+from cli.errors import mask_url
+from cli.preflight import url_of
 from streams.settings import Settings
+
+PROBE_TIMEOUT_S = 5.0
+PROBES = {"kafka": probe_kafka, "redis": probe_redis, "nessie": probe_nessie}
 
 
 def _check_redis(settings: Settings) -> str:
@@ -22,7 +29,7 @@ def _check_redis(settings: Settings) -> str:
     client.delete(key)
     if value != b"ok":
         raise RuntimeError(f"read back {value!r}")
-    return f"SET/GET with TTL at {settings.redis_url}"
+    return f"SET/GET with TTL at {mask_url(settings.redis_url)}"
 
 
 async def _kafka_round_trip(settings: Settings) -> str:
@@ -70,20 +77,64 @@ def _check_prometheus(settings: Settings) -> str:
     return f"query `up` answered: {describe_targets(resp.json()['data']['result'])}"
 
 
+def _classify_prometheus(settings: Settings) -> str:
+    try:
+        return _check_prometheus(settings)
+    except httpx.ConnectError as exc:
+        raise _Down(f"not running there: {exc}") from exc
+    except (httpx.HTTPStatusError, ValueError, KeyError) as exc:
+        raise _Wrong(f"answers, but not as Prometheus: {' '.join(str(exc).split())[:200]}") from exc
+
+
+class _Down(Exception):
+    """Nothing answers at the URL (not running, or the host/port is wrong)."""
+
+
+class _Wrong(Exception):
+    """Something answers at the URL, but it is not the service (the URL points elsewhere)."""
+
+
+def _probed(settings: Settings, service: str, round_trip: Callable[[], str]) -> Callable[[], str]:
+    """First the bounded probe that tells "not running" from "not that service", then the round trip."""
+
+    def check() -> str:
+        result = asyncio.run(PROBES[service](settings, PROBE_TIMEOUT_S))
+        if result.verdict == "down":
+            raise _Down(f"not running at {mask_url(url_of(settings, service))}: {result.detail}")
+        if result.verdict == "wrong":
+            raise _Wrong(f"{mask_url(url_of(settings, service))} answers, but is not {service}: {result.detail}")
+        return round_trip()
+
+    return check
+
+
 def run_checks(settings: Settings, echo: Callable[[str], None] = print) -> bool:
+    """Check each service; one line each: ``ok``, ``DOWN`` (not running) or ``WRONG`` (not that service)."""
     checks: list[tuple[str, Callable[[], str]]] = [
-        ("kafka", lambda: asyncio.run(_kafka_round_trip(settings))),
-        ("redis", lambda: _check_redis(settings)),
-        ("nessie", lambda: _check_nessie(settings)),
-        ("prometheus", lambda: _check_prometheus(settings)),
+        ("kafka", _probed(settings, "kafka", lambda: asyncio.run(_kafka_round_trip(settings)))),
+        ("redis", _probed(settings, "redis", lambda: _check_redis(settings))),
+        ("nessie", _probed(settings, "nessie", lambda: _check_nessie(settings))),
+        ("prometheus", lambda: _classify_prometheus(settings)),
     ]
     all_ok = True
-    for name, check in checks:
-        start = time.perf_counter()
-        try:
-            detail = check()
-            echo(f"  ok    {name:11} {detail} ({(time.perf_counter() - start) * 1000:.0f} ms)")
-        except Exception as exc:  # noqa: BLE001 - the point is to report any failure by service
-            all_ok = False
-            echo(f"  FAIL  {name:11} {type(exc).__name__}: {exc}")
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(max(level, logging.CRITICAL))  # its connection errors would repeat our line
+    try:
+        for name, check in checks:
+            start = time.perf_counter()
+            try:
+                detail = check()
+                echo(f"  ok    {name:11} {detail} ({(time.perf_counter() - start) * 1000:.0f} ms)")
+            except _Down as exc:
+                all_ok = False
+                echo(f"  DOWN  {name:11} {exc}")
+            except _Wrong as exc:
+                all_ok = False
+                echo(f"  WRONG {name:11} {exc}")
+            except Exception as exc:  # noqa: BLE001 - the point is to report any failure by service
+                all_ok = False
+                echo(f"  FAIL  {name:11} {describe(exc)}")
+    finally:
+        quiet.setLevel(level)
     return all_ok

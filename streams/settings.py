@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 
 class Secret(str):
@@ -202,9 +203,29 @@ class Settings:
             re.compile(self.cdc_pattern)
         except re.error as exc:
             raise SettingsError(f"{env_name('cdc_pattern')}={self.cdc_pattern!r} is not a valid regex: {exc}") from None
+        _check_urls(self)
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+def _check_urls(s: Settings) -> None:
+    """Each service URL is well formed (a command then fails on the service, not on a typo)."""
+    schemes = {"nessie_url": ("http", "https"), "prometheus_url": ("http", "https"), "redis_url": ("redis", "rediss")}
+    for name, allowed in schemes.items():
+        parts = urlsplit(getattr(s, name))
+        if name == "redis_url" and parts.scheme == "unix":
+            continue
+        if parts.scheme not in allowed or not parts.hostname:
+            raise SettingsError(f"{env_name(name)}={getattr(s, name)!r} is not a URL: use {allowed[0]}://host:port...")
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError as exc:
+            raise SettingsError(f"{env_name(name)}={getattr(s, name)!r}: {exc}") from exc
+    for server in s.kafka_bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise SettingsError(f"{env_name('kafka_bootstrap')}={s.kafka_bootstrap!r}: use host:port[,host:port]")
 
 
 def env_name(field_name: str) -> str:
