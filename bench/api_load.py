@@ -47,7 +47,9 @@ class ApiProcess:
         return f"127.0.0.1:{self.port}"
 
     def client(self, role: str | None = "admin", token: str | None = None) -> WorldClient:
-        return WorldClient(self.target, token if token is not None else self.tokens.get(role or "", ""))
+        """A client with the role's token (or ``token``), over TLS when the server has a certificate."""
+        token = token if token is not None else self.tokens.get(role or "", "")
+        return WorldClient(self.target, token, ca_file=self.settings.api_tls_cert)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -97,7 +99,9 @@ def start_api(
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     server = ApiProcess(proc, port, log, tokens, settings)
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(server.target) as ch:
+    cert = settings.api_tls_cert
+    creds = grpc.ssl_channel_credentials(Path(cert).read_bytes()) if cert else None
+    with grpc.secure_channel(server.target, creds) if creds else grpc.insecure_channel(server.target) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if not server.alive():

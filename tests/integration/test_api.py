@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from api import world_manager_pb2 as pb
+from api.client import WorldClient
 from bench.api_load import ApiProcess, start_api
+from cli.main import cli
 from streams.settings import Settings
 from tests.integration import api_fixtures as afx
 from tests.integration import worlds_fixtures as fx
@@ -236,3 +240,39 @@ def _release_commits_direct(written: WrittenWorld) -> int:
         for e in page
         if "causeway.release" in " ".join(e.properties)
     )
+
+
+def test_tls_when_a_certificate_is_configured(api_settings: Settings, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)]
+        + ["-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        check=True,
+        capture_output=True,
+    )
+    secure = api_settings.replace(api_tls_cert=str(cert), api_tls_key=str(key))
+    proc = start_api(secure, tmp_path)  # its readiness probe already speaks TLS with the cert as CA
+    try:
+        with proc.client("reader") as c:
+            assert [w.world_id for w in c.list_worlds()]  # the prod world at least
+        with WorldClient(proc.target, proc.tokens["reader"]) as plain:
+            assert _code(lambda: plain.list_worlds()) == grpc.StatusCode.UNAVAILABLE
+    finally:
+        proc.stop()
+
+
+def test_cli_world_commands_use_the_api_when_its_url_is_set(server: ApiProcess, unique: str) -> None:
+    # The CLI reads its settings from the environment; the API server holds the Nessie settings.
+    env = {"CAUSEWAY_API_URL": server.target, "CAUSEWAY_API_TOKEN": server.tokens["admin"]}
+    runner = CliRunner()
+    made = runner.invoke(cli, ["worlds", "create", f"cli{unique}"], env=env)
+    assert made.exit_code == 0 and f"created world cli{unique}" in made.output, made.output
+    listed = runner.invoke(cli, ["worlds", "list", "--json"], env=env)
+    assert f"cli{unique}" in {json.loads(line)["world"] for line in listed.output.splitlines()}
+    gone = runner.invoke(cli, ["worlds", "delete", f"cli{unique}", "--yes"], env=env)
+    assert gone.exit_code == 0 and f"deleted world cli{unique}" in gone.output, gone.output
+    audit = {(e["who"], e["method"], e["world"]) for e in server.audit()}
+    assert {("test-admin", "CreateWorld", f"cli{unique}"), ("test-admin", "DeleteWorld", f"cli{unique}")} <= audit
+    reader = dict(env, CAUSEWAY_API_TOKEN=server.tokens["reader"])
+    denied = runner.invoke(cli, ["worlds", "create", f"cli2{unique}"], env=reader)
+    assert denied.exit_code == 1 and "PERMISSION_DENIED" in denied.output and "Traceback" not in denied.output
