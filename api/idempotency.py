@@ -69,7 +69,7 @@ class Outcome:
         )
 
     @classmethod
-    def load(cls, raw: bytes) -> tuple[str, Outcome]:
+    def load(cls, raw: bytes | str) -> tuple[str, Outcome]:
         d = orjson.loads(raw)
         return d["fp"], cls(grpc.StatusCode[d["code"]], d["msg"], bytes.fromhex(d["resp"]), replayed=True)
 
@@ -113,7 +113,7 @@ class IdempotentExecutor:
             if await self.redis.set(lock_key, token, nx=True, px=self.lease_ms):
                 return await self._hold(lock_key, result_key, token, fp, fence, action)
             holder = await self.redis.get(lock_key)
-            if holder is not None and holder.decode().partition("|")[2] != fp:
+            if holder is not None and _text(holder).partition("|")[2] != fp:
                 raise KeyReused(f"idempotency key {key!r} is in flight for a different request")
             if loop.time() >= deadline:
                 raise InFlight(f"idempotency key {key!r} is in flight in another call; retry with the same key")
@@ -152,3 +152,7 @@ class IdempotentExecutor:
             await asyncio.sleep(self.lease_ms / 3000)
             if not await self.redis.eval(_RENEW, 1, lock_key, token, self.lease_ms):
                 return
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -17,6 +17,7 @@ from pyiceberg.expressions import In
 from api import world_manager_pb2 as pb
 from api.saga import SagaOutcome, SagaRefused, compensations, validate_events
 from models.events import ChangeEvent, EntityKind
+from models.schema import TypeSchema
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS, contracts
 from streams.settings import Settings
 from worlds.api import Worlds
@@ -90,9 +91,9 @@ class ApplyChangesSaga:
                 )
             return SagaOutcome("committed", commit_hash=head)
 
-    def _schemas(self, w: Worlds, world: str) -> dict[tuple[EntityKind, str], object]:
+    def _schemas(self, w: Worlds, world: str) -> dict[tuple[EntityKind, str], TypeSchema]:
         head = w.head(world)  # NOT_FOUND for a world without a branch, before anything is published
-        out: dict[tuple[EntityKind, str], object] = {}
+        out: dict[tuple[EntityKind, str], TypeSchema] = {}
         for kind, table in ((EntityKind.OBJECT, ENTITY_COMMON), (EntityKind.LINK, ENTITY_EDGE)):
             t = w.table(head.pinned, table)
             if t is not None:
@@ -112,7 +113,7 @@ class ApplyChangesSaga:
         log_table = w.table(head.pinned, ENTITY_EVENTS)
         if log_table is None:
             return None
-        rows = log_table.scan(row_filter=In("event_id", ids), selected_fields=("event_id", "applied")).to_arrow()  # type: ignore[arg-type]
+        rows = log_table.scan(row_filter=In("event_id", ids), selected_fields=("event_id", "applied")).to_arrow()  # type: ignore[call-arg,arg-type]
         seen = dict(zip(rows.column("event_id").to_pylist(), rows.column("applied").to_pylist(), strict=True))
         if not all(i in seen for i in ids):
             return None
