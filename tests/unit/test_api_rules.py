@@ -146,3 +146,20 @@ def test_compensations_undo_in_reverse_and_wait_for_their_event() -> None:
     ]
     assert [u.caused_by for u in undo] == [e.event_id for e in reversed(events)]
     assert compensation(events[0]).event_id == undo_id(events[0].event_id) == undo[-1].event_id
+
+
+def test_api_token_command_appends_a_hash_and_prints_the_token_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    file = tmp_path / "tokens"
+    runner = CliRunner()
+    out = runner.invoke(cli, ["api-token", "ops", "--role", "operator", "--file", str(file)])
+    assert out.exit_code == 0, out.output
+    token = out.output.strip()
+    assert token.startswith("cwy_") and token not in file.read_text()
+    assert authenticate(parse_tokens(file.read_text()), token) == Principal("ops", Role.operator)
+    again = runner.invoke(cli, ["api-token", "ops", "--file", str(file)])
+    assert again.exit_code == 1 and "already has a token named 'ops'" in again.output
+    assert oct(file.stat().st_mode & 0o777) == "0o600"
