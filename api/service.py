@@ -159,26 +159,40 @@ class WorldService(pb_grpc.WorldManagerServiceServicer):
         context: grpc.aio.ServicerContext,
         pages: Callable[[Worlds], Iterator[M]],
     ) -> AsyncIterator[M]:
-        """Run a blocking page generator in a thread and stream its pages as they come."""
+        """Run a blocking page generator in a thread and stream its pages as they come.
+
+        At most a few pages wait in memory; if the client goes away the thread stops at its next page.
+        """
         try:
             self._principal(context, method, world)
             queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=4)
             loop = asyncio.get_running_loop()
-            done = object()
+            done, stop = object(), threading.Event()
 
             def produce() -> None:
+                def put(item: Any) -> None:
+                    asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+
                 try:
                     for page in pages(self._worlds()):
-                        asyncio.run_coroutine_threadsafe(queue.put(page), loop).result()
-                    asyncio.run_coroutine_threadsafe(queue.put(done), loop).result()
+                        if stop.is_set():
+                            return
+                        put(page)
+                    put(done)
                 except BaseException as exc:  # noqa: BLE001 - handed to the stream
-                    asyncio.run_coroutine_threadsafe(queue.put(exc), loop).result()
+                    if not stop.is_set():
+                        put(exc)
 
             producer = loop.run_in_executor(None, produce)
-            while (item := await queue.get()) is not done:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            try:
+                while (item := await queue.get()) is not done:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+            finally:
+                stop.set()
+                while not queue.empty():  # free a producer blocked on a full queue
+                    queue.get_nowait()
             await producer
             return
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status

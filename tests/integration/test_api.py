@@ -276,3 +276,16 @@ def test_cli_world_commands_use_the_api_when_its_url_is_set(server: ApiProcess, 
     reader = dict(env, CAUSEWAY_API_TOKEN=server.tokens["reader"])
     denied = runner.invoke(cli, ["worlds", "create", f"cli2{unique}"], env=reader)
     assert denied.exit_code == 1 and "PERMISSION_DENIED" in denied.output and "Traceback" not in denied.output
+
+
+def test_streams_abandoned_by_their_clients_do_not_starve_the_server(server: ApiProcess, written: WrittenWorld) -> None:
+    w = written.world
+    written.commit("b1", [obj(w, f"p{i:02d}", "CREATE", 1, n=i) for i in range(12)])
+    with server.client("reader") as c:
+        for _ in range(10):  # more than the server's worker threads
+            stream = c.stream("QueryAt", pb.QueryAtRequest(ref=w, page_size=1))
+            assert len(next(stream).objects_json) == 1
+            stream.cancel()  # the client goes away with 11 pages unread
+    with WorldClient(server.target, server.tokens["operator"], timeout_s=60) as c:
+        assert c.create_release(w, "after").created  # a blocking call still gets a worker thread
+        assert len([o for p in c.query_at(w) for o in p.objects_json]) == 12
