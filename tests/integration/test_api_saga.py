@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from api.saga import undo_id
 from bench.api_load import ApiProcess, start_api
@@ -141,5 +145,35 @@ async def test_wait_step_times_out_compensates_in_reverse_and_the_undo_applies(p
             assert live == []  # each CREATE was applied, then undone by its compensation
             logged = [json.loads(e)["event_id"] for p in c.audit(world, "person", "a") for e in [p.json]]
             assert logged == [ids[0], undo_id(ids[0])]
+    finally:
+        server.stop()
+
+
+async def test_compensate_step_fails_and_is_reported(pipe: Pipeline) -> None:
+    """The topic stops accepting records this size while the saga waits: the compensation is refused for real."""
+    server = _serve(pipe)
+    try:
+        with server.client("admin") as c:
+            world = f"s{pipe.unique[:8]}"
+            c.create_world(world)
+            events = [event(world, "a", "CREATE", 1, blob="x" * 2000)]
+            answer: list[object] = []
+            call = threading.Thread(target=lambda: answer.append(c.apply_changes(world, events, deadline_ms=8_000)))
+            call.start()
+            while not await _topic(pipe):  # noqa: ASYNC110 - polls Kafka; published, no worker: the wait times out
+                await asyncio.sleep(0.2)
+            admin = AIOKafkaAdminClient(bootstrap_servers=pipe.settings.kafka_bootstrap)
+            await admin.start()
+            try:
+                limit = {"max.message.bytes": "500"}
+                await admin.alter_configs(
+                    [ConfigResource(ConfigResourceType.TOPIC, pipe.settings.objects_topic, limit)]
+                )
+            finally:
+                await admin.close()
+            await asyncio.to_thread(call.join)
+            out = answer[0]
+            assert (out.status, out.failed_step, out.compensated) == ("failed", "compensate", 0)  # type: ignore[attr-defined]
+            assert "compensation failed after 0 of 1" in out.message  # type: ignore[attr-defined]
     finally:
         server.stop()
