@@ -175,7 +175,7 @@ def run_load(settings: Settings, tmp: Path, clients: int, seconds: float) -> dic
     nessie = SyncNessieClient.from_settings(settings)
     main = f"main-lt{run}"
     nessie.create_branch(main, Reference("main", "BRANCH", nessie.config().no_ancestor_hash))
-    settings = settings.replace(main_branch=main, api_redis_prefix=f"causeway:api-lt{run}")
+    settings = settings.replace(main_branch=main, api_redis_prefix=f"causeway:api-lt{run}", api_idempotency_ttl_s=3600)
     server = start_api(settings, tmp)
     tally = Tally()
     load_before = os.getloadavg()

@@ -26,6 +26,7 @@ def api_settings(
         api_redis_prefix=f"causeway:api-test-{unique}",
         api_lock_lease_s=2.0,
         api_inflight_wait_s=30.0,
+        api_idempotency_ttl_s=900,  # the shared Redis forgets the test's outcomes soon
     )
     cleanup_refs(wclient, unique)
 

@@ -29,7 +29,7 @@ async def pipe(unique: str, tmp_path: Path, kafka_bootstrap: str, nessie_url: st
 
 
 def _serve(pipe: Pipeline, **env: str) -> ApiProcess:
-    settings = pipe.settings.replace(api_redis_prefix=f"causeway:api-test-{pipe.unique}")
+    settings = pipe.settings.replace(api_redis_prefix=f"causeway:api-test-{pipe.unique}", api_idempotency_ttl_s=900)
     return start_api(settings, pipe.tmp, extra_env=env)
 
 
