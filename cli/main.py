@@ -120,6 +120,8 @@ def _register_optional_groups() -> None:
         ("cli.ops", "offsets"),
         ("cli.ops", "rebuild"),
         ("cli.reconcile", "reconcile"),
+        ("cli.serve", "serve"),
+        ("cli.serve", "api_token"),
     ):
         try:
             mod = importlib.import_module(module)

@@ -24,6 +24,11 @@ HASH = re.compile(r"[0-9a-fA-F]{8,64}")
 
 def _run(settings: Settings, action: Callable[[WorldManager], Awaitable[T]]) -> T:
     async def main() -> T:
+        if settings.api_url:  # through the world manager API (auth, idempotency, audit log): docs/api.md
+            from api.remote import RemoteWorldManager
+
+            with RemoteWorldManager.from_settings(settings) as remote:
+                return await action(remote)  # type: ignore[arg-type]
         async with NessieClient.from_settings(settings) as nessie:
             manager = WorldManager(nessie, WorldNaming(settings.prod_world, settings.main_branch))
             return await action(manager)
