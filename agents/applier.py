@@ -53,6 +53,7 @@ class RawRecord:
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
     handle: Any  # what the worker acks (a Faust event); opaque here
+    generation: int | None = None  # consumer-group generation it was fetched in, when the intake knows it
 
     @property
     def tp(self) -> TopicPartition:
@@ -130,8 +131,8 @@ class Applier:
             arrivals: list[Arrival] = []
             dead: list[DeadLetter] = []
             for rec in records:
-                if not self.tracker.consumed(rec.tp, rec.offset):
-                    continue  # a re-fetch of an offset already in hand
+                if not self.tracker.consumed(rec.tp, rec.offset, rec.generation):
+                    continue  # a re-fetch, or fetched before a rebalance that took its partition
                 self._handles[rec.tp].append((rec.offset, rec.handle))
                 self._consumed_at[rec.tp][rec.offset] = now
                 self._records[rec.tp][rec.offset] = rec
@@ -175,7 +176,7 @@ class Applier:
         async with self.lock:
             for tp in tps:
                 dropped = self.gate.revoke(tp)
-                self.tracker.revoke(tp)
+                self.tracker.revoke(tp, fence=True)  # late records of the old assignment are refused
                 self._handles.pop(tp, None)
                 self._consumed_at.pop(tp, None)
                 self._records.pop(tp, None)
@@ -279,9 +280,17 @@ class Applier:
             await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]))
         self._repaired.add(world)
 
-    def on_assigned(self) -> None:
-        """A rebalance gave us partitions: check each world's newest marks again on first touch."""
+    def on_assigned(self, tps: Sequence[TopicPartition] | None = None, generation: int | None = None) -> None:
+        """A rebalance gave us partitions: take their records again, check marks again on first touch.
+
+        ``tps``: the partitions now assigned (None: every revoked one); ``generation``: the group
+        generation they belong to, when the intake tags records with it (``RawRecord.generation``).
+        A partition revoked earlier refuses records until it is assigned here.
+        """
         self._repaired.clear()
+        for tp in self.tracker.fenced() if tps is None else tps:
+            if not self.tracker.is_tracked(tp):
+                self.tracker.assign(tp, None, generation)
 
     async def _dedupe_and_gate(self, arrivals: list[Arrival], now: float) -> None:
         unknown = self.gate.unknown_causes()

@@ -151,7 +151,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
 
     @app.on_partitions_assigned.connect
     async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
-        applier.on_assigned()
+        applier.on_assigned([(tp.topic, tp.partition) for tp in assigned])
 
     @app.page("/health")
     async def health(web: Any, request: Any) -> Any:

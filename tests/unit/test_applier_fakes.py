@@ -127,3 +127,18 @@ async def test_unknown_world_is_dead_lettered_with_a_hint() -> None:
     assert not committer.batches
     assert dlq.letters[0].reason == "unknown-world"
     assert "causeway worlds create nowhere" in dlq.letters[0].detail
+
+
+async def test_a_parked_event_is_re_read_after_a_revoke_despite_a_late_old_generation_record() -> None:
+    """Issue 12 case 1, through the applier: the late record must not push the partition's floor past 10."""
+    applier, committer, _, _ = make()
+    tp = ("onto.changes.objects", 0)
+    await applier.process([rec(10, event(10, caused_by="e99")), rec(11, event(11))])  # 10 parked, 11 committed
+    await applier.revoke([tp])
+    await applier.process([rec(12, event(12))])  # handed out from the old generation's buffer, too late
+    applier.on_assigned()
+    await applier.process([rec(10, event(10, caused_by="e99")), rec(11, event(11)), rec(12, event(12))])
+    assert applier.gate.is_parked(("prod", "e10"))  # back in the gate, waiting for its cause
+    other = RawRecord("onto.changes.objects", 1, 0, b"prod::p50", event(50), [], "x0")
+    await applier.process([other])  # a later flush records the floors
+    assert committer.batches[-1].settled.get(tp, 0) <= 10
