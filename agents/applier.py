@@ -405,6 +405,8 @@ class Applier:
             self._repaired.discard(world)
             detail = f"world {world!r} has no branch any more (deleted while its events were in flight)"
             await self._publish_dead([self._letter(a, UNKNOWN_WORLD, detail) for a in items])
+            # Not applied: they must neither count as causes nor make a redriven copy a duplicate.
+            self.gate.abandoned([a.ref for a in items])
             return
         faults.reached("after-commit")
         stale_ids = set(outcome.stale_ids)
@@ -423,14 +425,22 @@ class Applier:
                     for a in stale
                 ]
             )
-        refs = [a.ref for a in items]
+        # Dropped by a recorded offset but not on the branch: dead-lettered before (a floor covers
+        # it). Settled, never marked, and its effects are not released (issue 12, case 2).
+        absent = set(outcome.absent_ids)
+        refs = [a.ref for a in items if a.event.event_id not in absent]
         await self._retry("redis mark", lambda: self.marks.mark(refs))
         faults.reached("after-mark")
         self.gate.committed(refs)
+        self.gate.abandoned([a.ref for a in items if a.event.event_id in absent])
         for a in items:
             if a.event.event_id not in stale_ids:
                 self._settle(a)
-        applied = len(items) - len(stale)
+        dups = len([a for a in items if a.event.event_id in outcome.duplicate_ids])
+        if dups:
+            self.totals["duplicates"] += dups
+            self.metrics.event_outcome(world, "duplicate", dups)
+        applied = len(items) - len(stale) - len(absent) - dups
         self.totals["applied"] += applied
         self.totals["commits"] += 0 if outcome.already_committed else 1
         self.metrics.event_outcome(world, "applied", applied)

@@ -185,7 +185,15 @@ class CommitOutcome:
     seconds: float
     stats: dict[str, FlushStats] = field(default_factory=dict)
     #: Event ids the version rule refused (logged with applied=false); the applier dead-letters them.
+    #: Also filled when the batch was found committed already (its log rows say which were stale).
     stale_ids: frozenset[str] = frozenset()
+    #: Events dropped because the branch recorded their offset but whose id is not in its log: a
+    #: recorded offset the branch does not hold was dead-lettered (a floor covers it). Not applied:
+    #: the applier must neither mark them nor release their effects.
+    absent_ids: frozenset[str] = frozenset()
+    #: Copies of events the branch's log already holds (another offset: a producer retry whose
+    #: Redis mark was lost). Dropped as duplicates, not dead-lettered as stale.
+    duplicate_ids: frozenset[str] = frozenset()
 
 
 class RetriesExhausted(NessieConflict):
@@ -250,10 +258,7 @@ class BatchCommitter:
                 found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
                 if found is not None:
                     log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
-                    landed = CommitOutcome(
-                        batch.world_id, batch.batch_id, branch, found, attempt - 1, True, 0, 0, 0, 0.0
-                    )
-                    return _finish(landed, started)
+                    return _finish(self._landed(batch, branch, found, attempt - 1), started)
             cat = self.catalog(branch)
             base = cat.begin()
             first_base = first_base or base
@@ -277,8 +282,7 @@ class BatchCommitter:
         if unknown:
             found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
             if found is not None:
-                landed = CommitOutcome(batch.world_id, batch.batch_id, branch, found, retries + 1, True, 0, 0, 0, 0.0)
-                return _finish(landed, started)
+                return _finish(self._landed(batch, branch, found, retries + 1), started)
         raise RetriesExhausted(
             f"batch {batch.batch_id} for world {batch.world_id}: gave up after {retries + 1} attempts: {last}"
         ) from last
@@ -303,6 +307,30 @@ class BatchCommitter:
         except NoSuchTableError:
             return {}
         return loads_map(table.metadata.properties.get(OFFSETS_PROPERTY))
+
+    def _landed(self, batch: Batch, branch: str, found: str, attempts: int) -> CommitOutcome:
+        """The outcome of a batch found committed as ``found``: what its log rows say of each event."""
+        try:
+            table = self.catalog(f"{branch}@{found}").load_table((self.settings.namespace, EVENTS.name))
+        except NoSuchTableError:
+            logged: dict[str, bool] = {}
+        else:
+            logged = logged_events(table, {e.event_id for e in batch.events})
+        ids = {e.event_id for e in batch.events}
+        return CommitOutcome(
+            batch.world_id,
+            batch.batch_id,
+            branch,
+            found,
+            attempts,
+            True,
+            0,
+            0,
+            0,
+            0.0,
+            stale_ids=frozenset(i for i, applied in logged.items() if not applied),
+            absent_ids=frozenset(ids - set(logged)),
+        )
 
     def find_batch_commit(
         self, branch: str, batch_id: str, *, since: str | None = None, max_records: int = 2000
@@ -334,24 +362,45 @@ class BatchCommitter:
         events_table = tables[EVENTS.name]
 
         committed = loads_map(events_table.metadata.properties.get(OFFSETS_PROPERTY))
-        items = _select(batch, committed)
+        items, recorded = _split(batch, committed)
         replayed = len(batch.events) - len(items)
-        events = [ev for ev, _ in items]
+        # A recorded offset is settled, but not necessarily applied: its log row says which.
+        logged = logged_events(events_table, {e.event_id for e in recorded})
+        recorded_stale = {i for i, applied in logged.items() if not applied}
+        absent = {e.event_id for e in recorded} - set(logged)
 
         merged = merge_maps(committed, batch.offsets, batch.settled)
         if not items and dumps_map(merged) == dumps_map(committed):
             # Everything in the batch is already on the branch (a replay): nothing to commit.
-            return CommitOutcome(batch.world_id, batch.batch_id, branch, base, attempt, True, 0, 0, replayed, 0.0)
+            return CommitOutcome(
+                batch.world_id,
+                batch.batch_id,
+                branch,
+                base,
+                attempt,
+                True,
+                0,
+                0,
+                replayed,
+                0.0,
+                stale_ids=frozenset(recorded_stale),
+                absent_ids=frozenset(absent),
+            )
 
         stats: dict[str, FlushStats] = {}
         stale_ids: set[str] = set()
         for kind, tdef in ((EntityKind.OBJECT, COMMON), (EntityKind.LINK, EDGE)):
-            evs = [e for e in events if e.kind is kind]
+            evs = [ev for ev, _ in items if ev.kind is kind]
             if not evs:
                 continue
             st = self._apply_projection(tables[tdef.name], tdef, evs, batch, now)
             stats[tdef.name] = st[0]
             stale_ids |= st[1]
+        # A stale event whose id the log already holds is a copy of an applied one: a duplicate.
+        duplicates = set(logged_events(events_table, stale_ids))
+        stale_ids -= duplicates
+        items = [(ev, src) for ev, src in items if ev.event_id not in duplicates]
+        events = [ev for ev, _ in items]
 
         stats[EVENTS.name] = self._append_events(events_table, items, batch, now, stale_ids, merged)
 
@@ -378,7 +427,9 @@ class BatchCommitter:
             replayed,
             0.0,
             stats,
-            frozenset(stale_ids),
+            frozenset(stale_ids | recorded_stale),
+            frozenset(absent),
+            frozenset(duplicates),
         )
 
     def _publish(self, cat: NessieCatalog, message: str, properties: dict[str, str]) -> str:
@@ -711,18 +762,44 @@ def _finish(outcome: CommitOutcome, started: float) -> CommitOutcome:
 
 def _select(batch: Batch, committed: Mapping[TopicPartition, OffsetSet]) -> list[tuple[ChangeEvent, Source | None]]:
     """The batch's events minus offsets already committed on the branch and repeated event ids."""
+    return _split(batch, committed)[0]
+
+
+def _split(
+    batch: Batch, committed: Mapping[TopicPartition, OffsetSet]
+) -> tuple[list[tuple[ChangeEvent, Source | None]], list[ChangeEvent]]:
+    """``_select``'s events, and the events dropped because the branch recorded their offset."""
     sources = list(batch.sources) if batch.sources is not None else [None] * len(batch.events)
     if len(sources) != len(batch.events):
         raise ValueError("Batch.sources must be parallel to Batch.events")
     seen: set[str] = set()
     out: list[tuple[ChangeEvent, Source | None]] = []
+    recorded: list[ChangeEvent] = []
     for ev, src in zip(batch.events, sources, strict=True):
         if ev.event_id in seen:
             continue
         if src is not None and src.tp in committed and src.offset in committed[src.tp]:
+            recorded.append(ev)
             continue
         seen.add(ev.event_id)
         out.append((ev, src))
+    return out, recorded
+
+
+def logged_events(table: Table, ids: set[str]) -> dict[str, bool]:
+    """``{event_id: applied}`` for those of ``ids`` that ``entity_events`` (as loaded) holds.
+
+    ``applied`` is false when every row of the id was refused by the version rule. Read only when
+    a batch needs it (recorded offsets, stale events), so the common flush reads nothing here.
+    """
+    if not ids:
+        return {}
+    from pyiceberg.expressions import In
+
+    rows = table.scan(row_filter=In("event_id", sorted(ids)), selected_fields=("event_id", "applied")).to_arrow()
+    out: dict[str, bool] = {}
+    for eid, applied in zip(rows.column("event_id").to_pylist(), rows.column("applied").to_pylist(), strict=True):
+        out[eid] = out.get(eid, False) or bool(applied)
     return out
 
 

@@ -142,3 +142,28 @@ async def test_a_parked_event_is_re_read_after_a_revoke_despite_a_late_old_gener
     other = RawRecord("onto.changes.objects", 1, 0, b"prod::p50", event(50), [], "x0")
     await applier.process([other])  # a later flush records the floors
     assert committer.batches[-1].settled.get(tp, 0) <= 10
+
+
+async def test_events_of_a_world_deleted_in_flight_are_not_pending_when_redriven() -> None:
+    """Issue 12 case 4: the deleted-world dead letter must not leave the event pending in the gate."""
+    from sinks.errors import NessieNotFound
+
+    applier, committer, dlq, marks = make()
+    real_commit = committer.commit_batch_async
+    calls = []
+
+    async def commit_once_gone(batch: Batch) -> CommitOutcome:
+        calls.append(batch)
+        if len(calls) == 1:
+            raise NessieNotFound("branch world-prod not found")
+        return await real_commit(batch)
+
+    committer.commit_batch_async = commit_once_gone  # type: ignore[method-assign]
+    await applier.process([rec(0, event(1))])
+    assert [d.reason for d in dlq.letters] == ["unknown-world"]
+    # An effect of e1 must wait (e1 never took effect); the redriven copy of e1 is new, not a duplicate.
+    await applier.process([rec(1, event(2, caused_by="e1"))])
+    assert applier.gate.is_parked(("prod", "e2"))
+    await applier.process([rec(2, event(1))])
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e1", "e2"]
+    assert marks.marked == {("prod", "e1"), ("prod", "e2")}
