@@ -121,6 +121,9 @@ class Applier:
         self.totals: dict[str, int] = defaultdict(int)
         self._recent_event_ids = recent_event_ids
         self._repaired: set[str] = set()
+        # Causes Redis does not know: when first seen unknown, and when last looked up on the branch.
+        self._cause_seen: dict[tuple[str, str], float] = {}
+        self._cause_checked: dict[tuple[str, str], float] = {}
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -145,6 +148,7 @@ class Applier:
             self.totals["consumed"] += len(records)
             arrivals = await self._check_worlds(arrivals, dead)
             await self._dedupe_and_gate(arrivals, now)
+            await self._look_up_causes(now)
             self._collect_gate_output(dead)
             await self._publish_dead(dead)
             await self._flush_due(now)
@@ -154,6 +158,7 @@ class Applier:
         """Periodic work: expire waits, learn causes applied elsewhere, flush old batches."""
         async with self.lock:
             now = self.clock()
+            await self._look_up_causes(now)
             self.gate.expire(now)
             if self.gate.unknown_causes():
                 await self._dedupe_and_gate([], now)
@@ -320,6 +325,38 @@ class Applier:
                 parked[a.event.world_id] += 1
         for world, n in parked.items():
             self.metrics.event_outcome(world, "parked", n)
+
+    async def _look_up_causes(self, now: float) -> None:
+        """Causes parked events wait for that Redis does not know: look them up in the branch's log.
+
+        A mark may be gone (TTL, Redis data loss) or never made (a fork inherits history, not
+        marks); the branch's event log is the source of truth (issue 12, case 5). A cause is looked
+        up once it has been unknown for a short grace (most late causes simply arrive), then again
+        at most every half causal timeout, so the last look comes before its effects time out.
+        Found causes are re-marked in Redis and released.
+        """
+        lookup = getattr(self.committer, "applied_events_async", None)
+        if lookup is None:
+            return
+        unknown = self.gate.unknown_causes()
+        for table in (self._cause_seen, self._cause_checked):
+            for ref in [r for r in table if r not in unknown]:
+                del table[ref]
+        timeout = self.settings.causal_timeout_s
+        grace, recheck = min(1.0, timeout / 4), timeout / 2
+        due: dict[str, set[str]] = defaultdict(set)
+        for ref in unknown:
+            seen = self._cause_seen.setdefault(ref, now)
+            checked = self._cause_checked.get(ref)
+            if now - seen >= grace and (checked is None or now - checked >= recheck):
+                due[ref[0]].add(ref[1])
+                self._cause_checked[ref] = now
+        for world, ids in due.items():
+            found = await self._retry(f"cause lookup in world {world}", lambda w=world, i=ids: lookup(w, i))
+            if found:
+                refs = [(world, i) for i in found]
+                await self._retry("redis mark", lambda r=refs: self.marks.mark(r))
+                self.gate.learn_applied(refs)
 
     def _collect_gate_output(self, dead: list[DeadLetter]) -> None:
         out = self.gate.drain()

@@ -295,6 +295,23 @@ class BatchCommitter:
         """Full-jitter exponential backoff: uniform(0, base * 2**(attempt-1)), capped at 5 s."""
         return random.uniform(0, min(5.0, self.settings.commit_backoff_s * 2 ** (attempt - 1)))
 
+    def applied_events(self, world_id: str, ids: set[str]) -> set[str]:
+        """Those of ``ids`` that took effect on the world's branch (its event log, applied=true).
+
+        The source of truth for "was this cause applied?" when Redis has no mark (expired, lost,
+        or inherited by a fork). Empty when the branch has no tables yet.
+        """
+        cat = self.catalog(self.naming.branch(world_id))
+        try:
+            table = cat.load_table((self.settings.namespace, EVENTS.name))
+        except NoSuchTableError:
+            return set()
+        return {i for i, applied in logged_events(table, ids).items() if applied}
+
+    async def applied_events_async(self, world_id: str, ids: set[str]) -> set[str]:
+        """``applied_events`` in a worker thread."""
+        return await asyncio.to_thread(self.applied_events, world_id, ids)
+
     def committed_offsets(self, branch: str) -> dict[TopicPartition, OffsetSet]:
         """The exact committed offsets recorded on ``branch`` (``branch@hash`` works too).
 

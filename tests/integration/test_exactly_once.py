@@ -161,3 +161,21 @@ async def test_a_producer_retry_of_an_applied_event_with_its_mark_lost_is_a_dupl
     assert acks == ["h5"] and second.totals["duplicates"] == 1
     assert (world, "A") in marks.marked
     assert read_world(eo_settings, world).event_ids["A"] == 1
+
+
+async def test_a_cause_applied_on_the_branch_but_unknown_to_redis_releases_its_effect(
+    world: str, eo_settings: Settings
+) -> None:
+    """Case 5: the cause's mark expired or was lost (or the world is a fork): the log decides."""
+    marks, dlq, clock = Marks(), Dlq(), Clock()
+    first = applier(eo_settings, marks, dlq, clock)
+    await first.process([rec(world, 0, "C", "c")])
+    marks.marked.clear()  # TTL expiry or Redis data loss
+    second = applier(eo_settings, marks, dlq, clock)
+    await second.process([rec(world, 1, "E", "e", caused_by="C")])
+    assert second.gate.is_parked((world, "E"))
+    clock.now += 1.5  # past the lookup grace, far from the causal timeout
+    acks = await second.tick()
+    assert not dlq.letters and acks == ["h1"]
+    assert (world, "C") in marks.marked  # the mark is repaired
+    assert set(read_world(eo_settings, world).event_ids) == {"C", "E"}
