@@ -28,20 +28,27 @@ from typing import Any, Protocol
 
 from agents import faults
 from agents.batching import BatchAccumulator
-from agents.causal import CausalGate, Rejected
+from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.offsets import Arrival, OffsetTracker, TopicPartition
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
 from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome, Source
-from sinks.errors import NessieNotFound
+from sinks.errors import NessieAuthError, NessieConflict, NessieNotFound, NessieUnavailable
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_WORLD = "unknown-world"
 STALE_VERSION = "stale-version"
+COMMIT_FAILED = "commit-failed"
+
+#: Failures a flush waits out (retried with backoff for as long as they last): Nessie or the
+#: warehouse unreachable, an unknown outcome, OCC contention. Any other error is taken as a
+#: property of the batch: after ``Applier.commit_failure_attempts`` tries it is bisected and the
+#: event that cannot be committed is dead-lettered (``commit-failed``).
+TRANSIENT: tuple[type[BaseException], ...] = (NessieUnavailable, NessieConflict, NessieAuthError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,7 @@ class Applier:
         clock: Callable[[], float] = time.monotonic,
         worker_id: str | None = None,
         recent_event_ids: RecentIds | None = None,
+        commit_failure_attempts: int = 3,
     ) -> None:
         self.settings = settings
         self.marks = marks
@@ -120,6 +128,7 @@ class Applier:
         self._kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
         self.totals: dict[str, int] = defaultdict(int)
         self._recent_event_ids = recent_event_ids
+        self.commit_failure_attempts = commit_failure_attempts
         self._repaired: set[str] = set()
         # Causes Redis does not know: when first seen unknown, and when last looked up on the branch.
         self._cause_seen: dict[tuple[str, str], float] = {}
@@ -404,8 +413,28 @@ class Applier:
 
     async def _flush(self, world: str) -> None:
         items = self.batches.take(world)
-        if not items:
-            return
+        if items:
+            await self._commit_items(world, items, set())
+
+    async def _commit_items(self, world: str, items: list[Arrival], failed: set[tuple[str, str]]) -> None:
+        """Commit ``items`` as one batch; a batch that fails deterministically is halved until the
+        event that cannot be committed is alone, which is dead-lettered (``commit-failed``) with the
+        effects it released (``failed`` collects them across the halves)."""
+        orphans = [a for a in items if (a.event.world_id, a.event.caused_by) in failed]
+        if orphans:
+            failed |= {a.ref for a in orphans}
+            await self._publish_dead(
+                [
+                    self._letter(
+                        a, CAUSE_MISSING, f"its cause {a.event.caused_by!r} was dead-lettered ({COMMIT_FAILED})"
+                    )
+                    for a in orphans
+                ]
+            )
+            self.gate.abandoned([a.ref for a in orphans])
+            items = [a for a in items if a.ref not in failed]
+            if not items:
+                return
         self._batch_seq += 1
         batch_id = f"{self.worker_id}-{int(time.time() * 1000)}-{self._batch_seq}"
         # Offsets below each partition's committable offset are done for every world: passing them
@@ -419,11 +448,20 @@ class Applier:
         started = time.monotonic()
         faults.reached("before-commit")
 
-        async def commit() -> CommitOutcome | None:
+        failures: list[Exception] = []
+
+        async def commit() -> CommitOutcome | Exception | None:
             try:
                 return await self.committer.commit_batch_async(batch)
             except NessieNotFound:
                 return None  # the branch is gone: retrying cannot help
+            except TRANSIENT:
+                raise  # an outage or contention: wait it out, however long
+            except Exception as exc:  # noqa: BLE001 - anything else fails the same way every time
+                failures.append(exc)
+                if len(failures) >= self.commit_failure_attempts:
+                    return exc
+                raise
 
         outcome = await self._retry(
             f"commit of {len(items)} event(s) to world {world}",
@@ -434,6 +472,19 @@ class Applier:
                 retries_exhausted=type(exc).__name__ == "RetriesExhausted",
             ),
         )
+        if isinstance(outcome, Exception):
+            if len(items) > 1:
+                half = len(items) // 2
+                await self._commit_items(world, items[:half], failed)
+                await self._commit_items(world, items[half:], failed)
+                return
+            [a] = items
+            log.error("world %s: event %s cannot be committed: %r", world, a.event.event_id, outcome)
+            failed.add(a.ref)
+            detail = f"commit failed {len(failures)} times: {type(outcome).__name__}: {outcome}"
+            await self._publish_dead([self._letter(a, COMMIT_FAILED, detail)])
+            self.gate.abandoned([a.ref])
+            return
         self.metrics.dependency("nessie", True)
         if outcome is None:
             # Deleted while its events were in flight: dead-letter them (an operator can redrive

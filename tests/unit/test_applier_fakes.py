@@ -167,3 +167,41 @@ async def test_events_of_a_world_deleted_in_flight_are_not_pending_when_redriven
     await applier.process([rec(2, event(1))])
     assert [e.event_id for b in committer.batches for e in b.events] == ["e1", "e2"]
     assert marks.marked == {("prod", "e1"), ("prod", "e2")}
+
+
+async def test_a_batch_that_fails_to_commit_every_time_dead_letters_only_the_poison_event() -> None:
+    """Deterministic commit failures: bounded retries, then the batch is halved until the event that
+    cannot be committed is alone; it and the effects it released are dead-lettered, the rest lands."""
+    import asyncio
+
+    applier, committer, dlq, marks = make()
+    real_commit = committer.commit_batch_async
+
+    async def refuse_poison(batch: Batch) -> CommitOutcome:
+        if any(e.event_id == "e1" for e in batch.events):
+            raise ValueError("cannot cast property 'n' to int")
+        return await real_commit(batch)
+
+    committer.commit_batch_async = refuse_poison  # type: ignore[method-assign]
+    records = [rec(0, event(0)), rec(1, event(1)), rec(2, event(2, caused_by="e1")), rec(3, event(3))]
+    acks = await asyncio.wait_for(applier.process(records), timeout=30)  # today: retried forever
+    assert sorted(e.event_id for b in committer.batches for e in b.events) == ["e0", "e3"]
+    assert sorted((d.event_id, d.reason) for d in dlq.letters) == [("e1", "commit-failed"), ("e2", "cause-missing")]
+    assert "ValueError" in dlq.letters[0].detail
+    assert acks == ["h0", "h1", "h2", "h3"]
+    assert ("prod", "e1") not in marks.marked
+
+
+def test_a_dead_letter_too_big_for_the_topic_goes_without_its_value() -> None:
+    from agents.deadletters import MAX_LETTER_BYTES, fit, letter_size
+
+    small = DeadLetter("malformed-json", "bad", "t", 0, 5, b"k", b"{")
+    assert fit(small) is small
+    big = DeadLetter("malformed-json", "bad", "t", 0, 5, b"k", b"{" * MAX_LETTER_BYTES, original_headers=[("h", b"v")])
+    out = fit(big)
+    assert out.value is None and out.original_headers == [("h", b"v")] and out.key == b"k"
+    assert letter_size(out) <= MAX_LETTER_BYTES
+    assert "omitted" in out.detail and "t/0@5" in out.detail
+    headers = [("h", b"v" * MAX_LETTER_BYTES)]
+    worst = fit(DeadLetter("r", "d" * 2000, "t", 0, 5, b"k" * MAX_LETTER_BYTES, b"x", original_headers=headers))
+    assert letter_size(worst) <= MAX_LETTER_BYTES and len(worst.detail) <= 1000
