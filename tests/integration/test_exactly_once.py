@@ -210,3 +210,26 @@ async def test_a_near_limit_bad_record_is_dead_lettered_without_its_value_and_th
         assert f"g-{unique}" in pipe.state("prod").event_ids
     finally:
         pipe.stop_all()
+
+
+def test_a_live_commit_between_the_replays_two_reads_does_not_commit_an_event_twice(
+    world: str, eo_settings: Settings
+) -> None:
+    """Replay race: the replay read the log, then a live worker committed E, then the replay read the
+    recorded offsets: E looked recorded-but-absent and was committed a second time."""
+    from agents.replayer import ReplayCommitter
+    from sinks.committer import Batch, Source
+    from tests.integration.test_committer import obj
+
+    live = BatchCommitter(eo_settings)
+    e = obj(world, "p1", "CREATE", 1)
+    item = [(e, Source(OBJ, 0, 4))]
+
+    class Racing(ReplayCommitter):
+        def event_ids_in_log(self, branch: str, ids: Sequence[str]) -> set[str]:
+            present = super().event_ids_in_log(branch, ids)
+            live.commit_batch(Batch.from_sources(world, "live-1", item))  # lands between the reads
+            return present
+
+    Racing(BatchCommitter(eo_settings)).commit_batch(Batch.from_sources(world, "replay-1", item))
+    assert read_world(eo_settings, world).event_ids[e.event_id] == 1
