@@ -514,3 +514,16 @@ def test_a_copy_of_an_applied_event_at_another_offset_is_a_duplicate_not_a_stale
     assert out.duplicate_ids == {original.event_id} and not out.stale_ids
     ids = event_ids(committer.catalog(branch))
     assert ids.count(original.event_id) == 1 and len(ids) == 2
+
+
+def test_truncate_then_toast_unchanged_update_in_one_batch_keeps_nothing_from_before_the_truncate(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    from dataclasses import replace
+
+    committer = BatchCommitter(sink_settings, client)
+    committer.commit_batch(batch(world, "t1", [obj(world, "k", "CREATE", 1, a=0, big="old")], 0))
+    update = replace(obj(world, "k", "UPDATE", 2, a=1), unchanged=("big",))
+    committer.commit_batch(batch(world, "t2", [obj(world, "*", "TRUNCATE", 0), update], 1))
+    version, deleted, props = objects(committer.catalog(f"world-{world}"))["k"]
+    assert (version, deleted) == (2, False) and orjson.loads(props or "{}") == {"a": 1}
