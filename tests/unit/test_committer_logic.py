@@ -230,13 +230,11 @@ def test_unchanged_properties_carry_over_within_a_batch() -> None:
 
 
 def test_truncate_then_toast_unchanged_update_in_one_batch_does_not_copy_pre_truncate_values() -> None:
-    from models.events import ChangeEvent, ChangeType, EntityKind
+    from dataclasses import replace
+
     from sinks import projection
 
-    truncate = ChangeEvent("t", "w", EntityKind.OBJECT, "T", "*", ChangeType.TRUNCATE, 0, None, None, None, None, 0, 0, "")
-    update = ChangeEvent(
-        "u", "w", EntityKind.OBJECT, "T", "k", ChangeType.UPDATE, 5, None, {"a": 1}, None, None, 0, 0, "", unchanged=("big",)
-    )
-    p = projection.plan([truncate, update], {("T", "k"): projection.Stored(4)})
+    update = replace(ev("u", "k", "UPDATE", 5, typ="T", a=1), unchanged=("big",))
+    p = projection.plan([ev("t", "*", "TRUNCATE", 0, typ="T"), update], {("T", "k"): projection.Stored(4)})
     assert ("T", "k") in p.rows and ("T", "k") in p.remove
     assert projection.needs_stored_properties(p) == set()  # the stored row was truncated away
