@@ -17,7 +17,8 @@ Order of one attempt (every decision is taken against the head it read, and take
    batch that raced that commit conflicts, reloads and is built again with the new columns).
 5. All staged table pointers are published as **one** Nessie commit expecting ``H``, with author,
    message and properties ``causeway.world``, ``causeway.batch_id``, ``causeway.event_count`` and
-   ``causeway.offsets.<topic>/<partition>`` = the batch's exact offsets (``"100-180,182-200"``).
+   ``causeway.offsets.<topic>/<partition>`` = the exact offsets of the events this commit applied
+   (``"100-180,182-200"``; offsets the branch had already recorded are not repeated).
 
 Failures: ``NessieConflict`` (a touched table moved since ``H``) → jittered exponential backoff,
 reload, re-apply from scratch, up to ``Settings.commit_retries`` retries, then the conflict is
@@ -426,8 +427,14 @@ class BatchCommitter:
             PROP_BATCH: batch.batch_id,
             PROP_COUNT: str(len(batch.events)),
         }
-        for tp, offsets in sorted(batch.offsets.items()):
-            properties[PROP_OFFSETS + tp_name(tp)] = offsets.format()
+        # Exactly the offsets this commit applied (its events' sources), never a floor-absorbed
+        # form: an OffsetSet folds a prefix starting at 0 into its floor, which format() leaves out.
+        applied: dict[TopicPartition, list[int]] = {}
+        for _, src in items:
+            if src is not None:
+                applied.setdefault(src.tp, []).append(src.offset)
+        for tp, offs in sorted(applied.items()):
+            properties[PROP_OFFSETS + tp_name(tp)] = format_ranges(offs)
         if self.before_publish is not None:
             self.before_publish(cat, batch, attempt)
         message = f"causeway: world {batch.world_id} batch {batch.batch_id} ({len(batch.events)} events)"

@@ -527,3 +527,18 @@ def test_truncate_then_toast_unchanged_update_in_one_batch_keeps_nothing_from_be
     committer.commit_batch(batch(world, "t2", [obj(world, "*", "TRUNCATE", 0), update], 1))
     version, deleted, props = objects(committer.catalog(f"world-{world}"))["k"]
     assert (version, deleted) == (2, False) and orjson.loads(props or "{}") == {"a": 1}
+
+
+def test_commit_properties_carry_exactly_the_offsets_applied_from_offset_zero(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """Issue 24 item 9: the first commit of a run (offsets from 0) listed none of the prefix."""
+    committer = BatchCommitter(sink_settings, client)
+    events = [obj(world, f"p{i}", "CREATE", 1) for i in range(4)] + [link(world, "l0", 1, "p0", "p1")]
+    committer.commit_batch(batch(world, "z1", events, 0))
+    props = next(iter(client.history(f"world-{world}", max_records=1))).items[0].properties
+    assert props[f"causeway.offsets.{OBJ}/0"] == "0-3" and props[f"causeway.offsets.{LNK}/0"] == "4"
+    # A redelivered offset is not applied again, so it is not listed again.
+    committer.commit_batch(batch(world, "z2", [events[3], obj(world, "p9", "CREATE", 1)], 3))
+    props = next(iter(client.history(f"world-{world}", max_records=1))).items[0].properties
+    assert props[f"causeway.offsets.{OBJ}/0"] == "4"
