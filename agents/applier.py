@@ -24,6 +24,7 @@ import uuid
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from agents import faults
@@ -361,10 +362,10 @@ class Applier:
                 due[ref[0]].add(ref[1])
                 self._cause_checked[ref] = now
         for world, ids in due.items():
-            found = await self._retry(f"cause lookup in world {world}", lambda w=world, i=ids: lookup(w, i))
+            found = await self._retry(f"cause lookup in world {world}", partial(lookup, world, ids))
             if found:
                 refs = [(world, i) for i in found]
-                await self._retry("redis mark", lambda r=refs: self.marks.mark(r))
+                await self._retry("redis mark", partial(self.marks.mark, refs))
                 self.gate.learn_applied(refs)
 
     def _collect_gate_output(self, dead: list[DeadLetter]) -> None:

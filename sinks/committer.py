@@ -820,7 +820,8 @@ def logged_events(table: Table, ids: set[str]) -> dict[str, bool]:
         return {}
     from pyiceberg.expressions import In
 
-    rows = table.scan(row_filter=In("event_id", sorted(ids)), selected_fields=("event_id", "applied")).to_arrow()
+    wanted = In("event_id", sorted(ids))  # type: ignore[call-arg, arg-type]
+    rows = table.scan(row_filter=wanted, selected_fields=("event_id", "applied")).to_arrow()
     out: dict[str, bool] = {}
     for eid, applied in zip(rows.column("event_id").to_pylist(), rows.column("applied").to_pylist(), strict=True):
         out[eid] = out.get(eid, False) or bool(applied)
