@@ -17,7 +17,8 @@ Order of one attempt (every decision is taken against the head it read, and take
    batch that raced that commit conflicts, reloads and is built again with the new columns).
 5. All staged table pointers are published as **one** Nessie commit expecting ``H``, with author,
    message and properties ``causeway.world``, ``causeway.batch_id``, ``causeway.event_count`` and
-   ``causeway.offsets.<topic>/<partition>`` = the batch's exact offsets (``"100-180,182-200"``).
+   ``causeway.offsets.<topic>/<partition>`` = the exact offsets of the events this commit applied
+   (``"100-180,182-200"``; offsets the branch had already recorded are not repeated).
 
 Failures: ``NessieConflict`` (a touched table moved since ``H``) → jittered exponential backoff,
 reload, re-apply from scratch, up to ``Settings.commit_retries`` retries, then the conflict is
@@ -188,7 +189,15 @@ class CommitOutcome:
     seconds: float
     stats: dict[str, FlushStats] = field(default_factory=dict)
     #: Event ids the version rule refused (logged with applied=false); the applier dead-letters them.
+    #: Also filled when the batch was found committed already (its log rows say which were stale).
     stale_ids: frozenset[str] = frozenset()
+    #: Events dropped because the branch recorded their offset but whose id is not in its log: a
+    #: recorded offset the branch does not hold was dead-lettered (a floor covers it). Not applied:
+    #: the applier must neither mark them nor release their effects.
+    absent_ids: frozenset[str] = frozenset()
+    #: Copies of events the branch's log already holds (another offset: a producer retry whose
+    #: Redis mark was lost). Dropped as duplicates, not dead-lettered as stale.
+    duplicate_ids: frozenset[str] = frozenset()
 
 
 class RetriesExhausted(NessieConflict):
@@ -253,10 +262,7 @@ class BatchCommitter:
                 found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
                 if found is not None:
                     log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
-                    landed = CommitOutcome(
-                        batch.world_id, batch.batch_id, branch, found, attempt - 1, True, 0, 0, 0, 0.0
-                    )
-                    return _finish(landed, started)
+                    return _finish(self._landed(batch, branch, found, attempt - 1), started)
             cat = self.catalog(branch)
             base = cat.begin()
             first_base = first_base or base
@@ -280,8 +286,7 @@ class BatchCommitter:
         if unknown:
             found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
             if found is not None:
-                landed = CommitOutcome(batch.world_id, batch.batch_id, branch, found, retries + 1, True, 0, 0, 0, 0.0)
-                return _finish(landed, started)
+                return _finish(self._landed(batch, branch, found, retries + 1), started)
         raise RetriesExhausted(
             f"batch {batch.batch_id} for world {batch.world_id}: gave up after {retries + 1} attempts: {last}"
         ) from last
@@ -293,6 +298,23 @@ class BatchCommitter:
     def backoff(self, attempt: int) -> float:
         """Full-jitter exponential backoff: uniform(0, base * 2**(attempt-1)), capped at 5 s."""
         return random.uniform(0, min(5.0, self.settings.commit_backoff_s * 2 ** (attempt - 1)))
+
+    def applied_events(self, world_id: str, ids: set[str]) -> set[str]:
+        """Those of ``ids`` that took effect on the world's branch (its event log, applied=true).
+
+        The source of truth for "was this cause applied?" when Redis has no mark (expired, lost,
+        or inherited by a fork). Empty when the branch has no tables yet.
+        """
+        cat = self.catalog(self.naming.branch(world_id))
+        try:
+            table = cat.load_table((self.settings.namespace, EVENTS.name))
+        except NoSuchTableError:
+            return set()
+        return {i for i, applied in logged_events(table, ids).items() if applied}
+
+    async def applied_events_async(self, world_id: str, ids: set[str]) -> set[str]:
+        """``applied_events`` in a worker thread."""
+        return await asyncio.to_thread(self.applied_events, world_id, ids)
 
     def committed_offsets(self, branch: str) -> dict[TopicPartition, OffsetSet]:
         """The exact committed offsets recorded on ``branch`` (``branch@hash`` works too).
@@ -306,6 +328,30 @@ class BatchCommitter:
         except NoSuchTableError:
             return {}
         return loads_map(table.metadata.properties.get(OFFSETS_PROPERTY))
+
+    def _landed(self, batch: Batch, branch: str, found: str, attempts: int) -> CommitOutcome:
+        """The outcome of a batch found committed as ``found``: what its log rows say of each event."""
+        try:
+            table = self.catalog(f"{branch}@{found}").load_table((self.settings.namespace, EVENTS.name))
+        except NoSuchTableError:
+            logged: dict[str, bool] = {}
+        else:
+            logged = logged_events(table, {e.event_id for e in batch.events})
+        ids = {e.event_id for e in batch.events}
+        return CommitOutcome(
+            batch.world_id,
+            batch.batch_id,
+            branch,
+            found,
+            attempts,
+            True,
+            0,
+            0,
+            0,
+            0.0,
+            stale_ids=frozenset(i for i, applied in logged.items() if not applied),
+            absent_ids=frozenset(ids - set(logged)),
+        )
 
     def find_batch_commit(
         self, branch: str, batch_id: str, *, since: str | None = None, max_records: int = 2000
@@ -337,24 +383,45 @@ class BatchCommitter:
         events_table = tables[EVENTS.name]
 
         committed = loads_map(events_table.metadata.properties.get(OFFSETS_PROPERTY))
-        items = _select(batch, committed)
+        items, recorded = _split(batch, committed)
         replayed = len(batch.events) - len(items)
-        events = [ev for ev, _ in items]
+        # A recorded offset is settled, but not necessarily applied: its log row says which.
+        logged = logged_events(events_table, {e.event_id for e in recorded})
+        recorded_stale = {i for i, applied in logged.items() if not applied}
+        absent = {e.event_id for e in recorded} - set(logged)
 
         merged = merge_maps(committed, batch.offsets, batch.settled)
         if not items and dumps_map(merged) == dumps_map(committed):
             # Everything in the batch is already on the branch (a replay): nothing to commit.
-            return CommitOutcome(batch.world_id, batch.batch_id, branch, base, attempt, True, 0, 0, replayed, 0.0)
+            return CommitOutcome(
+                batch.world_id,
+                batch.batch_id,
+                branch,
+                base,
+                attempt,
+                True,
+                0,
+                0,
+                replayed,
+                0.0,
+                stale_ids=frozenset(recorded_stale),
+                absent_ids=frozenset(absent),
+            )
 
         stats: dict[str, FlushStats] = {}
         stale_ids: set[str] = set()
         for kind, tdef in ((EntityKind.OBJECT, COMMON), (EntityKind.LINK, EDGE)):
-            evs = [e for e in events if e.kind is kind]
+            evs = [ev for ev, _ in items if ev.kind is kind]
             if not evs:
                 continue
             st = self._apply_projection(tables[tdef.name], tdef, evs, batch, now)
             stats[tdef.name] = st[0]
             stale_ids |= st[1]
+        # A stale event whose id the log already holds is a copy of an applied one: a duplicate.
+        duplicates = set(logged_events(events_table, stale_ids))
+        stale_ids -= duplicates
+        items = [(ev, src) for ev, src in items if ev.event_id not in duplicates]
+        events = [ev for ev, _ in items]
 
         stats[EVENTS.name] = self._append_events(events_table, items, batch, now, stale_ids, merged)
 
@@ -363,8 +430,14 @@ class BatchCommitter:
             PROP_BATCH: batch.batch_id,
             PROP_COUNT: str(len(batch.events)),
         }
-        for tp, offsets in sorted(batch.offsets.items()):
-            properties[PROP_OFFSETS + tp_name(tp)] = offsets.format()
+        # Exactly the offsets this commit applied (its events' sources), never a floor-absorbed
+        # form: an OffsetSet folds a prefix starting at 0 into its floor, which format() leaves out.
+        applied: dict[TopicPartition, list[int]] = {}
+        for _, src in items:
+            if src is not None:
+                applied.setdefault(src.tp, []).append(src.offset)
+        for tp, offs in sorted(applied.items()):
+            properties[PROP_OFFSETS + tp_name(tp)] = format_ranges(offs)
         if self.before_publish is not None:
             self.before_publish(cat, batch, attempt)
         message = f"causeway: world {batch.world_id} batch {batch.batch_id} ({len(batch.events)} events)"
@@ -381,7 +454,9 @@ class BatchCommitter:
             replayed,
             0.0,
             stats,
-            frozenset(stale_ids),
+            frozenset(stale_ids | recorded_stale),
+            frozenset(absent),
+            frozenset(duplicates),
         )
 
     def _publish(self, cat: NessieCatalog, message: str, properties: dict[str, str]) -> str:
@@ -717,18 +792,45 @@ def _finish(outcome: CommitOutcome, started: float) -> CommitOutcome:
 
 def _select(batch: Batch, committed: Mapping[TopicPartition, OffsetSet]) -> list[tuple[ChangeEvent, Source | None]]:
     """The batch's events minus offsets already committed on the branch and repeated event ids."""
+    return _split(batch, committed)[0]
+
+
+def _split(
+    batch: Batch, committed: Mapping[TopicPartition, OffsetSet]
+) -> tuple[list[tuple[ChangeEvent, Source | None]], list[ChangeEvent]]:
+    """``_select``'s events, and the events dropped because the branch recorded their offset."""
     sources = list(batch.sources) if batch.sources is not None else [None] * len(batch.events)
     if len(sources) != len(batch.events):
         raise ValueError("Batch.sources must be parallel to Batch.events")
     seen: set[str] = set()
     out: list[tuple[ChangeEvent, Source | None]] = []
+    recorded: list[ChangeEvent] = []
     for ev, src in zip(batch.events, sources, strict=True):
         if ev.event_id in seen:
             continue
         if src is not None and src.tp in committed and src.offset in committed[src.tp]:
+            recorded.append(ev)
             continue
         seen.add(ev.event_id)
         out.append((ev, src))
+    return out, recorded
+
+
+def logged_events(table: Table, ids: set[str]) -> dict[str, bool]:
+    """``{event_id: applied}`` for those of ``ids`` that ``entity_events`` (as loaded) holds.
+
+    ``applied`` is false when every row of the id was refused by the version rule. Read only when
+    a batch needs it (recorded offsets, stale events), so the common flush reads nothing here.
+    """
+    if not ids:
+        return {}
+    from pyiceberg.expressions import In
+
+    wanted = In("event_id", sorted(ids))  # type: ignore[call-arg, arg-type]
+    rows = table.scan(row_filter=wanted, selected_fields=("event_id", "applied")).to_arrow()
+    out: dict[str, bool] = {}
+    for eid, applied in zip(rows.column("event_id").to_pylist(), rows.column("applied").to_pylist(), strict=True):
+        out[eid] = out.get(eid, False) or bool(applied)
     return out
 
 
