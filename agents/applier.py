@@ -32,6 +32,7 @@ from agents.batching import BatchAccumulator
 from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler, UnlockedCommits
+from agents.letter_marks import arrival_key, letter_key, split_replays
 from agents.offsets import Arrival, OffsetTracker, TopicPartition
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
@@ -74,6 +75,11 @@ class Marks(Protocol):
     async def mark(self, pairs: Any) -> int: ...
 
 
+class LetterMarks(Protocol):
+    async def recorded(self, keys: Any) -> set[str]: ...
+    async def record(self, keys: Any) -> int: ...
+
+
 class Committer(Protocol):
     async def commit_batch_async(self, batch: Batch) -> CommitOutcome: ...
 
@@ -105,11 +111,14 @@ class Applier:
         recent_event_ids: RecentIds | None = None,
         pipelined: bool = False,
         commit_failure_attempts: int = 3,
+        dead_marks: LetterMarks | None = None,
     ) -> None:
         self.settings = settings
         self.marks = marks
         self.committer = committer
         self.dlq = dead_letters
+        # Dead-letter decisions per origin (agents.letter_marks); None: decided again on redelivery.
+        self.dead_marks = dead_marks
         self.worlds = worlds
         self.metrics = metrics
         self.clock = clock
@@ -168,6 +177,7 @@ class Applier:
             self.totals["consumed"] += len(records)
             for topic, n in Counter(rec.topic for rec in records).items():
                 self.metrics.consumed(topic, n)  # per batch: a labels() lookup per record cost ~16% of process()
+            arrivals, dead = await self._settle_replays(arrivals, dead)
             arrivals = await self._check_worlds(arrivals, dead)
             await self._dedupe_and_gate(arrivals, now)
             await self._look_up_causes(now)
@@ -263,6 +273,25 @@ class Applier:
             return rec.key, rec.value, rec.headers
         # Not in flight here (should not happen): the contract round-trips, so re-encode.
         return arrival.event.key.encode(), arrival.event.encode(), ()
+
+    async def _settle_replays(
+        self, arrivals: list[Arrival], dead: list[DeadLetter]
+    ) -> tuple[list[Arrival], list[DeadLetter]]:
+        """Settle records dead-lettered before (then redelivered: a crash before their offset was
+        committed) without deciding them again; one Redis round trip per batch."""
+        if self.dead_marks is None or not (arrivals or dead):
+            return arrivals, dead
+        keys = [arrival_key(a) for a in arrivals] + [letter_key(dl) for dl in dead]
+        marks = self.dead_marks
+        recorded = await self._retry("redis dead-letter lookup", lambda: marks.recorded(keys))
+        if not recorded:
+            return arrivals, dead
+        split = split_replays(arrivals, dead, recorded)
+        for world, (topic, partition, offset) in split.replayed:
+            self.tracker.done((topic, partition), offset)
+            self.metrics.event_outcome(world, "dead_letter_replay")
+        self.totals["dead_letter_replays"] += len(split.replayed)
+        return split.arrivals, split.letters
 
     async def _check_worlds(self, arrivals: list[Arrival], dead: list[DeadLetter]) -> list[Arrival]:
         worlds = {a.event.world_id for a in arrivals} - self._known_worlds
@@ -410,6 +439,10 @@ class Applier:
         if not dead:
             return
         await self._retry("dead-letter publish", lambda: self.dlq.publish(dead))
+        if self.dead_marks is not None:
+            # Confirmed, now durable: a redelivery (offset not yet committed) is settled, not decided again.
+            marks, keys = self.dead_marks, [letter_key(dl) for dl in dead]
+            await self._retry("redis dead-letter mark", lambda: marks.record(keys))
         for dl in dead:
             self.metrics.dead_lettered(dl.topic, dl.reason, world=dl.world_id)
             self.tracker.done((dl.topic, dl.partition), dl.offset)

@@ -12,6 +12,9 @@ Redis Cluster: the world is the key's hash tag, so one world's keys share a slot
 call (one per world) stays in one slot. Marks written before the hash tag (``causeway:applied:
 <world>:<event_id>``) are still read while ``read_legacy`` is on, until they expire
 (``dedupe_ttl_s`` after the upgrade); they span slots, so turn it off on a cluster.
+
+``DeadLetterMarks`` keeps the other durable decision the same way: which origins were dead-lettered
+(``causeway:dead:...``, see ``agents.letter_marks``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from redis.exceptions import NoScriptError
 
 from agents.dedupe import applied_key as mark_key
 from agents.dedupe import legacy_applied_key
+from agents.letter_marks import by_tag
 
 #: Keys per script call: keeps one call to a few milliseconds of server time.
 CHUNK = 5_000
@@ -69,6 +73,22 @@ def by_world(pairs: Iterable[tuple[str, str]], chunk: int = CHUNK) -> list[tuple
     return out
 
 
+async def run_scripts(client: aioredis.Redis, script: str, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+    """Run ``script`` once per (keys, args) in one pipelined round trip; loads it if Redis lost it."""
+    sha = _sha(script)
+    for attempt in (1, 2):
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(sha, len(keys), *keys, *args)
+                return list(await pipe.execute())
+        except NoScriptError:
+            if attempt == 2:
+                raise
+            await client.script_load(script)
+    raise AssertionError("unreachable")
+
+
 class AppliedMarks:
     def __init__(self, client: aioredis.Redis, ttl_s: int, *, read_legacy: bool = True) -> None:
         self._redis = client
@@ -103,22 +123,44 @@ class AppliedMarks:
         return sum(await self._scripts(MARK_LUA, calls))
 
     async def _scripts(self, script: str, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-        """Run ``script`` once per (keys, args) in one pipelined round trip; loads it if Redis lost it."""
-        sha = _sha(script)
-        for attempt in (1, 2):
-            try:
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for keys, args in calls:
-                        pipe.evalsha(sha, len(keys), *keys, *args)
-                    return list(await pipe.execute())
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                await self._redis.script_load(script)
-        raise AssertionError("unreachable")
+        return await run_scripts(self._redis, script, calls)
 
     async def ping(self) -> bool:
         return bool(await self._redis.ping())
+
+    async def close(self) -> None:
+        await self._redis.aclose()
+
+
+class DeadLetterMarks:
+    """Dead-letter decisions per origin (keys from ``agents.letter_marks``), with the dedupe TTL.
+
+    Same shape as the applied marks: one script call per hash tag (one slot), all of a batch's
+    calls in one pipelined round trip.
+    """
+
+    def __init__(self, client: aioredis.Redis, ttl_s: int) -> None:
+        self._redis = client
+        self._ttl = ttl_s
+
+    @classmethod
+    def from_url(cls, url: str, ttl_s: int) -> DeadLetterMarks:
+        return cls(aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), ttl_s)
+
+    async def recorded(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` are recorded; one round trip."""
+        groups = by_tag(keys, CHUNK)
+        if not groups:
+            return set()
+        answers = await run_scripts(self._redis, LOOKUP_LUA, [(g, [len(g)]) for g in groups])
+        return {g[pos - 1] for g, hits in zip(groups, answers, strict=True) for pos in hits}
+
+    async def record(self, keys: Iterable[str]) -> int:
+        """Record ``keys`` with the TTL; idempotent. Returns how many were written."""
+        groups = by_tag(keys, CHUNK)
+        if not groups:
+            return 0
+        return sum(await run_scripts(self._redis, MARK_LUA, [(g, [self._ttl]) for g in groups]))
 
     async def close(self) -> None:
         await self._redis.aclose()

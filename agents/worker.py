@@ -25,7 +25,7 @@ from agents.applier import Applier
 from agents.deadletters import DeadLetterPublisher
 from agents.intake import ChangeIntake
 from agents.intake import attach as attach_intake
-from agents.marks import AppliedMarks
+from agents.marks import AppliedMarks, DeadLetterMarks
 from agents.probes import dependency_watcher
 from models.worlds import WorldNaming
 from monitoring import discovery
@@ -85,6 +85,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         worker_id=worker_id,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
         pipelined=True,
+        dead_marks=DeadLetterMarks.from_url(settings.redis_url, settings.dedupe_ttl_s),
     )
     if settings.cdc_mapping:
         # CDC ingest runs in the same process when a mapping is configured, with the settings'

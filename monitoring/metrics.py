@@ -27,7 +27,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from models.worlds import InvalidWorldId, validate_world_id
 
-EventOutcome = Literal["applied", "duplicate", "parked", "released", "dead_lettered"]
+EventOutcome = Literal["applied", "duplicate", "parked", "released", "dead_lettered", "dead_letter_replay"]
 CommitOutcome = Literal["committed", "already_committed", "retries_exhausted", "failed"]
 RetryReason = Literal["conflict", "unknown_state", "transient"]
 SchemaOutcome = Literal["applied", "duplicate", "waiting", "refused"]
@@ -36,7 +36,14 @@ MergeOutcome = Literal["merged", "conflict", "failed"]
 Dependency = Literal["redis", "nessie", "kafka"]
 Layer = Literal["control", "data", "intelligence"]
 
-EVENT_OUTCOMES: tuple[EventOutcome, ...] = ("applied", "duplicate", "parked", "released", "dead_lettered")
+EVENT_OUTCOMES: tuple[EventOutcome, ...] = (
+    "applied",
+    "duplicate",
+    "parked",
+    "released",
+    "dead_lettered",
+    "dead_letter_replay",
+)
 COMMIT_OUTCOMES: tuple[CommitOutcome, ...] = ("committed", "already_committed", "retries_exhausted", "failed")
 RETRY_REASONS: tuple[RetryReason, ...] = ("conflict", "unknown_state", "transient")
 SCHEMA_OUTCOMES: tuple[SchemaOutcome, ...] = ("applied", "duplicate", "waiting", "refused")
@@ -141,7 +148,8 @@ class Metrics:
         # --- event outcomes ----------------------------------------------------------------------
         self.events = c(
             "causeway_events_total",
-            "Change events by outcome: applied, duplicate, parked, released, dead_lettered (with reason).",
+            "Change events by outcome: applied, duplicate, parked, released, dead_lettered (with reason), "
+            "dead_letter_replay (redelivered after its dead letter, settled without a second one).",
             ("world", "outcome", "reason"),
         )
         self.dead_letters = c(
