@@ -138,20 +138,22 @@ def check_branches(pipe: Pipeline, wl: Workload, orphans: set[str], letters: lis
     effects; each key's versions in commit order; projections equal the fold of the applied events;
     every bad record dead-lettered; an event whose cause is never published is dead-lettered.
 
-    The DLQ is at-least-once: letters are counted once per origin (topic, partition, offset), and an
-    event dead-lettered before a crash is decided again when it is redelivered (its offset was not
-    committed). If its cause has arrived by then, it takes effect — or, when its key moved on in the
-    meantime, it is logged as stale and dead-lettered ``stale-version``. Both are counted in the
-    returned summary; a ``stale-version`` letter for an event that took effect never is allowed.
+    Exactly one dead letter per origin (topic, partition, offset): a record dead-lettered before a
+    crash and redelivered (its offset was not committed) is settled by its recorded decision, never
+    decided again. No origin has both a letter and a row on its branch; a row logged as not applied
+    (stale) has its one ``stale-version`` letter at the same origin. An event that took effect may
+    have a letter only at *another* origin: a producer-retry copy is a record of its own, decided on
+    its own (counted in the returned summary); a ``stale-version`` letter for it never.
     """
     by_origin: dict[tuple[str, int, int], list[DeadLetter]] = {}
     for d in letters:
         assert d.reason, f"dead letter without a reason: {d}"
         by_origin.setdefault((d.topic, d.partition, d.offset), []).append(d)
+    twice = {o: sorted(d.reason for d in same) for o, same in by_origin.items() if len(same) > 1}
+    assert not twice, f"origins dead-lettered more than once: {twice}"
     reasons: dict[tuple[str | None, str | None], set[str]] = {}
-    for same in by_origin.values():
-        for d in same:
-            reasons.setdefault((d.world_id, d.event_id), set()).add(d.reason)
+    for d in letters:
+        reasons.setdefault((d.world_id, d.event_id), set()).add(d.reason)
     outcome: Counter[str] = Counter()
     for world in sorted({e.world_id for e in wl.valid_events}):
         rows = _log(pipe, world)
@@ -159,10 +161,13 @@ def check_branches(pipe: Pipeline, wl: Workload, orphans: set[str], letters: lis
         assert not [i for i, n in ids.items() if n > 1], f"{world}: an event was logged twice"
         applied = [r for r in rows if r["applied"]]
         for r in rows:
-            if not r["applied"]:  # decided again after a crash: its key had moved on
-                assert "stale-version" in reasons.get((world, r["event_id"]), set()), f"{world}: {r}"
-                assert reasons[(world, r["event_id"])] - {"stale-version"}, f"{world}: {r['event_id']} stale"
-                outcome["redelivered after a dead letter, then stale"] += 1
+            origin = (r["source_topic"], r["source_partition"], r["source_offset"])
+            here = [d.reason for d in by_origin.get(origin, [])]
+            if r["applied"]:
+                assert not here, f"{world}: {r['event_id']} took effect and its origin {origin} has a letter {here}"
+            else:  # logged stale: its key had moved on when it was committed
+                assert here == ["stale-version"], f"{world}: stale row {r['event_id']} at {origin}: letters {here}"
+                outcome["stale"] += 1
         commit = {str(r["event_id"]): int(r["commit"]) for r in applied}
         for r in applied:
             cause = r["caused_by"]
@@ -178,7 +183,7 @@ def check_branches(pipe: Pipeline, wl: Workload, orphans: set[str], letters: lis
             got = reasons.get((world, ev.event_id), set())
             if ev.event_id in commit:
                 assert "stale-version" not in got, f"{world}: {ev.event_id} took effect and was dead-lettered stale"
-                outcome["applied" if not got else f"applied after a {'/'.join(sorted(got))} letter"] += 1
+                outcome["applied" if not got else f"applied from a copy, another copy {'/'.join(sorted(got))}"] += 1
             else:
                 assert got, f"{world}: {ev.event_id} neither took effect nor was dead-lettered"
                 outcome["dead-lettered " + "/".join(sorted(got))] += 1
