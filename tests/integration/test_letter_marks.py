@@ -12,18 +12,17 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from agents.applier import Applier, RawRecord
 from agents.deadletters import DeadLetterPublisher
 from agents.letter_marks import dead_key
 from agents.marks import AppliedMarks, DeadLetterMarks
-from models.deadletter import DeadLetter
 from monitoring.metrics import Metrics
 from sinks.committer import BatchCommitter
 from sinks.readback import read_world
 from streams.settings import Settings
 from streams.topics import ensure_topics
+from tests.integration.pipeline import read_dead_letters
 from tests.integration.test_exactly_once import Clock, Worlds, eo_settings, world  # noqa: F401
 from tests.integration.test_exactly_once import rec as obj_rec
 
@@ -66,23 +65,6 @@ def rec(settings: Settings, *args: Any, **kw: Any) -> RawRecord:
     return replace(obj_rec(*args, **kw), topic=settings.objects_topic)
 
 
-async def letters(settings: Settings) -> list[DeadLetter]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(settings.dlq_topic, 0)
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        consumer.seek(tp, 0)
-        out: list[DeadLetter] = []
-        while len(out) < end:
-            batch = await consumer.getmany(tp, timeout_ms=2000)
-            out += [DeadLetter.from_record(r.key, r.value, list(r.headers)) for r in batch.get(tp, [])]
-        return out
-    finally:
-        await consumer.stop()
-
-
 async def test_dead_lettered_events_redelivered_after_a_crash_keep_their_one_letter(
     world: str,  # noqa: F811
     dl_settings: Settings,
@@ -101,7 +83,7 @@ async def test_dead_lettered_events_redelivered_after_a_crash_keep_their_one_let
         await first.applier.tick()
     finally:
         await first.close()
-    got = sorted((d.offset, d.reason) for d in await letters(dl_settings))
+    got = sorted((d.offset, d.reason) for d in await read_dead_letters(dl_settings))
     assert got == [(1, "stale-version"), (2, "malformed-json"), (3, "cause-missing")]
     second = Worker(dl_settings, clock)
     try:
@@ -113,7 +95,7 @@ async def test_dead_lettered_events_redelivered_after_a_crash_keep_their_one_let
         replays = second.applier.totals["dead_letter_replays"]
     finally:
         await second.close()
-    assert sorted((d.offset, d.reason) for d in await letters(dl_settings)) == got
+    assert sorted((d.offset, d.reason) for d in await read_dead_letters(dl_settings)) == got
     assert set(read_world(dl_settings, world).event_ids) == {"N", "O", "C"}  # O logged stale, E never
     assert sorted(acks) == ["h0", "h0", "h1", "h2", "h3"]  # C's h0 (partition 1) and 0..3 of partition 0
     assert replays == 3
