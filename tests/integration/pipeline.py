@@ -141,28 +141,23 @@ class Pipeline:
         raise AssertionError(f"not drained after {timeout}s (lag {lag}); worker logs:\n{logs}")
 
     async def dead_letters(self) -> list[DeadLetter]:
-        return await read_dead_letters(self.settings)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tp = TopicPartition(self.settings.dlq_topic, 0)
+            consumer.assign([tp])
+            end = (await consumer.end_offsets([tp]))[tp]
+            consumer.seek(tp, 0)
+            out: list[DeadLetter] = []
+            while len(out) < end:
+                batch = await consumer.getmany(tp, timeout_ms=2000)
+                records = batch.get(tp, [])
+                if not records:
+                    break
+                out.extend(DeadLetter.from_record(r.key, r.value, list(r.headers)) for r in records)
+            return out
+        finally:
+            await consumer.stop()
 
     def state(self, world: str) -> BranchState:
         return read_world(self.settings, world)
-
-
-async def read_dead_letters(settings: Settings) -> list[DeadLetter]:
-    """Every letter on the settings' DLQ topic (one partition), oldest first."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(settings.dlq_topic, 0)
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        consumer.seek(tp, 0)
-        out: list[DeadLetter] = []
-        while len(out) < end:
-            batch = await consumer.getmany(tp, timeout_ms=2000)
-            records = batch.get(tp, [])
-            if not records:
-                break
-            out.extend(DeadLetter.from_record(r.key, r.value, list(r.headers)) for r in records)
-        return out
-    finally:
-        await consumer.stop()
