@@ -42,6 +42,7 @@ from agents.cdc_mapping import CdcMapping, Converted, Ignored, Position, convert
 from agents.kafka_loop import KafkaLoop
 from models.deadletter import DeadLetter
 from models.events import EntityKind
+from streams.security import kafka_client_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -238,6 +239,7 @@ class CdcIngest(KafkaLoop):
             enable_idempotence=True,
             linger_ms=self.options.linger_ms,
             max_request_size=max(self.settings.max_event_bytes, self.options.dlq_max_value_bytes) + 65_536,
+            **kafka_client_options(self.settings),
         )
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=bootstrap,
@@ -247,6 +249,7 @@ class CdcIngest(KafkaLoop):
             metadata_max_age_ms=self.options.metadata_max_age_ms,
             isolation_level="read_committed",
             max_partition_fetch_bytes=max(1_048_576, self.settings.max_event_bytes * 2),
+            **kafka_client_options(self.settings),
         )
         await self._producer.start()
         try:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
@@ -17,8 +18,9 @@ log = logging.getLogger(__name__)
 class DeadLetterPublisher:
     """Sends DeadLetter records to the DLQ topic with their reason headers (acks=all, idempotent)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, kafka_options: dict[str, Any] | None = None) -> None:
         self.topic = topic
+        self._options = kafka_options or {}  # streams.security.kafka_client_options
         self._bootstrap = bootstrap
         self._producer: AIOKafkaProducer | None = None
 
@@ -31,6 +33,7 @@ class DeadLetterPublisher:
                 enable_idempotence=True,
                 linger_ms=5,
                 max_request_size=8 * 1024 * 1024,
+                **self._options,
             )
             await producer.start()
             self._producer = producer

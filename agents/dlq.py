@@ -20,6 +20,7 @@ from models.deadletter import DeadLetter
 from models.events import ChangeEvent, decode
 from models.worlds import InvalidWorldId, WorldNaming
 from sinks.nessie import NessieClient
+from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from worlds.manager import WorldManager
 
@@ -34,7 +35,9 @@ async def read_dlq(
     settings: Settings, flt: DlqFilter, progress: Callable[[int], None] | None = None
 ) -> tuple[list[DlqRecord], int]:
     """Every letter of the DLQ topic matching ``flt``, oldest first; and how many were scanned."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
+    )
     await consumer.start()
     try:
         parts = consumer.partitions_for_topic(settings.dlq_topic)
@@ -96,8 +99,8 @@ async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, forc
         if isinstance(ev, ChangeEvent):
             refs.append((ev.world_id, ev.event_id))
             worlds.add(ev.world_id)
-    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s)
-    client = aioredis.Redis.from_url(settings.redis_url)
+    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
+    client = aioredis.Redis.from_url(settings.redis_url, **redis_options(settings))
     try:
         applied = await marks.applied(refs)
         keys = [ledger_key(settings.dlq_topic, r.ref) for r in records]
@@ -137,9 +140,13 @@ async def send(settings: Settings, decisions: Sequence[Decision], progress: Call
     if not todo:
         return 0
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+        bootstrap_servers=settings.kafka_bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
+        **kafka_client_options(settings),
     )
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = aioredis.Redis.from_url(settings.redis_url, **redis_options(settings))
     await producer.start()
     sent = 0
     try:

@@ -8,6 +8,7 @@ unapplied event; the branch's recorded offsets cover the window between commit a
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -20,8 +21,9 @@ class AppliedMarks:
         self._ttl = ttl_s
 
     @classmethod
-    def from_url(cls, url: str, ttl_s: int) -> AppliedMarks:
-        client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    def from_url(cls, url: str, ttl_s: int, **options: Any) -> AppliedMarks:
+        """``options``: streams.security.redis_options (password, ACL user, TLS CA)."""
+        client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
         return cls(client, ttl_s)
 
     async def applied(self, pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:

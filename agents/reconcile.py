@@ -49,6 +49,7 @@ from sinks.errors import CommitStateUnknown, NessieConflict
 from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
 from sinks.tables import COMMON, EVENTS, contracts
+from streams.security import kafka_client_options
 from streams.settings import Settings
 from worlds.manager import world_ids
 
@@ -384,7 +385,9 @@ class Reconciler:
 
 async def read_control_counts(settings: Settings, timeout_s: float = 10.0) -> dict[str, dict[str, int]]:
     """The newest count checkpoint per (world, type), read from the start of the count topic to its end."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
+    )
     await consumer.start()
     try:
         parts = await consumer._client.fetch_all_metadata()  # noqa: SLF001 - no public per-topic lookup

@@ -29,6 +29,7 @@ from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
 from streams.app import change_topics, create_app
+from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from worlds.manager import WorldManager
@@ -66,9 +67,9 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     applier = Applier(
         settings,
-        marks=AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s),
+        marks=AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings)),
         committer=BatchCommitter(settings, on_retry=metrics.commit_retry),
-        dead_letters=DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic),
+        dead_letters=DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings)),
         worlds=_Worlds(settings),
         metrics=metrics,
         worker_id=worker_id,

@@ -49,6 +49,7 @@ from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
+from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -176,7 +177,11 @@ class Run:
     async def _publish(self, plan: Plan, records: Sequence[Record | CdcRecord], rate: float | None = None) -> Offsets:
         """Publish ``records`` to the plan's topics (as fast as possible, or paced at ``rate``/s)."""
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.base.kafka_bootstrap, linger_ms=5, max_batch_size=512 * 1024, acks=1
+            bootstrap_servers=self.base.kafka_bootstrap,
+            linger_ms=5,
+            max_batch_size=512 * 1024,
+            acks=1,
+            **kafka_client_options(self.base),
         )
         await producer.start()
         out: Offsets = {}
@@ -585,7 +590,9 @@ def versions(settings: Settings) -> dict[str, Any]:
     try:
         import redis
 
-        out["redis_server"] = redis.Redis.from_url(settings.redis_url).info("server").get("redis_version")
+        out["redis_server"] = (
+            redis.Redis.from_url(settings.redis_url, **redis_options(settings)).info("server").get("redis_version")
+        )
     except Exception:  # noqa: BLE001 - a version is nice to have
         pass
     try:

@@ -11,11 +11,14 @@ import httpx
 import redis
 
 from monitoring.discovery import describe_targets
+from streams.security import kafka_client_options, nessie_http_options, redis_options
 from streams.settings import Settings
 
 
 def _check_redis(settings: Settings) -> str:
-    client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    client = redis.Redis.from_url(
+        settings.redis_url, socket_timeout=5, socket_connect_timeout=5, **redis_options(settings)
+    )
     key = f"causeway:doctor:{uuid.uuid4().hex}"
     client.set(key, b"ok", ex=30)
     value = client.get(key)
@@ -29,14 +32,18 @@ async def _kafka_round_trip(settings: Settings) -> str:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     topic = "causeway.doctor"
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000, **kafka_client_options(settings)
+    )
     await producer.start()
     try:
         token = uuid.uuid4().hex.encode()
         meta = await producer.send_and_wait(topic, token, key=b"doctor")
     finally:
         await producer.stop()
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
+    )
     await consumer.start()
     try:
         tp = TopicPartition(topic, meta.partition)
@@ -53,10 +60,9 @@ async def _kafka_round_trip(settings: Settings) -> str:
 
 def _check_nessie(settings: Settings) -> str:
     headers = {"Nessie-Client-Spec": "2"}
-    token = settings.nessie_token.reveal()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    with httpx.Client(base_url=settings.nessie_url, headers=headers, timeout=10) as http:
+    with httpx.Client(
+        base_url=settings.nessie_url, headers=headers, timeout=10, **nessie_http_options(settings)
+    ) as http:
         spec = http.get("/config").raise_for_status().json()["specVersion"]
         main = http.get(f"/trees/{settings.main_branch}").raise_for_status().json()["reference"]
         log = http.get(f"/trees/{settings.main_branch}/history", params={"max-records": 1}).raise_for_status()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import faust
 from prometheus_client import CollectorRegistry
 
+from streams.security import faust_broker_credentials
 from streams.settings import Settings
 
 
@@ -18,6 +19,7 @@ def create_app(settings: Settings, registry: CollectorRegistry | None = None) ->
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{hp.strip()}" for hp in settings.kafka_bootstrap.split(",")],
+        broker_credentials=faust_broker_credentials(settings),
         store="memory://",
         web_host="127.0.0.1",
         web_bind=settings.web_bind,
