@@ -11,7 +11,16 @@ import httpx
 import redis
 
 from monitoring.discovery import describe_targets
-from streams.security import kafka_client_options, nessie_http_options, redis_options
+from streams.security import (
+    KafkaFailureLog,
+    describe_kafka,
+    describe_nessie,
+    describe_redis,
+    explain_failure,
+    kafka_client_options,
+    nessie_http_options,
+    redis_options,
+)
 from streams.settings import Settings
 
 
@@ -35,8 +44,8 @@ async def _kafka_round_trip(settings: Settings) -> str:
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000, **kafka_client_options(settings)
     )
-    await producer.start()
     try:
+        await producer.start()
         token = uuid.uuid4().hex.encode()
         meta = await producer.send_and_wait(topic, token, key=b"doctor")
     finally:
@@ -44,8 +53,8 @@ async def _kafka_round_trip(settings: Settings) -> str:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
     )
-    await consumer.start()
     try:
+        await consumer.start()
         tp = TopicPartition(topic, meta.partition)
         consumer.assign([tp])
         consumer.seek(tp, meta.offset)
@@ -77,6 +86,7 @@ def _check_prometheus(settings: Settings) -> str:
 
 
 def run_checks(settings: Settings, echo: Callable[[str], None] = print) -> bool:
+    modes = {"kafka": describe_kafka(settings), "redis": describe_redis(settings), "nessie": describe_nessie(settings)}
     checks: list[tuple[str, Callable[[], str]]] = [
         ("kafka", lambda: asyncio.run(_kafka_round_trip(settings))),
         ("redis", lambda: _check_redis(settings)),
@@ -86,10 +96,12 @@ def run_checks(settings: Settings, echo: Callable[[str], None] = print) -> bool:
     all_ok = True
     for name, check in checks:
         start = time.perf_counter()
+        mode = f" [{modes[name]}]" if name in modes else ""
         try:
-            detail = check()
-            echo(f"  ok    {name:11} {detail} ({(time.perf_counter() - start) * 1000:.0f} ms)")
+            with KafkaFailureLog() as kafka_log:
+                detail = check()
+            echo(f"  ok    {name:11} {detail} ({(time.perf_counter() - start) * 1000:.0f} ms){mode}")
         except Exception as exc:  # noqa: BLE001 - the point is to report any failure by service
             all_ok = False
-            echo(f"  FAIL  {name:11} {type(exc).__name__}: {exc}")
+            echo(f"  FAIL  {name:11} {explain_failure(exc, settings, kafka_log.last)}{mode}")
     return all_ok

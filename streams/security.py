@@ -389,3 +389,54 @@ def install_log_redaction(settings: Settings, logger: logging.Logger | None = No
     for handler in target.handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter(secrets))
+
+
+# ------------------------------------------------------------------------------- failure explained
+class KafkaFailureLog(logging.Handler):
+    """Keeps aiokafka's last connection error: aiokafka logs the cause and raises only "Unable to bootstrap"."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Unable connect to" in message or "SaslAuthenticationFailed" in message:
+            self.last = message
+
+    def __enter__(self) -> KafkaFailureLog:
+        logging.getLogger("aiokafka").addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("aiokafka").removeHandler(self)
+
+
+_REASONS = (
+    ("SaslAuthenticationFailed", "authentication failed: wrong user name or password, or an unknown SASL user"),
+    ("UnsupportedSaslMechanism", "the broker does not enable this SASL mechanism"),
+    ("IllegalSaslState", "the broker expects another SASL mechanism or protocol"),
+    ("CERTIFICATE_VERIFY_FAILED", "the server certificate is not trusted (check the CA file setting)"),
+    ("Hostname mismatch", "the server certificate does not name this host"),
+    ("WRONG_VERSION_NUMBER", "TLS was used against a plaintext port (or the reverse)"),
+    ("invalid username-password pair", "authentication failed: wrong user name or password"),
+    ("NOAUTH", "the server wants a password and none was given"),
+    ("Connection reset by peer", "the server closed the connection (a TLS port reached without TLS?)"),
+)
+
+
+def explain_failure(exc: BaseException, settings: Settings, detail: str = "") -> str:
+    """One line naming what went wrong with a secured connection; secrets replaced by ``***``.
+
+    ``detail`` is extra text known to hold the cause (aiokafka's logged connection error).
+    """
+    text = f"{detail} {type(exc).__name__}: {exc}"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None:
+        text += f" {type(cause).__name__}: {cause}"
+    if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (401, 403):
+        reason = f"Nessie refused the credentials ({exc.response.status_code}): wrong, expired or missing token"
+    else:
+        reason = next((why for key, why in _REASONS if key in text), "")
+    first = redact(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", secret_values(settings))
+    return f"{reason} ({first})" if reason else first
