@@ -87,7 +87,11 @@ async def _wait_drained(settings: Settings, total: int, limit_s: float) -> float
     last = None
     with click.progressbar(length=total, label="applying   ", show_pos=True, show_eta=True) as bar:
         while time.monotonic() - started < limit_s:
-            lag = sum((await group_lag(settings.kafka_bootstrap, settings.app_id, topics)).values())
+            lag = sum(
+                (
+                    await group_lag(settings.kafka_bootstrap, settings.app_id, topics, kafka_client_options(settings))
+                ).values()
+            )
             done = max(0, total - min(lag, total))
             bar.update(done - bar.pos)
             if lag == 0:

@@ -147,9 +147,11 @@ def _replace_ts(row: PartitionOffsets, ts: float) -> PartitionOffsets:
     return PartitionOffsets(row.topic, row.partition, row.end, row.low, row.committed, ts)
 
 
-async def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+async def group_lag(
+    bootstrap: str, group: str, topics: Iterable[str], kafka_options: dict[str, Any] | None = None
+) -> dict[tuple[str, int], int]:
     """Lag per (topic, partition) of ``topics`` for ``group`` (one-shot: opens and closes its clients)."""
-    probe = OffsetProbe(bootstrap)
+    probe = OffsetProbe(bootstrap, kafka_options=kafka_options)
     try:
         rows = await probe.offsets(group, await probe.partitions(topics))
         return {(r.topic, r.partition): r.lag for r in rows}
