@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from streams.security import install_log_redaction
 from streams.settings import Settings, SettingsError, markdown_table
 
 
@@ -25,6 +26,7 @@ def cli(ctx: click.Context, log_level: str | None) -> None:
         raise click.ClickException(str(exc)) from exc
     level = (log_level or settings.log_level).upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_redaction(settings)
     if level != "DEBUG":
         # Client libraries log every request at INFO; operators want causeway's own lines.
         for noisy in ("httpx", "aiokafka", "kafka"):

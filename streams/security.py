@@ -348,7 +348,7 @@ def describe_nessie(settings: Settings) -> str:
 # --------------------------------------------------------------------------------------- redaction
 def secret_values(settings: Settings) -> list[str]:
     """Every secret's clear value in ``settings`` (non-empty), longest first."""
-    values = {v.reveal() for v in vars(settings).values() if isinstance(v, Secret) and v.reveal()}
+    values = {v.reveal() for v in vars(settings).values() if type(v) is Secret and v.reveal()}
     # The password inside a URL is a secret too.
     for v in vars(settings).values():
         if isinstance(v, str) and "://" in v:
@@ -382,13 +382,23 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def install_log_redaction(settings: Settings, logger: logging.Logger | None = None) -> None:
-    """Attach a RedactingFilter to every handler of ``logger`` (the root logger by default)."""
-    secrets = secret_values(settings)
-    target = logger or logging.getLogger()
-    for handler in target.handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter(secrets))
+def install_log_redaction(settings: Settings) -> None:
+    """Redact every secret value of ``settings`` from every log record made in this process.
+
+    A record factory, not a handler filter, so handlers added later (Faust's, mode's) are covered.
+    Only records at an enabled level are built, so this costs nothing for suppressed debug logs.
+    """
+    scrub = RedactingFilter(secret_values(settings))
+    if not scrub.secrets:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        scrub.filter(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
 
 
 # ------------------------------------------------------------------------------- failure explained
