@@ -49,7 +49,7 @@ from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
-from streams.security import kafka_client_options, redis_options
+from streams.security import kafka_client_options, nessie_http_options, redis_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -580,8 +580,9 @@ def versions(settings: Settings) -> dict[str, Any]:
         except PackageNotFoundError:
             out[pkg] = None
     try:
-        out["nessie"] = httpx.get(f"{settings.nessie_url}/config", timeout=5).json().get("actualApiVersion")
-        cfg = httpx.get(settings.nessie_url.replace("/api/v2", "/api/v2/config"), timeout=5).json()
+        http = nessie_http_options(settings)
+        out["nessie"] = httpx.get(f"{settings.nessie_url}/config", timeout=5, **http).json().get("actualApiVersion")
+        cfg = httpx.get(settings.nessie_url.replace("/api/v2", "/api/v2/config"), timeout=5, **http).json()
         out["nessie_server"] = cfg.get("serverVersion") or cfg.get("specVersion")
     except (httpx.HTTPError, ValueError):
         pass
