@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import ssl
 import subprocess
 import sys
 import time
@@ -38,7 +39,7 @@ class SecureStack:
         return self.env["CAUSEWAY_NESSIE_URL"].removesuffix("/api/v2")
 
     def oauth_token(self, ttl_s: float | None = None) -> str:
-        ca = self.env["CAUSEWAY_NESSIE_CA_FILE"]
+        ca = ssl.create_default_context(cafile=self.env["CAUSEWAY_NESSIE_CA_FILE"])
         data = {"grant_type": "client_credentials"} | ({"ttl_s": str(ttl_s)} if ttl_s else {})
         auth = (self.env["CAUSEWAY_NESSIE_OAUTH_CLIENT_ID"], self.env["CAUSEWAY_NESSIE_OAUTH_CLIENT_SECRET"])
         resp = httpx.post(self.env["CAUSEWAY_NESSIE_OAUTH_TOKEN_URL"], data=data, auth=auth, verify=ca)
@@ -212,7 +213,7 @@ def test_doctor_names_a_wrong_credential_in_one_line(
 
 
 def test_expired_token_is_refused_and_a_fresh_one_accepted(stack: SecureStack) -> None:
-    ca = stack.env["CAUSEWAY_NESSIE_CA_FILE"]
+    ca = ssl.create_default_context(cafile=stack.env["CAUSEWAY_NESSIE_CA_FILE"])
     token = stack.oauth_token(ttl_s=1)
     url = stack.nessie_base + "/api/v2/config"
     assert httpx.get(url, headers={"Authorization": f"Bearer {token}"}, verify=ca).status_code == 200
@@ -273,9 +274,12 @@ async def test_no_secret_in_any_output_of_a_secured_run(secured: SecureStack, un
         url_with_password = pipe.env["CAUSEWAY_REDIS_URL"].replace(
             "rediss://", f"rediss://causeway:{secured.env['CAUSEWAY_REDIS_PASSWORD']}-x@"
         )
-        forced = causeway(pipe.env | {"CAUSEWAY_REDIS_URL": url_with_password}, "--log-level", "debug", "doctor")
-        outputs += [forced.stdout, forced.stderr]
-        assert forced.returncode != 0 and "rediss://causeway:***@" in forced.stdout
+        forced_env = pipe.env | {"CAUSEWAY_REDIS_URL": url_with_password}
+        forced = causeway(forced_env, "--log-level", "debug", "doctor")
+        shown = causeway(forced_env, "config")
+        outputs += [forced.stdout, forced.stderr, shown.stdout, shown.stderr]
+        assert forced.returncode != 0 and "FAIL  redis       authentication failed" in forced.stdout
+        assert "rediss://causeway:***@127.0.0.1" in shown.stdout
         config = outputs[0]
         assert "kafka_sasl_password      Secret('***')" in config
         letters = await pipe.dead_letters()
