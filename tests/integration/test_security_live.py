@@ -97,8 +97,12 @@ def secured(stack: SecureStack, monkeypatch: pytest.MonkeyPatch) -> SecureStack:
 
 def causeway(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess, as an operator runs it; stdout and stderr captured."""
+    return python_m(env, "cli.main", *args, timeout=timeout)
+
+
+def python_m(env: dict[str, str], module: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -152,6 +156,7 @@ async def test_pipeline_and_every_client_tool_over_tls_and_sasl(secured: SecureS
             ("doctor",),
             ("offsets", "show"),
             ("dlq", "list"),
+            ("dlq", "redrive", "--all", "--dry-run"),
             ("replay", "--world", "prod", "--wait-parked", "0"),
             ("worlds", "list"),
         ):
@@ -167,6 +172,13 @@ async def test_pipeline_and_every_client_tool_over_tls_and_sasl(secured: SecureS
         assert "complete" in replay and "duplicates" in replay, replay
         # The replay applied nothing new: the branch still equals the model.
         assert_matches_model(pipe, wl.valid_events)
+        lag = python_m(env, "monitoring.lag_exporter", "--once", "--json")
+        outputs += [lag.stdout, lag.stderr]
+        assert lag.returncode == 0 and pipe.settings.objects_topic in lag.stdout, lag.stdout + lag.stderr
+        pipe.stop_all()
+        reset = causeway(env, "offsets", "reset", "--to", "latest", "--dry-run")
+        outputs += [reset.stdout, reset.stderr]
+        assert reset.returncode == 0, reset.stdout + reset.stderr
         outputs.append(worker.log.read_text())
     finally:
         pipe.stop_all()
@@ -292,3 +304,51 @@ async def test_no_secret_in_any_output_of_a_secured_run(secured: SecureStack, un
     assert sum(len(o) for o in outputs) > 10_000  # debug logs were really captured
     leaked = {s[:4] + "…" for s in secured.secrets for text in outputs if s in text}
     assert not leaked, f"secrets leaked (prefixes): {leaked}"
+
+
+async def test_cdc_ingest_over_sasl_ssl(secured: SecureStack, unique: str) -> None:
+    """The CDC ingest's consumer and producer use the secured options: a Debezium record becomes an event."""
+    import orjson
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    from agents.cdc import CdcIngest, IngestOptions
+    from agents.cdc_mapping import load_mapping
+    from streams.security import kafka_client_options
+    from streams.settings import Settings
+    from tests.integration.test_cdc_ingest import order_record
+
+    s = Settings.from_env().replace(
+        objects_topic=f"objs.{unique}", links_topic=f"links.{unique}", dlq_topic=f"dlq.{unique}", app_id=f"cw-{unique}"
+    )
+    raw = f"cdc.raw.{unique}.orders"
+    mapping = load_mapping({"tables": [{"topic": raw, "world": "prod", "object_type": "Order", "pk": "id"}]})
+    options = IngestOptions(pattern=rf"^cdc\.raw\.{unique}\..*", metadata_max_age_ms=1000, poll_timeout_ms=200)
+    opts = kafka_client_options(s)
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, acks="all", **opts)
+    await producer.start()
+    try:
+        for i in range(5):
+            key, value = order_record("c", i, 700 + i)
+            await producer.send_and_wait(raw, value, key=key)
+    finally:
+        await producer.stop()
+    ingest = CdcIngest(s, mapping, options)
+    await ingest.start()
+    task = asyncio.create_task(ingest.run())
+    consumer = AIOKafkaConsumer(
+        s.objects_topic, bootstrap_servers=s.kafka_bootstrap, auto_offset_reset="earliest", **opts
+    )
+    await consumer.start()
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + 90
+        while len(got) < 5 and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                got += [r.value for r in records]
+    finally:
+        await consumer.stop()
+        ingest.stop_soon()
+        await asyncio.wait_for(task, 30)
+        await ingest.stop()
+    assert len(got) == 5
+    assert {orjson.loads(v)["world_id"] for v in got} == {"prod"}
