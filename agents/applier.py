@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -30,6 +30,7 @@ from agents import faults
 from agents.batching import BatchAccumulator
 from agents.causal import CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
+from agents.flushing import FlushScheduler, UnlockedCommits
 from agents.offsets import Arrival, OffsetTracker, TopicPartition
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
@@ -93,6 +94,7 @@ class Applier:
         clock: Callable[[], float] = time.monotonic,
         worker_id: str | None = None,
         recent_event_ids: RecentIds | None = None,
+        pipelined: bool = False,
     ) -> None:
         self.settings = settings
         self.marks = marks
@@ -120,6 +122,15 @@ class Applier:
         self.totals: dict[str, int] = defaultdict(int)
         self._recent_event_ids = recent_event_ids
         self._repaired: set[str] = set()
+        # The intake's last poll was not full: buffered batches are flushed without waiting.
+        self.idle = False
+        # Pipelined (the worker): due worlds commit in the background, the lock released meanwhile.
+        self.flusher: FlushScheduler | None = None
+        if pipelined:
+            self.committer = UnlockedCommits(committer, self.lock)
+            self.flusher = FlushScheduler(
+                self._flush, self.lock, lambda: self.batches.due(self.clock(), self.idle), self.batches.worlds
+            )
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -135,13 +146,14 @@ class Applier:
                 self._handles[rec.tp].append((rec.offset, rec.handle))
                 self._consumed_at[rec.tp][rec.offset] = now
                 self._records[rec.tp][rec.offset] = rec
-                self.metrics.consumed(rec.topic)
                 result = decode(rec.value, rec.key, self._kinds.get(rec.topic), self.settings.max_event_bytes)
                 if isinstance(result, Invalid):
                     dead.append(self._letter(rec, result.reason, result.detail, result.event_id, result.world_id))
                 else:
                     arrivals.append(Arrival(result, rec.topic, rec.partition, rec.offset))
             self.totals["consumed"] += len(records)
+            for topic, n in Counter(rec.topic for rec in records).items():
+                self.metrics.consumed(topic, n)  # per batch: a labels() lookup per record cost ~16% of process()
             arrivals = await self._check_worlds(arrivals, dead)
             await self._dedupe_and_gate(arrivals, now)
             self._collect_gate_output(dead)
@@ -165,6 +177,8 @@ class Applier:
 
     async def flush_all(self) -> list[Any]:
         """Commit everything released (before a partition is given up, or at shutdown)."""
+        if self.flusher is not None:
+            await self.flusher.drain()
         async with self.lock:
             await asyncio.gather(*(self._flush(world) for world in list(self.batches.worlds())))
             return self._acks_due()
@@ -192,7 +206,8 @@ class Applier:
 
     @property
     def backpressure(self) -> bool:
-        return self.gate.full
+        # Batches keep growing while their world's commit is in flight: bound them too.
+        return self.gate.full or self.batches.size() >= 3 * self.settings.batch_max_events
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -279,7 +294,7 @@ class Applier:
             await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]))
         self._repaired.add(world)
 
-    def on_assigned(self) -> None:
+    def on_assigned(self, tps: Sequence[TopicPartition] | None = None) -> None:
         """A rebalance gave us partitions: check each world's newest marks again on first touch."""
         self._repaired.clear()
 
@@ -350,7 +365,10 @@ class Applier:
     async def _flush_due(self, now: float) -> None:
         # Effects released by a commit join the next batch; loop until nothing is due.
         for _ in range(100):
-            due = self.batches.due(now)
+            due = self.batches.due(now, self.idle)
+            if self.flusher is not None:
+                self.flusher.schedule(due)  # in the background; each flush schedules what is due next
+                return
             if not due:
                 return
             # Worlds are separate branches: their commits overlap (Nessie round trips, file writes).
@@ -432,6 +450,7 @@ class Applier:
             nbytes=sum(s.bytes_written for s in outcome.stats.values()),
             occurred_at=[a.event.occurred_at_ms / 1000 for a in items],
             outcome="already_committed" if outcome.already_committed else "committed",
+            unconverted=sum(s.values_unconverted for s in outcome.stats.values()),
         )
         log.debug(
             "world %s: committed batch %s (%d events) as %s in %.3fs",

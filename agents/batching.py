@@ -1,4 +1,5 @@
-"""Per-world batch accumulation: a world flushes when its batch is big enough or old enough.
+"""Per-world batch accumulation: a world flushes when its batch is big enough, old enough, or the
+intake has gone idle.
 
 Each world is committed on its own branch, so each world has its own batch. A batch is due when it
 holds ``max_events`` items or its first item was added ``max_seconds`` ago. Time is passed in (a
@@ -46,12 +47,16 @@ class BatchAccumulator(Generic[T]):
         batch.items.append(item)
         return len(batch.items) >= self.max_events
 
-    def due(self, now: float) -> list[str]:
-        """Worlds whose batch reached ``max_events`` items or ``max_seconds`` of age, oldest first."""
+    def due(self, now: float, idle: bool = False) -> list[str]:
+        """Worlds whose batch reached ``max_events`` items or ``max_seconds`` of age, oldest first.
+
+        ``idle``: the intake has caught up (its last poll was not full), so waiting for more input
+        only adds latency: every non-empty batch is due.
+        """
         ready = [
             (b.started_at, world)
             for world, b in self._batches.items()
-            if len(b.items) >= self.max_events or now - b.started_at >= self.max_seconds
+            if idle or len(b.items) >= self.max_events or now - b.started_at >= self.max_seconds
         ]
         return [world for _, world in sorted(ready)]
 

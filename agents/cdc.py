@@ -15,12 +15,19 @@ At-least-once: a crash between 3 and 4 re-reads the batch and produces the same 
 ``event_id``, deterministic), which the applier dedupes. If a produce fails, nothing is committed and
 the consumer seeks back to the batch's first offsets, then retries after a pause.
 
+Size limits: a record the broker would refuse (its key, value and headers over the target topic's
+``max.message.bytes``, read at start-up) never reaches the producer: its raw record is dead-lettered
+as ``event-too-large`` and the batch goes on. Should the broker refuse one anyway (the topic's limit
+was lowered since), the producer is rebuilt and the batch is produced again one record at a time;
+a record refused on its own is dead-lettered the same way. Nothing wedges the loop.
+
 Pattern subscription picks up topics created after start-up at the next metadata refresh, so
 ``metadata_max_age_ms`` bounds how long a new ``cdc.raw.<source>.<table>`` waits (default 5 s; the
 Kafka default is 5 minutes). New topics are read from the earliest offset.
 
 It runs in its own consumer group (``<app_id>-cdc``) either standalone (``run_forever``) or inside the
-Faust worker (``attach(app, ...)`` starts and stops it with the app).
+Faust worker (``attach(app, ...)`` starts and stops it with the app). Its tunables are the ``cdc_*``
+fields of the one settings object (``CAUSEWAY_CDC_*``).
 """
 
 from __future__ import annotations
@@ -28,23 +35,34 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
+import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, MessageSizeTooLargeError
 
-from agents.cdc_mapping import CdcMapping, Converted, Ignored, Position, convert, mapping_from_env
+from agents.cdc_mapping import CdcMapping, MappingError, load_mapping
+from agents.cdc_plan import (
+    TOO_LARGE,
+    BatchPlan,
+    IngestStats,
+    IngestStatus,
+    Outgoing,
+    counters_line,
+    limit_warnings,
+    plan_batch,
+    unchecked_world_warning,
+)
 from agents.kafka_loop import KafkaLoop
-from models.deadletter import DeadLetter
-from models.events import EntityKind
 from streams.security import kafka_client_options
-from streams.settings import Settings
-from streams.topics import ensure_topics
+from streams.settings import Settings, SettingsError
+from streams.topics import MESSAGE_HEADROOM_BYTES, ensure_topics, message_bytes_needed
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +71,7 @@ DEFAULT_PATTERN = r"^cdc\.raw\..*"
 
 @dataclass(frozen=True)
 class IngestOptions:
-    """Ingest tunables (env ``CAUSEWAY_CDC_<NAME>``); candidates to move into streams.settings."""
+    """The ingest's tunables: the ``cdc_*`` fields of ``streams.settings.Settings`` (``CAUSEWAY_CDC_*``)."""
 
     pattern: str = DEFAULT_PATTERN  # topics to subscribe
     group_id: str = ""  # consumer group; empty means "<app_id>-cdc"
@@ -64,124 +82,26 @@ class IngestOptions:
     dlq_max_value_bytes: int = 900_000  # a larger rejected value goes to the DLQ without its bytes
     retry_backoff_s: float = 1.0  # pause before re-reading a batch whose produce failed
     ensure_topics: bool = True  # create the change and DLQ topics if missing
+    log_interval_s: float = 60.0  # counters are logged at most this often
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> IngestOptions:
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            raw = env.get(f"CAUSEWAY_CDC_{f.name.upper()}")
-            if raw is None:
-                continue
-            default: Any = f.default
-            if isinstance(default, bool):
-                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
-            else:
-                values[f.name] = type(default)(raw)
+    def from_settings(cls, settings: Settings, **overrides: Any) -> IngestOptions:
+        values: dict[str, Any] = {f.name: getattr(settings, f"cdc_{f.name}") for f in dataclasses.fields(cls)}
         values.update(overrides)
         return cls(**values)
 
-
-class RawRecord(Protocol):
-    """What the planner needs of a consumed record (aiokafka's ConsumerRecord has it)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]] | None = None
-
-
-@dataclass
-class BatchPlan:
-    """What one batch produces, and what it counted."""
-
-    outgoing: list[Outgoing] = field(default_factory=list)
-    events: int = 0
-    ignored: Counter[str] = field(default_factory=Counter)
-    rejected: Counter[str] = field(default_factory=Counter)
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    commit: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) → next offset
-
-
-def plan_batch(
-    records: Iterable[RawRecord],
-    mapping: CdcMapping,
-    settings: Settings,
-    now_ms: int,
-    dlq_max_value_bytes: int = 900_000,
-) -> BatchPlan:
-    """Convert a batch of raw records into the records to produce; pure (``now_ms`` is passed in)."""
-    plan = BatchPlan()
-    topic_for = {EntityKind.OBJECT: settings.objects_topic, EntityKind.LINK: settings.links_topic}
-    for rec in records:
-        pos = Position(rec.topic, rec.partition, rec.offset)
-        result = convert(rec.value, mapping, pos, settings.max_event_bytes)
-        tp = (rec.topic, rec.partition)
-        plan.commit[tp] = max(plan.commit.get(tp, 0), rec.offset + 1)
-        if isinstance(result, Converted):
-            for ev in result.events:
-                plan.outgoing.append(Outgoing(topic_for[ev.event.kind], ev.key, ev.value))
-            plan.events += len(result.events)
-        elif isinstance(result, Ignored):
-            plan.ignored[result.kind] += 1
-        else:
-            value, detail = rec.value, result.detail
-            if value is not None and len(value) > dlq_max_value_bytes:
-                detail = (
-                    f"{detail} (value of {len(value)} bytes omitted; re-read it from "
-                    f"{rec.topic}/{rec.partition}@{rec.offset})"
-                )
-                value = None
-            dl = DeadLetter(
-                reason=result.reason,
-                detail=detail,
-                topic=rec.topic,
-                partition=rec.partition,
-                offset=rec.offset,
-                key=rec.key,
-                value=value,
-                event_id=result.event_id,
-                world_id=result.world_id,
-                first_seen_ms=now_ms,
-                original_headers=list(rec.headers or ()),
-            )
-            plan.dead_letters.append(dl)
-            plan.rejected[result.reason] += 1
-            plan.outgoing.append(Outgoing(settings.dlq_topic, dl.key, dl.value, dl.headers()))
-    return plan
-
-
-@dataclass
-class IngestStats:
-    consumed: int = 0
-    events: int = 0
-    batches: int = 0
-    commits: int = 0
-    commit_failures: int = 0
-    produce_failures: int = 0
-    ignored: Counter[str] = field(default_factory=Counter)
-    rejected: Counter[str] = field(default_factory=Counter)
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> IngestOptions:
+        return cls.from_settings(Settings.from_env(env), **overrides)
 
 
 class _Metrics(Protocol):
     def consumed(self, topic: str, n: int = 1) -> None: ...
     def dead_lettered(self, topic: str, reason: str, *, world: str | None = None, n: int = 1) -> None: ...
+    def cdc_batch(
+        self, *, skipped: Mapping[str, int], events: int, failures: Mapping[str, int], committed_at: float | None
+    ) -> None: ...
+    def cdc_waiting_records(self, n: int) -> None: ...
 
 
 class _Revoke(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -196,6 +116,25 @@ class _Revoke(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         log.info("cdc ingest assigned %d partitions", len(assigned))
+
+
+async def topic_limits(
+    bootstrap: str, topics: Sequence[str], kafka_options: dict[str, Any] | None = None
+) -> dict[str, int]:
+    """``max.message.bytes`` of each existing topic (missing topics are left out)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(kafka_options or {}))
+    await admin.start()
+    try:
+        wanted = [ConfigResource(ConfigResourceType.TOPIC, t, {"max.message.bytes": None}) for t in topics]
+        out: dict[str, int] = {}
+        for response in await admin.describe_configs(wanted):
+            for error_code, _msg, _type, name, entries in response.resources:
+                for entry in entries if error_code == 0 else ():
+                    if entry[0] == "max.message.bytes":
+                        out[name] = int(entry[1])
+        return out
+    finally:
+        await admin.close()
 
 
 class CdcIngest(KafkaLoop):
@@ -217,9 +156,19 @@ class CdcIngest(KafkaLoop):
     ) -> None:
         self.settings = settings
         self.mapping = mapping
-        self.options = options or IngestOptions()
+        self.options = options or IngestOptions.from_settings(settings)
         self.metrics = metrics
         self.stats = IngestStats()
+        #: topic → the largest record (bytes) it accepts: min(max.message.bytes, the producer's max)
+        self.limits: dict[str, int] = {}
+        self.started_at: float | None = None
+        self.last_commit_at: float | None = None
+        self.last_failure: str | None = None
+        self._committed: dict[TopicPartition, int] = {}
+        self._warned_unchecked: set[str] = set()
+        self._fetched_from: dict[TopicPartition, int] = {}
+        self._logged_at = time.monotonic()
+        self._logged = IngestStats()
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._consumer: AIOKafkaConsumer | None = None
@@ -229,20 +178,41 @@ class CdcIngest(KafkaLoop):
     def group_id(self) -> str:
         return self.options.group_id or f"{self.settings.app_id}-cdc"
 
-    async def start(self) -> None:
-        bootstrap = self.settings.kafka_bootstrap
-        if self.options.ensure_topics:
-            await ensure_topics(self.settings)
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
+    @property
+    def max_request_bytes(self) -> int:
+        return max(self.settings.max_event_bytes, self.options.dlq_max_value_bytes) + MESSAGE_HEADROOM_BYTES
+
+    def _new_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
             acks="all",
             enable_idempotence=True,
             linger_ms=self.options.linger_ms,
-            max_request_size=max(self.settings.max_event_bytes, self.options.dlq_max_value_bytes) + 65_536,
+            max_request_size=self.max_request_bytes,
             **kafka_client_options(self.settings),
         )
+
+    async def refresh_limits(self) -> None:
+        """Read the output topics' ``max.message.bytes``; warn about those below what causeway needs."""
+        s = self.settings
+        needed = message_bytes_needed(s)
+        outputs = [s.objects_topic, s.links_topic, s.dlq_topic]
+        try:
+            found = await topic_limits(s.kafka_bootstrap, outputs, kafka_client_options(s))
+        except KafkaError as exc:  # e.g. no DescribeConfigs permission: fall back to the broker's refusals
+            log.warning("cdc ingest: cannot read the topics' max.message.bytes: %r", exc)
+            found = {}
+        for line in limit_warnings(found, needed):
+            log.warning("cdc ingest: %s", line)
+        self.limits = {t: min(found.get(t, sys.maxsize), self.max_request_bytes) for t in outputs}
+
+    async def start(self) -> None:
+        if self.options.ensure_topics:
+            await ensure_topics(self.settings)
+        await self.refresh_limits()
+        self._producer = self._new_producer()
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
+            bootstrap_servers=self.settings.kafka_bootstrap,
             group_id=self.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -258,11 +228,32 @@ class CdcIngest(KafkaLoop):
         except BaseException:
             await self._producer.stop()
             raise
+        self.started_at = time.time()
         log.info("cdc ingest started: group %s, pattern %s", self.group_id, self.options.pattern)
 
     def stop_soon(self) -> None:
         """Ask ``run`` to return after the current batch."""
         self._stopping.set()
+
+    def status(self) -> IngestStatus:
+        """Last commit time, records waiting and the last failure (see ``IngestStatus``)."""
+        return IngestStatus(self.started_at, self.last_commit_at, self.records_waiting(), self.last_failure)
+
+    def records_waiting(self) -> int:
+        """Raw records on the assigned partitions not yet committed, as of the last fetch."""
+        consumer = self._consumer
+        if consumer is None:
+            return 0
+        waiting = 0
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            if high is None:
+                continue
+            # Before this process's first commit of a partition: from the first offset it fetched.
+            done = self._committed.get(tp, self._fetched_from.get(tp))
+            if done is not None:
+                waiting += max(0, high - done)
+        return waiting
 
     async def step(self) -> int:
         """Poll, convert, produce, commit one batch; returns how many records it consumed."""
@@ -273,6 +264,7 @@ class CdcIngest(KafkaLoop):
             raise RuntimeError("CdcIngest.start() first")
         batches = await consumer.getmany(timeout_ms=self.options.poll_timeout_ms, max_records=self.options.max_records)
         if not batches:
+            self._export_waiting()
             return 0
         async with self._lock:
             # A rebalance may have run between the poll and the lock: drop what is no longer ours.
@@ -280,48 +272,157 @@ class CdcIngest(KafkaLoop):
             records = [r for tp, rs in batches.items() if tp in assigned for r in rs]
             if not records:
                 return 0
-            plan = plan_batch(
-                records,
-                self.mapping,
-                self.settings,
-                int(time.time() * 1000),
-                self.options.dlq_max_value_bytes,
-            )
+            for tp, rs in batches.items():
+                if rs and tp not in self._fetched_from:
+                    self._fetched_from[tp] = rs[0].offset
+            plan = self._plan(records)
             try:
-                futures = [await producer.send(o.topic, o.value, key=o.key, headers=o.headers) for o in plan.outgoing]
-                await asyncio.gather(*futures)
+                try:
+                    await self._produce(producer, plan.outgoing)
+                except MessageSizeTooLargeError as exc:
+                    # The broker refused a record the limits let through: go record by record.
+                    self._failed("broker-refused", exc)
+                    plan = await self._produce_one_by_one(records)
             except KafkaError as exc:
-                self.stats.produce_failures += 1
+                self._failed("produce", exc)
                 log.warning("cdc ingest: produce failed, re-reading the batch: %r", exc)
                 for tp, rs in batches.items():
                     if tp in assigned and rs:
                         consumer.seek(tp, rs[0].offset)
                 await asyncio.sleep(self.options.retry_backoff_s)
+                self._record(None)
                 return 0
             offsets = {TopicPartition(t, p): off for (t, p), off in plan.commit.items()}
+            committed_at: float | None = None
             try:
                 await consumer.commit(offsets)
                 self.stats.commits += 1
+                committed_at = self.last_commit_at = time.time()
+                self._committed.update(offsets)
+                self.last_failure = None
             except (CommitFailedError, IllegalStateError) as exc:
                 # The partitions moved during the batch; their new owner re-reads and dedupe absorbs it.
-                self.stats.commit_failures += 1
+                self._failed("commit", exc)
                 log.warning("cdc ingest: commit failed after a rebalance: %r", exc)
         self._count(records, plan)
+        self._record(plan, committed_at)
         return len(records)
+
+    def _plan(
+        self,
+        records: list[Any],
+        too_large: Mapping[tuple[str, int, int], str] | None = None,
+        dlq_max_value_bytes: int | None = None,
+    ) -> BatchPlan:
+        dlq_max = self.options.dlq_max_value_bytes if dlq_max_value_bytes is None else dlq_max_value_bytes
+        now_ms = int(time.time() * 1000)
+        return plan_batch(records, self.mapping, self.settings, now_ms, dlq_max, self.limits, too_large)
+
+    @staticmethod
+    async def _produce(producer: AIOKafkaProducer, outgoing: Sequence[Outgoing]) -> None:
+        """Hand every record to the producer, then wait for all acknowledgements."""
+        futures = [await producer.send(o.topic, o.value, key=o.key, headers=o.headers) for o in outgoing]
+        await asyncio.gather(*futures)
+
+    async def _produce_one_by_one(self, records: list[Any]) -> BatchPlan:
+        """Produce a batch record by record (in order) on a new producer; dead-letter what is refused.
+
+        The old producer is dropped: after a refused batch its idempotence sequence can no longer be
+        trusted. Records already produced by the failed attempt are produced again (same bytes,
+        same event ids: the applier dedupes them).
+        """
+        old, self._producer = self._producer, self._new_producer()
+        if old is not None:
+            await old.stop()
+        producer = self._producer
+        await producer.start()
+        await self.refresh_limits()
+        merged = BatchPlan()
+        for rec in records:
+            plan = self._plan([rec])
+            key = (rec.topic, rec.partition, rec.offset)
+            try:
+                await self._produce(producer, plan.outgoing)
+            except MessageSizeTooLargeError as exc:
+                detail = f"the broker refused the change event produced from this record: {exc!r}"
+                plan = self._plan([rec], {key: detail})
+                try:
+                    await self._produce(producer, plan.outgoing)
+                except MessageSizeTooLargeError:
+                    # Even the dead letter with the raw value is too large: send it without the value.
+                    plan = self._plan([rec], {key: detail}, dlq_max_value_bytes=0)
+                    await self._produce(producer, plan.outgoing)
+                log.warning("cdc ingest: %s/%s@%s dead-lettered as %s", rec.topic, rec.partition, rec.offset, TOO_LARGE)
+            merged.outgoing.extend(plan.outgoing)
+            merged.events += plan.events
+            merged.ignored.update(plan.ignored)
+            merged.rejected.update(plan.rejected)
+            merged.dead_letters.extend(plan.dead_letters)
+            for tp, off in plan.commit.items():
+                merged.commit[tp] = max(merged.commit.get(tp, 0), off)
+        return merged
+
+    def _failed(self, kind: str, exc: BaseException) -> None:
+        if kind == "produce":
+            self.stats.produce_failures += 1
+        elif kind == "commit":
+            self.stats.commit_failures += 1
+        elif kind == "broker-refused":
+            self.stats.refused_batches += 1
+        self.last_failure = f"{kind}: {exc!r}"[:300]
+        if self.metrics is not None:
+            self.metrics.cdc_batch(skipped={}, events=0, failures={kind: 1}, committed_at=None)
 
     def _count(self, records: list[Any], plan: BatchPlan) -> None:
         s = self.stats
         s.consumed += len(records)
         s.events += plan.events
         s.batches += 1
+        s.too_large += plan.rejected.get(TOO_LARGE, 0)
         s.ignored.update(plan.ignored)
         s.rejected.update(+plan.rejected)
+        s.world_unchecked.update(plan.world_unchecked)
+        for label in plan.world_unchecked.keys() - self._warned_unchecked:
+            self._warned_unchecked.add(label)
+            log.warning("cdc ingest: %s", unchecked_world_warning(label, self.mapping))
         if self.metrics is not None:
-            per_topic = Counter(r.topic for r in records)
-            for topic, n in per_topic.items():
+            for topic, n in Counter(r.topic for r in records).items():
                 self.metrics.consumed(topic, n)
+
+    def _record(self, plan: BatchPlan | None, committed_at: float | None = None) -> None:
+        """Metrics of one batch (or of a failed attempt) and the rate-limited counters log line."""
+        if self.metrics is not None and plan is not None:
+            too_large = plan.rejected.get(TOO_LARGE, 0)
+            self.metrics.cdc_batch(
+                skipped=plan.ignored,
+                events=plan.events,
+                failures={TOO_LARGE: too_large} if too_large else {},
+                committed_at=committed_at,
+            )
             for dl in plan.dead_letters:
                 self.metrics.dead_lettered(dl.topic, dl.reason, world=dl.world_id)
+        self._export_waiting()
+        self._maybe_log()
+
+    def _export_waiting(self) -> None:
+        if self.metrics is not None:
+            self.metrics.cdc_waiting_records(self.records_waiting())
+
+    def _maybe_log(self, now: float | None = None) -> bool:
+        """Log what changed in the counters since the last line, at most every ``log_interval_s``."""
+        now = time.monotonic() if now is None else now
+        interval = self.options.log_interval_s
+        if interval <= 0 or now - self._logged_at < interval:
+            return False
+        line = counters_line(self._logged, self.stats, now - self._logged_at)
+        self._logged_at = now
+        if line is None:
+            return False
+        self._logged = dataclasses.replace(
+            self.stats, ignored=Counter(self.stats.ignored), rejected=Counter(self.stats.rejected)
+        )
+        log.info("cdc ingest: %s", line)
+        return True
 
 
 async def run_forever(
@@ -331,13 +432,26 @@ async def run_forever(
 ) -> None:
     """Standalone entry point: settings, mapping and options from the environment."""
     settings = settings or Settings.from_env()
-    mapping = mapping or mapping_from_env()  # validated before anything connects
-    ingest = CdcIngest(settings, mapping, options or IngestOptions.from_env())
+    mapping = mapping or load_cdc_mapping(settings)  # validated before anything connects
+    ingest = CdcIngest(settings, mapping, options)
     await ingest.start()
     try:
         await ingest.run()
     finally:
         await ingest.stop()
+
+
+def load_cdc_mapping(settings: Settings) -> CdcMapping:
+    """The mapping named by ``CAUSEWAY_CDC_MAPPING``; raises MappingError (every problem listed)."""
+    if not settings.cdc_mapping.strip():
+        raise MappingError(["CAUSEWAY_CDC_MAPPING is not set: give a YAML/JSON file path or inline JSON"])
+    return load_mapping(settings.cdc_mapping)
+
+
+class CdcIngestService:
+    """Marker base: the mode Service ``attach`` adds to a Faust app carries its ingest as ``.ingest``."""
+
+    ingest: CdcIngest
 
 
 def attach(app: Any, settings: Settings, mapping: CdcMapping, **kwargs: Any) -> CdcIngest:
@@ -346,7 +460,7 @@ def attach(app: Any, settings: Settings, mapping: CdcMapping, **kwargs: Any) -> 
 
     ingest = CdcIngest(settings, mapping, **kwargs)
 
-    class CdcIngestService(Service):  # type: ignore[misc]
+    class _Service(Service, CdcIngestService):  # type: ignore[misc]
         async def on_start(self) -> None:
             await ingest.start()
             self.add_future(ingest.run())
@@ -354,19 +468,38 @@ def attach(app: Any, settings: Settings, mapping: CdcMapping, **kwargs: Any) -> 
         async def on_stop(self) -> None:
             await ingest.stop()
 
-    app.add_dependency(CdcIngestService())
+    service = _Service()
+    service.ingest = ingest
+    app.add_dependency(service)
     return ingest
 
 
-def main() -> None:
-    """``python -m agents.cdc``: the ingest alone, configured from ``CAUSEWAY_*`` variables."""
-    settings = Settings.from_env()
+def attached_ingest(app: Any) -> CdcIngest | None:
+    """The ingest ``attach`` added to a Faust app (for /health and /summary), or None."""
+    for child in getattr(app, "_children", ()):
+        if isinstance(child, CdcIngestService):
+            return child.ingest
+    return None
+
+
+def main() -> int:
+    """``python -m agents.cdc``: the ingest alone, configured from ``CAUSEWAY_*`` variables.
+
+    A bad setting or mapping prints its problems (one per line) and exits 2, before anything connects.
+    """
+    try:
+        settings = Settings.from_env()
+        mapping = load_cdc_mapping(settings)
+    except (MappingError, SettingsError) as exc:
+        print(f"causeway cdc: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run_forever(settings))
+        asyncio.run(run_forever(settings, mapping))
     except KeyboardInterrupt:
         pass
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -176,13 +176,20 @@ def parse_mapping(doc: Any, origin: str = "CDC mapping") -> CdcMapping:
             table = _parse_table(raw, f"tables[{i}]", problems)
             if table is not None:
                 tables.append(table)
+    # Duplicates are looked for in the raw entries, so an entry with another problem is reported too.
+    first_label: dict[str, str] = {}
+    for i, raw in enumerate(raw_tables if isinstance(raw_tables, list) else ()):
+        topic = raw.get("topic") if isinstance(raw, Mapping) else None
+        if isinstance(topic, str) and topic:
+            if topic in first_label:
+                problems.append(f"tables[{i}].topic: {topic!r} is already mapped by {first_label[topic]}")
+            else:
+                first_label[topic] = f"tables[{i}]"
     by_topic: dict[str, TableMapping] = {}
     seen_sources: dict[tuple[tuple[str, str], ...], str] = {}
     for t in tables:
         if t.topic is not None:
-            if t.topic in by_topic:
-                problems.append(f"{t.label}.topic: {t.topic!r} is already mapped by {by_topic[t.topic].label}")
-            by_topic[t.topic] = t
+            by_topic.setdefault(t.topic, t)
         if t.source:
             if t.source in seen_sources:
                 problems.append(f"{t.label}.source: the same source is already mapped by {seen_sources[t.source]}")
@@ -355,7 +362,15 @@ class CdcEvent:
 
 @dataclass(frozen=True, slots=True)
 class Converted:
+    """The events of one row change.
+
+    ``world_unchecked`` names the table (``tables[i]``) when the record is an update of a table whose
+    world is a column and the before image lacks that column (Postgres REPLICA IDENTITY DEFAULT):
+    a row that moved to another world cannot be seen, so it would stay live in the old one.
+    """
+
     events: tuple[CdcEvent, ...]
+    world_unchecked: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,7 +420,12 @@ def convert_envelope(env: Envelope, mapping: CdcMapping, position: Position, max
         )
     try:
         drafts = _drafts(env, table, mapping, position)
-        return Converted(tuple(_finish(d, max_bytes) for d in drafts))
+        unchecked = None
+        if env.op is Op.UPDATE and table.world_column is not None:
+            before = env.before_raw or {}
+            if before.get(table.world_column) is None:
+                unchecked = table.label
+        return Converted(tuple(_finish(d, max_bytes) for d in drafts), unchecked)
     except EnvelopeError as exc:
         return Rejected(exc.reason, exc.detail)
     except _Reject as rej:

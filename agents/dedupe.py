@@ -2,11 +2,12 @@
 
 Flow per batch (the agent does the I/O, these functions decide):
 
-1. ``refs_to_check`` → one Redis ``MGET`` of the ``applied_key`` of each; the ids found are *marked*.
+1. ``refs_to_check`` → one Redis round trip over the ``applied_key`` of each (``agents.marks``);
+   the ids found are *marked*.
 2. ``drop_duplicates`` removes events already marked for their world and repeats inside the batch.
 3. At commit time, ``decide_versions`` against the entity versions read from the head being committed
    on (decided again after every OCC retry: a new head may hold newer versions).
-4. After the Nessie commit, ``marks_after_commit`` gives the Redis keys to ``SET`` with the dedupe TTL,
+4. After the Nessie commit, ``marks_after_commit`` gives the Redis keys to set with the dedupe TTL,
    for every event the batch settled, stale ones included. Publish the stale dead letters *before*
    setting the marks: a crash between the two would otherwise drop the redelivered copy as a
    duplicate, and the event would be neither applied nor dead-lettered.
@@ -39,15 +40,28 @@ EntityRef = tuple[str, str, str, str]
 
 
 def applied_key(world_id: str, event_id: str) -> str:
-    """The Redis key marking an event as applied in a world: ``causeway:applied:{world}:{event_id}``."""
+    """The Redis key marking an event as applied in a world: ``causeway:applied:{<world>}:<event_id>``.
+
+    The braces make the world the key's hash tag: on Redis Cluster a world's marks share one slot,
+    so one script or ``MGET`` per world stays in one slot.
+    """
+    return f"{KEY_PREFIX}{{{world_id}}}:{event_id}"
+
+
+def legacy_applied_key(world_id: str, event_id: str) -> str:
+    """The key format before the hash tag, ``causeway:applied:<world>:<event_id>`` (read until it expires)."""
     return f"{KEY_PREFIX}{world_id}:{event_id}"
 
 
 def parse_applied_key(key: str) -> EventRef:
-    """(world_id, event_id) from an ``applied_key``; world ids never hold ``:``, event ids may."""
+    """(world_id, event_id) from an ``applied_key`` of either format; event ids may hold ``:``."""
     if not key.startswith(KEY_PREFIX):
         raise ValueError(f"not an applied-event key: {key[:80]!r}")
-    world_id, sep, event_id = key[len(KEY_PREFIX) :].partition(":")
+    rest = key[len(KEY_PREFIX) :]
+    if rest.startswith("{"):
+        world_id, sep, event_id = rest[1:].partition("}:")
+    else:
+        world_id, sep, event_id = rest.partition(":")
     if not sep or not world_id or not event_id:
         raise ValueError(f"not an applied-event key: {key[:80]!r}")
     return (world_id, event_id)

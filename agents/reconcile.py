@@ -1,6 +1,7 @@
-"""Reconciliation: compare three counts per world and object type, and rebuild drifted projections.
+"""Reconciliation (I/O): read a world's branch at one head, compare, rebuild drifted rows; the timer; Redis.
 
-Per world and object type, at one branch head ``H``:
+The decisions are pure, in ``agents/reconcile_plan.py``. Per world and object type, at one branch
+head ``H``:
 
 * **control** — the control plane's count, the latest checkpoint on the count topic
   (``Settings.control_counts_topic``, contract in docs/schema.md);
@@ -11,27 +12,31 @@ Per world and object type, at one branch head ``H``:
 The event log is the truth the projection is rebuilt from; the control count is a cross-check (a
 difference the log shares is missing input, which no rebuild can fix — it is reported as drift).
 A type's drift is the largest of ``|control − projection|``, ``|control − log|`` and the number of
-keys whose projection row differs from the log (missing, extra, other version or event). When it
-exceeds ``Settings.reconcile_threshold``, the differing rows are rewritten from the log —
-merge-on-read (new rows + one position-delete file) — and published as **one** Nessie commit
-expecting ``H``; a concurrent worker commit makes it conflict, re-read and decide again. Reading
-log and projection at the same head is what makes the comparison meaningful while events flow.
-A second run right after finds nothing to repair and commits nothing.
+keys whose projection row differs from the log (missing, extra, other version or event, other
+properties). When it exceeds ``Settings.reconcile_threshold``, the differing rows are rewritten
+from the log — merge-on-read (new rows + one position-delete file) — and published as **one**
+Nessie commit expecting ``H``; a concurrent worker commit makes it conflict, re-read and decide
+again. A second run right after finds nothing to repair and commits nothing.
 
-Runs on ``Settings.reconcile_interval_s`` inside a worker (``attach``) and from the CLI
-(``causeway reconcile``). Cost: one scan of the world's object events per run (the log is the
-only complete source); see docs/schema.md for the bounds.
+Where it runs: the worker's timer (``attach``: every ``Settings.reconcile_interval_s``, over the
+worlds ``Settings.reconcile_worlds`` selects, each world in a child process so the worker's event
+loop and web server keep answering) and the CLI (``causeway reconcile``). Every non-dry run is
+recorded in Redis (``causeway:reconcile:<app_id>:last``); every worker exports those records as
+``causeway_reconciliation_last_run_timestamp_seconds`` and ``…_drift``, so a run from the CLI is seen
+by Prometheus too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,11 +46,26 @@ from aiokafka import TopicPartition as KafkaTP
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import In
 
-from models.events import ChangeEvent, ChangeType, EntityKind, Invalid
-from models.worlds import InvalidWorldId, WorldNaming, validate_world_id
-from monitoring.metrics import Metrics, ReconcileOutcome
+from agents.reconcile_plan import (
+    ControlCount,
+    Key,
+    Row,
+    RunReport,
+    WorldScope,
+    compare,
+    contents_agree,
+    decode_count,
+    derive,
+    digest,
+    expected,
+    latest_counts,
+)
+from models.events import ChangeEvent, ChangeType, EntityKind
+from models.worlds import WorldNaming
+from monitoring.metrics import Metrics, world_label
 from sinks.committer import PROP_BATCH, PROP_WORLD, BatchCommitter, stage_replacement
-from sinks.errors import CommitStateUnknown, NessieConflict
+from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
+from sinks.nessie import SyncNessieClient
 from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
 from sinks.tables import COMMON, EVENTS, contracts
@@ -53,12 +73,27 @@ from streams.security import kafka_client_options
 from streams.settings import Settings
 from worlds.manager import world_ids
 
+__all__ = [
+    "ControlCount",
+    "Reconciler",
+    "ReconcileTimer",
+    "Row",
+    "RunReport",
+    "attach",
+    "compare",
+    "decode_count",
+    "derive",
+    "expected",
+    "latest_counts",
+    "publish_runs",
+    "reconcile",
+]
+
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]  # (object_type, object_pk)
 PROP_RECONCILE = "causeway.reconcile.types"
 #: What deciding needs of the log; the full events are read only for the keys a repair rewrites.
-KEY_COLUMNS = ("event_id", "entity_type", "entity_pk", "change_type", "version", "committed_at")
+KEY_COLUMNS = ("event_id", "entity_type", "entity_pk", "change_type", "version", "committed_at", "after_properties")
 EVENT_COLUMNS = (
     "event_id",
     "entity_type",
@@ -73,158 +108,7 @@ EVENT_COLUMNS = (
     "schema_version",
     "source",
 )
-
-
-# --- the count checkpoint contract ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ControlCount:
-    """One checkpoint: the control plane's live object count of a type in a world, as of a time."""
-
-    world_id: str
-    object_type: str
-    count: int
-    as_of_ms: int
-
-    @property
-    def key(self) -> bytes:
-        return f"{self.world_id}::{self.object_type}".encode()
-
-    def encode(self) -> bytes:
-        return orjson.dumps(
-            {"world_id": self.world_id, "object_type": self.object_type, "count": self.count, "as_of": self.as_of_ms}
-        )
-
-
-def decode_count(value: bytes | None) -> ControlCount | Invalid:
-    """Decode a count checkpoint; never raises on bad input."""
-    try:
-        doc = orjson.loads(value or b"")
-        world = validate_world_id(doc["world_id"])
-        otype, count, as_of = doc["object_type"], doc["count"], doc.get("as_of", 0)
-    except (orjson.JSONDecodeError, KeyError, TypeError, InvalidWorldId) as exc:
-        return Invalid("bad-count", f"not a count checkpoint: {exc}")
-    if not isinstance(otype, str) or not otype:
-        return Invalid("bad-count", "'object_type' must be a non-empty string")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        return Invalid("bad-count", "'count' must be an integer >= 0")
-    if isinstance(as_of, bool) or not isinstance(as_of, int):
-        return Invalid("bad-count", "'as_of' must be epoch milliseconds")
-    return ControlCount(world, otype, count, as_of)
-
-
-def latest_counts(checkpoints: Iterable[ControlCount]) -> dict[str, dict[str, int]]:
-    """The newest checkpoint per (world, type) → ``{world: {type: count}}`` (later wins a tie)."""
-    best: dict[tuple[str, str], ControlCount] = {}
-    for c in checkpoints:
-        k = (c.world_id, c.object_type)
-        if k not in best or c.as_of_ms >= best[k].as_of_ms:
-            best[k] = c
-    out: dict[str, dict[str, int]] = {}
-    for (world, otype), c in best.items():
-        out.setdefault(world, {})[otype] = c.count
-    return out
-
-
-# --- pure comparison ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """The identity of a projection row: which event wrote it."""
-
-    version: int
-    deleted: bool
-    event_id: str
-
-
-def derive(log_rows: Iterable[Mapping[str, Any]]) -> dict[Key, Mapping[str, Any]]:
-    """The log row that must have written each key's projection row, from *applied* events in commit order.
-
-    A DELETE leaves its row (a tombstone); a TRUNCATE drops every key of its type.
-    """
-    out: dict[Key, Mapping[str, Any]] = {}
-    for r in log_rows:
-        t = r["entity_type"]
-        if r["change_type"] == ChangeType.TRUNCATE.value:
-            for k in [k for k in out if k[0] == t]:
-                del out[k]
-            continue
-        out[(t, r["entity_pk"])] = r
-    return out
-
-
-def expected(derived: Mapping[Key, Mapping[str, Any]]) -> dict[Key, Row]:
-    return {
-        k: Row(r["version"], r["change_type"] == ChangeType.DELETE.value, r["event_id"]) for k, r in derived.items()
-    }
-
-
-def differences(projection: Mapping[Key, Row], wanted: Mapping[Key, Row]) -> tuple[set[Key], set[Key]]:
-    """Keys whose row must be (re)written from the log, and keys whose row must go."""
-    write = {k for k, row in wanted.items() if projection.get(k) != row}
-    remove = {k for k in projection if k not in wanted}
-    return write, remove
-
-
-def live_counts(rows: Mapping[Key, Row]) -> Counter[str]:
-    return Counter(k[0] for k, r in rows.items() if not r.deleted)
-
-
-@dataclass
-class TypeReport:
-    """One object type of one run."""
-
-    object_type: str
-    control: int | None
-    projection: int
-    log: int
-    mismatched: int  # keys whose projection row differs from the log
-    repaired: int = 0  # rows rewritten or removed
-
-    @property
-    def drift(self) -> int:
-        diffs = [self.mismatched, abs(self.projection - self.log)]
-        if self.control is not None:
-            diffs += [abs(self.control - self.projection), abs(self.control - self.log)]
-        return max(diffs)
-
-
-@dataclass
-class RunReport:
-    """One world's run."""
-
-    world_id: str
-    outcome: ReconcileOutcome = "ok"
-    types: dict[str, TypeReport] = field(default_factory=dict)
-    commit: str | None = None
-    head: str | None = None
-    seconds: float = 0.0
-    dry_run: bool = False
-    error: str | None = None
-
-    @property
-    def drift(self) -> dict[str, int]:
-        return {t: r.drift for t, r in self.types.items()}
-
-
-def compare(
-    projection: Mapping[Key, Row], wanted: Mapping[Key, Row], control: Mapping[str, int], threshold: int
-) -> tuple[dict[str, TypeReport], set[Key], set[Key]]:
-    """Per-type reports, and the keys to write / remove for the types whose drift passes ``threshold``."""
-    write, remove = differences(projection, wanted)
-    proj_live, log_live = live_counts(projection), live_counts(wanted)
-    mismatched = Counter(k[0] for k in write | remove)
-    types = sorted(set(proj_live) | set(log_live) | set(control) | set(mismatched))
-    reports = {
-        t: TypeReport(t, control.get(t), proj_live.get(t, 0), log_live.get(t, 0), mismatched.get(t, 0)) for t in types
-    }
-    over = {t for t, r in reports.items() if r.drift > threshold and r.mismatched}
-    return reports, {k for k in write if k[0] in over}, {k for k in remove if k[0] in over}
-
-
-# --- I/O ------------------------------------------------------------------------------------------
+PROJECTION_COLUMNS = ("object_type_id", "object_pk", "version", "deleted", "event_id", "properties")
 
 
 def _event(world: str, r: Mapping[str, Any]) -> ChangeEvent:
@@ -247,8 +131,12 @@ def _event(world: str, r: Mapping[str, Any]) -> ChangeEvent:
     )
 
 
+class UnknownWorld(LookupError):
+    """The world has no branch."""
+
+
 class Reconciler:
-    """Runs reconciliation of worlds against their branches; blocking (pyiceberg), use a thread."""
+    """Runs reconciliation of worlds against their branches; blocking (pyiceberg), use a thread or a process."""
 
     def __init__(
         self, settings: Settings, committer: BatchCommitter | None = None, metrics: Metrics | None = None
@@ -262,24 +150,26 @@ class Reconciler:
         return world_ids(self.committer.client.list_references(), self.naming)
 
     def run_world(self, world: str, control: Mapping[str, int] | None = None, *, dry_run: bool = False) -> RunReport:
-        """Reconcile one world; records metrics (unless ``dry_run``) and never raises."""
+        """Reconcile one world and record its metrics (unless ``dry_run``); never raises."""
+        report = self.check(world, control, dry_run=dry_run)
+        if not dry_run:
+            record(self.metrics, report)
+        return report
+
+    def check(self, world: str, control: Mapping[str, int] | None = None, *, dry_run: bool = False) -> RunReport:
+        """Reconcile one world (repairing unless ``dry_run``); records nothing and never raises."""
         started = time.monotonic()
         report = RunReport(world, dry_run=dry_run)
         try:
             report = self._run(world, dict(control or {}), dry_run)
-        except Exception as exc:  # noqa: BLE001 - a failed run is recorded, not fatal
-            log.exception("reconciliation of %s failed", world)
+        except UnknownWorld as exc:
+            report.outcome, report.error = "failed", str(exc)
+        except Exception as exc:  # noqa: BLE001 - a failed run is reported, not fatal
+            log.warning("reconciliation of %s failed: %s: %s", world, type(exc).__name__, exc)
+            log.debug("reconciliation of %s failed", world, exc_info=True)
             report.outcome, report.error = "failed", f"{type(exc).__name__}: {exc}"
         report.seconds = time.monotonic() - started
-        if not dry_run:
-            repaired = sum(1 for r in report.types.values() if r.repaired)
-            self.metrics.reconciled(
-                world,
-                report.outcome,
-                duration_s=report.seconds,
-                drift=report.drift,
-                repairs=repaired,
-            )
+        report.finished_at = time.time()
         return report
 
     def _run(self, world: str, control: dict[str, int], dry_run: bool) -> RunReport:
@@ -292,7 +182,10 @@ class Reconciler:
             if unknown and self.committer.find_batch_commit(branch, run_id, since=first_base):
                 break  # landed: the next run confirms it is consistent
             cat = self.committer.catalog(branch)
-            base = cat.begin()
+            try:
+                base = cat.begin()
+            except NessieNotFound:
+                raise UnknownWorld(f"world {world} has no branch ({branch})") from None
             first_base = first_base or base
             try:
                 return self._attempt(cat, world, base, control, dry_run, run_id)
@@ -330,18 +223,29 @@ class Reconciler:
         wanted = expected(derived)
 
         common = self.committer.load_or_create(cat, COMMON)
-        state = read_state(common, ["object_type_id", "object_pk", "version", "deleted", "event_id"])
+        state = read_state(common, PROJECTION_COLUMNS)
         projection: dict[Key, Row] = {}
+        texts: dict[Key, str | None] = {}  # properties of the row kept per key (content checks, carry-over)
         where: dict[Key, list[tuple[str, int]]] = {}
         if state.index is not None:
-            cols = ("object_type_id", "object_pk", "version", "deleted", "event_id", "_file", "_pos")
-            for t, pk, v, d, e, path, pos in zip(*(state.index.column(c).to_pylist() for c in cols), strict=True):
+            cols = (*PROJECTION_COLUMNS, "_file", "_pos")
+            columns = (state.index.column(c).to_pylist() for c in cols)
+            for t, pk, v, d, e, p, path, pos in zip(*columns, strict=True):
                 where.setdefault((t, pk), []).append((path, pos))
                 cur = projection.get((t, pk))
                 if cur is None or v > cur.version:
-                    projection[(t, pk)] = Row(v, d, e)
+                    projection[(t, pk)] = Row(v, d, e, None if d else digest(p))
+                    texts[(t, pk)] = p
                 if len(where[(t, pk)]) > 1:
                     projection[(t, pk)] = Row(-1, False, "")  # duplicate live rows: always rewrite
+        contents_differ: set[Key] = set()  # right writer, wrong properties
+        for k, want in wanted.items():
+            have = projection.get(k)
+            if have is not None and have != want and have.same_writer(want):
+                if contents_agree(texts.get(k), derived[k].get("after_properties")):
+                    projection[k] = want  # carried-over unchanged properties: not drift
+                else:
+                    contents_differ.add(k)
         reports, write, remove = compare(projection, wanted, control, self.settings.reconcile_threshold)
         report.types = reports
         if not (write or remove) or dry_run:
@@ -351,14 +255,22 @@ class Reconciler:
             return report
 
         evs = self._events(events, world, [derived[k]["event_id"] for k in sorted(write)]) if write else []
+        evs = [
+            _carry(ev, texts.get((ev.entity_type, ev.entity_pk)))
+            if (ev.entity_type, ev.entity_pk) in contents_differ
+            else ev
+            for ev in evs
+        ]
         schema = common.schema().as_arrow()
-        rows = projection_arrow(COMMON, evs, run_id, datetime.now(UTC), schema, contracts(common.metadata.properties))
+        rows_out = projection_arrow(
+            COMMON, evs, run_id, datetime.now(UTC), schema, contracts(common.metadata.properties)
+        )
         deletes: dict[str, list[int]] = {}
         for k in write | remove:
             for path, pos in where.get(k, ()):
                 deletes.setdefault(path, []).append(pos)
         tx = common.transaction()
-        stage_replacement(tx, common, rows, deletes, {PROP_BATCH: run_id})
+        stage_replacement(tx, common, rows_out, deletes, {PROP_BATCH: run_id})
         tx.commit_transaction()
         fixed = Counter(k[0] for k in write | remove)
         published = cat.publish(
@@ -377,10 +289,37 @@ class Reconciler:
         found: dict[str, ChangeEvent] = {}
         for i in range(0, len(event_ids), 1000):
             chunk = event_ids[i : i + 1000]
-            scan = events.scan(row_filter=In("event_id", chunk), selected_fields=EVENT_COLUMNS).to_arrow()
+            scan = events.scan(row_filter=In("event_id", chunk), selected_fields=EVENT_COLUMNS).to_arrow()  # type: ignore[call-arg,arg-type]
             for r in scan.to_pylist():
                 found.setdefault(r["event_id"], _event(world, r))
         return [found[e] for e in event_ids]
+
+
+def _carry(ev: ChangeEvent, current: str | None) -> ChangeEvent:
+    """A row rebuilt for its contents keeps the properties it has beyond its event's.
+
+    The committer carries properties an event names as unchanged over from the previous row, and
+    the log does not record which those were; the event's own properties take the log's values.
+    """
+    if not current or ev.change_type is ChangeType.DELETE:
+        return ev
+    old = orjson.loads(current)
+    if not isinstance(old, dict):
+        return ev
+    extra = {k: v for k, v in old.items() if k not in (ev.after or {})}
+    return replace(ev, after={**extra, **(ev.after or {})}) if extra else ev
+
+
+def record(metrics: Metrics, report: RunReport) -> None:
+    """Export one run (the coordinator records once, from the report)."""
+    metrics.reconciled(
+        report.world_id,
+        report.outcome,
+        duration_s=report.seconds,
+        drift=report.drift,
+        repairs=sum(1 for r in report.types.values() if r.repaired),
+        at=report.finished_at or None,
+    )
 
 
 async def read_control_counts(settings: Settings, timeout_s: float = 10.0) -> dict[str, dict[str, int]]:
@@ -416,6 +355,81 @@ async def read_control_counts(settings: Settings, timeout_s: float = 10.0) -> di
         await consumer.stop()
 
 
+# --- runs recorded in Redis, exported by every worker ----------------------------------------------
+
+
+def runs_key(settings: Settings) -> str:
+    """The Redis hash of a deployment's last run per world (``app_id`` keeps deployments apart)."""
+    return f"causeway:reconcile:{settings.app_id}:last"
+
+
+async def publish_runs(settings: Settings, reports: Iterable[RunReport], existing: Iterable[str] | None = None) -> None:
+    """Record non-dry runs in Redis (world → {at, outcome, drift}); drop worlds that no longer exist.
+
+    Raises redis errors: the caller decides whether a missing record is worth more than a warning.
+    """
+    import redis.asyncio as aioredis
+
+    entries = {
+        r.world_id: orjson.dumps({"at": r.finished_at or time.time(), "outcome": r.outcome, "drift": r.drift})
+        for r in reports
+        if not r.dry_run
+    }
+    client = aioredis.from_url(settings.redis_url)
+    try:
+        key = runs_key(settings)
+        if entries:
+            await client.hset(key, mapping=entries)  # type: ignore[misc,arg-type]
+        if existing is not None:
+            gone = {_text(k) for k in await client.hkeys(key)} - set(existing)  # type: ignore[misc]
+            if gone:
+                await client.hdel(key, *gone)  # type: ignore[misc]
+    finally:
+        await client.aclose()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def read_runs(settings: Settings) -> dict[str, dict[str, Any]]:
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(settings.redis_url)
+    try:
+        raw = await client.hgetall(runs_key(settings))  # type: ignore[misc]
+    finally:
+        await client.aclose()
+    out = {}
+    for world, value in raw.items():
+        try:
+            out[_text(world)] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            log.warning("reconciliation record of %r in Redis is unreadable; ignored", world)
+    return out
+
+
+def export_runs(metrics: Metrics, runs: Mapping[str, Mapping[str, Any]], exported: dict[str, float]) -> None:
+    """Set the staleness and drift gauges from recorded runs newer than what ``exported`` holds.
+
+    Label values go straight through ``world_label``: a world another process reconciled gets these
+    two series only, not the per-world event and commit series of a world this worker serves.
+    """
+    for world, run in runs.items():
+        at = run.get("at")
+        if not isinstance(at, int | float) or at <= exported.get(world, 0):
+            continue
+        w = world_label(world)
+        metrics.reconcile_last_run.labels(w).set(at)
+        for object_type, d in (run.get("drift") or {}).items():
+            if isinstance(d, int):
+                metrics.reconcile_drift.labels(w, object_type).set(abs(d))
+        exported[world] = at
+
+
+# --- running passes ---------------------------------------------------------------------------------
+
+
 async def reconcile(
     settings: Settings,
     worlds: Iterable[str] | None = None,
@@ -424,7 +438,10 @@ async def reconcile(
     reconciler: Reconciler | None = None,
     metrics: Metrics | None = None,
 ) -> list[RunReport]:
-    """One reconciliation pass over ``worlds`` (default: every world branch)."""
+    """One reconciliation pass over ``worlds`` (default: every world branch), in this process.
+
+    Metrics are recorded (unless ``dry_run``); Redis recording is the caller's (``publish_runs``).
+    """
     rec = reconciler or Reconciler(settings, metrics=metrics)
     counts = await read_control_counts(settings)
     targets = list(worlds) if worlds is not None else await asyncio.to_thread(rec.worlds)
@@ -434,19 +451,147 @@ async def reconcile(
     return reports
 
 
-def attach(app: Any, settings: Settings, metrics: Metrics | None = None) -> Reconciler | None:
-    """Run reconciliation every ``reconcile_interval_s`` inside a Faust worker (0 disables it)."""
-    if settings.reconcile_interval_s <= 0:
-        return None
-    rec = Reconciler(settings, metrics=metrics)
+_child: Reconciler | None = None
 
-    @app.task
-    async def reconcile_loop() -> None:
-        while not app.should_stop:
-            await asyncio.sleep(settings.reconcile_interval_s)
+
+def _check_in_child(
+    settings: Settings, world: str, control: Mapping[str, int], before: Callable[[str], None] | None
+) -> RunReport:
+    """Runs in the timer's child process: one Reconciler (and its file cache) per child."""
+    global _child
+    if _child is None or _child.settings != settings:
+        _child = Reconciler(settings)
+    if before is not None:
+        before(world)
+    return _child.check(world, control)
+
+
+class ReconcileTimer:
+    """The worker's reconciliation: a pass every ``reconcile_interval_s`` and the Redis read-back.
+
+    A pass covers the worlds ``Settings.reconcile_worlds`` selects; each world runs in a child
+    process (one at a time), because reading a world's log holds the GIL for long stretches (Arrow
+    → Python conversions) and would starve the worker's event loop, its web server included.
+    ``before_world`` runs in the child before each world (tests use it to simulate a slow world).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        served: Callable[[], Iterable[str]] = lambda: (),
+        *,
+        before_world: Callable[[str], None] | None = None,
+        readback_interval_s: float = 15.0,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.served = served
+        self.scope = WorldScope.parse(settings.reconcile_worlds)
+        self.before_world = before_world
+        self.readback_interval_s = readback_interval_s
+        self.naming = WorldNaming(settings.prod_world, settings.main_branch)
+        self._pool: ProcessPoolExecutor | None = None
+        self._client: SyncNessieClient | None = None
+        self._exported: dict[str, float] = {}
+        self._stopping = asyncio.Event()
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # spawn: a fork of a process running an event loop and threads is not safe.
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    async def targets(self) -> list[str]:
+        if self._client is None:
+            self._client = SyncNessieClient.from_settings(self.settings)
+        refs = await asyncio.to_thread(self._client.list_references)
+        return self.scope.select(world_ids(refs, self.naming), self.served())
+
+    async def run_pass(self) -> list[RunReport]:
+        """Reconcile every world in scope (each in the child process); record and publish the results."""
+        targets = await self.targets()
+        counts = await read_control_counts(self.settings) if targets else {}
+        loop = asyncio.get_running_loop()
+        reports = []
+        for world in targets:
+            if self._stopping.is_set():
+                break
+            report = await loop.run_in_executor(
+                self._executor(), _check_in_child, self.settings, world, counts.get(world, {}), self.before_world
+            )
+            record(self.metrics, report)
+            self._exported[world] = max(self._exported.get(world, 0), report.finished_at)
+            reports.append(report)
+        try:
+            await publish_runs(self.settings, reports)
+        except Exception as exc:  # noqa: BLE001 - the local metrics still hold the run
+            log.warning("reconciliation: could not record the pass in Redis: %s: %s", type(exc).__name__, exc)
+        return reports
+
+    async def readback(self) -> None:
+        """Export runs recorded in Redis (the CLI's, other workers') once."""
+        try:
+            export_runs(self.metrics, await read_runs(self.settings), self._exported)
+        except Exception as exc:  # noqa: BLE001 - metrics must never stop the worker
+            log.warning("reconciliation read-back failed: %s: %s", type(exc).__name__, exc)
+
+    async def run(self) -> None:
+        """Read back every ``readback_interval_s``; run a pass every ``reconcile_interval_s`` (if > 0)."""
+        interval = self.settings.reconcile_interval_s
+        next_pass = time.monotonic() + interval if interval > 0 else None
+        while not self._stopping.is_set():
+            await self.readback()
+            if next_pass is not None and time.monotonic() >= next_pass:
+                try:
+                    await self.run_pass()
+                except Exception as exc:  # noqa: BLE001 - the next interval tries again
+                    log.warning("reconciliation pass failed: %s: %s", type(exc).__name__, exc)
+                next_pass = time.monotonic() + interval
+            wait = (
+                self.readback_interval_s
+                if next_pass is None
+                else min(self.readback_interval_s, max(0.0, next_pass - time.monotonic()))
+            )
             try:
-                await reconcile(settings, reconciler=rec)
-            except Exception:  # noqa: BLE001 - the next interval tries again
-                log.exception("reconciliation pass failed")
+                await asyncio.wait_for(self._stopping.wait(), timeout=wait)
+            except TimeoutError:
+                pass
 
-    return rec
+    async def stop(self) -> None:
+        """Stop at once: a world being reconciled in the child is abandoned (its commit is atomic)."""
+        self._stopping.set()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            children = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in children:
+                if child.is_alive():
+                    child.terminate()
+            for child in children:
+                await asyncio.to_thread(child.join, 10)
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def attach(
+    app: Any, settings: Settings, metrics: Metrics | None = None, served: Callable[[], Iterable[str]] | None = None
+) -> ReconcileTimer:
+    """Run the reconciliation timer and the Redis read-back inside a Faust worker (started and stopped with it).
+
+    ``served`` returns the worlds the worker applied events for (the ``served`` scope term).
+    """
+    from mode import Service
+
+    timer = ReconcileTimer(settings, metrics or Metrics(), served or (lambda: ()))
+
+    class ReconcileService(Service):  # type: ignore[misc]
+        async def on_start(self) -> None:
+            self.add_future(timer.run())
+
+        async def on_stop(self) -> None:
+            await timer.stop()
+
+    app.add_dependency(ReconcileService())
+    return timer

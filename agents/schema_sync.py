@@ -31,7 +31,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -274,6 +274,7 @@ class _Revoke(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         log.info("schema sync assigned %d partitions", len(assigned))
+        await self._sync._reread_intelligence([tp for tp in assigned if tp.topic == self._sync.intelligence_topic])
 
 
 class SchemaSync(KafkaLoop):
@@ -294,7 +295,8 @@ class SchemaSync(KafkaLoop):
         self.metrics = metrics or Metrics()
         self.store = store or SchemaStore(settings)
         self.poll_timeout_ms = poll_timeout_ms
-        self.vectors: dict[str, VersionVector] = {}
+        self.vectors: dict[str, VersionVector] = {}  # worlds with a branch only
+        self._known: set[str] = set()
         self.results: list[SyncResult] = []  # recent results, newest last (bounded; for tests and /health)
         self._pending: dict[tuple[str, EntityKind, str], dict[int, list[_Held]]] = {}
         self._tracker = OffsetTracker()
@@ -306,6 +308,28 @@ class SchemaSync(KafkaLoop):
     @property
     def group_id(self) -> str:
         return f"{self.settings.app_id}-schema"
+
+    @property
+    def intelligence_topic(self) -> str:
+        return self.settings.schema_intelligence_topic
+
+    async def _reread_intelligence(self, tps: list[KafkaTP]) -> None:
+        """Read the acknowledgement topic from its start: the intelligence layer's entry is rebuilt on
+        every start (and rebalance) instead of waiting for its next acknowledgement."""
+        if tps and self._consumer is not None:
+            await self._consumer.seek_to_beginning(*tps)
+            log.info("schema sync: re-reading intelligence acknowledgements from the start of %s", tps)
+
+    async def _known_world(self, world: str | None) -> bool:
+        """Whether ``world`` has a branch; only such worlds get metric series (a typo must not leave one)."""
+        if not world or world == ALL_WORLDS:
+            return False
+        if world in self.vectors or world in self._known:
+            return True
+        if world in await asyncio.to_thread(self.store.worlds):
+            self._known.add(world)
+            return True
+        return False
 
     async def start(self) -> None:
         s = self.settings
@@ -387,13 +411,12 @@ class SchemaSync(KafkaLoop):
         if not self._tracker.consumed(tp, rec.offset):
             return
         if rec.topic == self.settings.schema_intelligence_topic:
-            self._intelligence(rec.value)
+            await self._intelligence(rec.value)
             self._tracker.done(tp, rec.offset)
             return
         change = decode_change(rec.value)
         if isinstance(change, Invalid):
-            await self._dead_letter(rec, change.reason, change.detail, change.event_id, change.world_id)
-            self.metrics.schema_change(change.world_id or "unknown", "refused", reason=change.reason)
+            await self._undecodable(rec, change)
             self._tracker.done(tp, rec.offset)
             return
         worlds = await asyncio.to_thread(self.store.worlds) if change.world_id == ALL_WORLDS else [change.world_id]
@@ -401,6 +424,27 @@ class SchemaSync(KafkaLoop):
         for world in sorted(worlds):
             await self._apply(held, world)
         self._settle(held)
+
+    async def _undecodable(self, rec: Any, invalid: Invalid) -> None:
+        """A change that did not decode is refused like any other: answer, dead letter, log, metric."""
+        world = invalid.world_id
+        known = await self._known_world(world)
+        world_version = self.vectors[world].versions()["data"] if known and world in self.vectors else 0
+        answer = StorageSchemaUpdated.undecodable(
+            rec.value, invalid, world_version=world_version, at_ms=int(time.time() * 1000)
+        )
+        if known and answer.world_id in self.vectors:  # the type's version on the branch, unchanged
+            answer = replace(
+                answer, version=self.vectors[answer.world_id].data.get(f"{answer.kind}:{answer.type_name}", 0)
+            )
+        log.warning(
+            "schema change %s@%d refused (%s): %s [change_id=%r world=%r]",
+            rec.topic, rec.offset, invalid.reason, invalid.detail, answer.change_id, answer.world_id,
+        )  # fmt: skip
+        await self._send_answer(answer, rec.key)
+        await self._dead_letter(rec, invalid.reason, invalid.detail, invalid.event_id, invalid.world_id)
+        label = invalid.world_id if known else None  # unknown worlds are counted as "unknown"
+        self.metrics.schema_change(label or "unknown", "refused", reason=invalid.reason)
 
     def _settle(self, held: _Held) -> None:
         if not held.remaining:
@@ -412,11 +456,22 @@ class SchemaSync(KafkaLoop):
         while queue:
             item, w = queue.pop(0)
             change = item.change.for_world(w)
+            result = await asyncio.to_thread(self.store.apply, change)
+            self._record(result)
+            if result.reason == "unknown-world":
+                # No branch: answer and dead-letter it, but leave no per-world series behind.
+                self._known.discard(w)
+                self.vectors.pop(w, None)
+                item.remaining.discard(w)
+                self.metrics.schema_change("unknown", "refused", reason=result.reason)
+                await self._answer(change, result, VersionVector(), None)
+                await self._dead_letter(item, result.reason, result.detail or "", change.change_id, w)
+                log.warning("schema change %s refused for %s: %s", change.change_id, w, result.detail)
+                self._settle(item)
+                continue
             vector = await self._vector(w)
             type_key = f"{change.kind.value}:{change.type_name}"
             vector.saw_control(type_key, change.version)
-            result = await asyncio.to_thread(self.store.apply, change)
-            self._record(result)
             if result.verdict != "refused":
                 vector.set_data(type_key, result.schema.version)
             self.metrics.schema_versions(w, vector.versions())  # type: ignore[arg-type]
@@ -445,14 +500,17 @@ class SchemaSync(KafkaLoop):
                 vector.set_data(f"{kind.value}:{name}", ts.version)
         return vector
 
-    def _intelligence(self, value: bytes | None) -> None:
+    async def _intelligence(self, value: bytes | None) -> None:
         try:
             doc = orjson.loads(value or b"")
             world, version = doc["world_id"], int(doc["version"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
             log.warning("schema sync: ignoring an unreadable intelligence acknowledgement")
             return
-        vector = self.vectors.setdefault(world, VersionVector())
+        if not isinstance(world, str) or not await self._known_world(world):
+            log.warning("schema sync: ignoring an intelligence acknowledgement for %r (no such world)", world)
+            return
+        vector = await self._vector(world)  # control and data from the branch at first sight
         vector.intelligence = max(vector.intelligence or 0, version)
         self.metrics.schema_versions(world, vector.versions())  # type: ignore[arg-type]
 
@@ -480,7 +538,13 @@ class SchemaSync(KafkaLoop):
             handled_at_ms=int(time.time() * 1000),
             lag_ms=None if lag_s is None else int(lag_s * 1000),
         )
-        await self._producer.send_and_wait(self.settings.schema_answer_topic, answer.encode(), key=answer.key)
+        await self._send_answer(answer)
+
+    async def _send_answer(self, answer: StorageSchemaUpdated, key: bytes | None = None) -> None:
+        if self._producer is None:
+            return
+        k = answer.key if answer.world_id and answer.kind and answer.type_name else key or answer.key
+        await self._producer.send_and_wait(self.settings.schema_answer_topic, answer.encode(), key=k)
 
     async def _dead_letter(self, rec: Any, reason: str, detail: str, change_id: str | None, world: str | None) -> None:
         if self._producer is None:

@@ -1,16 +1,18 @@
-"""The worker process: a Faust app whose agent feeds the change applier and acks what it settled.
+"""The worker process: a Faust app that runs the change intake and the applier as a service.
 
-Faust pitfalls handled here (see the field notes): ``take()`` acks a batch even when the body
-raised, so the agent uses ``noack_take`` and acks each event itself, only after its commit or dead
-letter, in offset order per partition (the applier returns them that way). ``stream_wait_empty`` is
-off, because a parked event is never acked until its cause arrives and must not stall a rebalance;
-on revocation the applier first commits what it released, then drops what is parked (the new owner
-re-reads it, and the branch's recorded offsets stop a second commit).
+The change topics are read by :class:`agents.intake.ChangeIntake`, an aiokafka ``getmany`` loop in
+the consumer group ``app_id`` that owns its offsets (commits only what the offset tracker says is
+settled, in order; drops records polled before a rebalance). Faust keeps the rest: the web server
+(/metrics, /health), the service tree and lifecycle, the timers (reconciliation) and the
+control-plane loops. Faust's own consumer joins the group ``<app_id>-faust`` (its leader topic
+only), so it never competes with the intake for the change topics. Why the change topics left
+Faust's per-message path: docs/architecture.md, "Intake by batches".
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import socket
@@ -19,8 +21,10 @@ from typing import Any
 import faust
 from aiohttp.web import json_response
 
-from agents.applier import Applier, RawRecord
+from agents.applier import Applier
 from agents.deadletters import DeadLetterPublisher
+from agents.intake import ChangeIntake
+from agents.intake import attach as attach_intake
 from agents.marks import AppliedMarks
 from models.worlds import WorldNaming
 from monitoring import discovery
@@ -28,15 +32,13 @@ from monitoring.metrics import Metrics, add_metrics_page
 from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
-from streams.app import change_topics, create_app
+from streams.app import create_app
 from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from worlds.manager import WorldManager
 
 log = logging.getLogger(__name__)
-
-TICK_SECONDS = 0.25
 
 
 class _Worlds:
@@ -59,99 +61,45 @@ class _Worlds:
 
 
 def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[faust.App, Applier]:
-    """The Faust app with the applier agent, its timer, rebalance hook and /health page."""
+    """The Faust app with the change intake and applier, the lag timer and the /health page."""
     metrics = metrics or Metrics()
-    app = create_app(settings)
+    # Faust's consumer group must differ from the intake's (``app_id``): the two would otherwise
+    # join one group with incompatible assignors.
+    app = create_app(settings.replace(app_id=f"{settings.app_id}-faust"))
     add_metrics_page(app, metrics)
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     applier = Applier(
         settings,
-        marks=AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings)),
+        marks=AppliedMarks.from_url(
+            settings.redis_url,
+            settings.dedupe_ttl_s,
+            read_legacy=settings.dedupe_read_legacy_marks,
+            **redis_options(settings),
+        ),
         committer=BatchCommitter(settings, on_retry=metrics.commit_retry),
         dead_letters=DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings)),
         worlds=_Worlds(settings),
         metrics=metrics,
         worker_id=worker_id,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
+        pipelined=True,
     )
-    if os.environ.get("CAUSEWAY_CDC_MAPPING"):
-        # CDC ingest runs in the same process when a mapping is configured; a bad mapping stops
-        # start-up with every problem listed (MappingError), before any record is read.
-        from agents.cdc import attach
-        from agents.cdc_mapping import mapping_from_env
+    if settings.cdc_mapping:
+        # CDC ingest runs in the same process when a mapping is configured, with the settings'
+        # CAUSEWAY_CDC_* options; a bad mapping stops start-up with every problem listed
+        # (MappingError), before any topic is created or record read.
+        from agents.cdc import attach, load_cdc_mapping
 
-        attach(app, settings, mapping_from_env(), metrics=metrics)
+        attach(app, settings, load_cdc_mapping(settings), metrics=metrics)
     # Schema sync (control-plane schema changes → Iceberg schema evolution per world branch) and the
     # periodic reconciliation run beside the applier, each with its own consumer group.
     from agents import reconcile, schema_sync
 
     schema_sync.attach(app, settings, metrics)
-    reconcile.attach(app, settings, metrics)
-    topic = change_topics(app, settings)
-    metrics.dead_letter_series(topic.topics)
-    streams: list[Any] = []
-
-    def current(event: Any) -> bool:
-        """Whether a Faust event was fetched in the consumer group's current generation.
-
-        A rebalance revokes every partition (eager protocol) and Faust then seeks each assigned
-        partition back to its committed offset, so records fetched before it come again. Copies
-        still buffered from the old generation are neither processed nor acked: acking them
-        would put acks above offsets the new generation has not settled (Faust's commit would
-        skip those), and processing them would feed the offset tracker a stale position.
-        """
-        generation = getattr(event.message, "generation_id", None)
-        return generation is None or generation == app.consumer_generation_id
-
-    async def ack(events: list[Any]) -> None:
-        if not streams:
-            return
-        stream = streams[0]
-        for event in events:
-            if current(event):
-                await stream.ack(event)
-
-    @app.agent(topic, name="apply-changes", concurrency=1)
-    async def apply_changes(stream: faust.StreamT) -> None:
-        streams[:] = [stream]
-        await applier.dlq.start()  # type: ignore[attr-defined]
-        async for events in stream.noack_take(settings.batch_max_events, within=settings.batch_max_seconds):
-            records = [
-                RawRecord(
-                    e.message.topic,
-                    e.message.partition,
-                    e.message.offset,
-                    e.message.key,
-                    e.message.value,
-                    list(e.message.headers or []),
-                    e,
-                )
-                for e in events
-                if current(e)
-            ]
-            await ack(await applier.process(records))
-            while applier.backpressure:
-                # The gate is full: stop taking input until causes arrive or waits expire.
-                await asyncio.sleep(TICK_SECONDS)
-                await ack(await applier.tick())
-
-    @app.task
-    async def tick_loop() -> None:
-        # A plain loop, not app.timer: a tick that flushes may take longer than the interval.
-        while not app.should_stop:
-            await asyncio.sleep(TICK_SECONDS)
-            await ack(await applier.tick())
-
-    @app.on_partitions_revoked.connect
-    async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
-        tps = [(tp.topic, tp.partition) for tp in revoked]
-        await ack(await applier.flush_all())
-        await applier.revoke(tps)
-
-    @app.on_partitions_assigned.connect
-    async def on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
-        applier.on_assigned()
+    reconcile.attach(app, settings, metrics, served=lambda: set(applier._known_worlds))  # noqa: SLF001
+    metrics.dead_letter_series([settings.objects_topic, settings.links_topic])
+    attach_intake(app, ChangeIntake(settings, applier, metrics))
 
     @app.page("/health")
     async def health(web: Any, request: Any) -> Any:
@@ -164,10 +112,19 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     return app, applier
 
 
+#: Generation-0 threshold of the cyclic garbage collector in a worker. The hot path allocates a
+#: few dicts and dataclasses per event and frees them by reference counting; with the default
+#: (700) the collector ran every few hundred events and scanned every live in-flight event: a
+#: cProfile replay of 50k small-profile records through the applier (services stubbed) took
+#: 45-50 us of CPU per event with the default and 34-35 with this (docs/benchmarks.md).
+GC_THRESHOLD = (100_000, 50, 100)
+
+
 def run_worker(settings: Settings) -> None:
     """Run one worker until stopped (SIGTERM/SIGINT); blocks."""
+    gc.set_threshold(*GC_THRESHOLD)
+    app, _ = build_worker(settings)  # first: validates the CDC mapping before any topic is created
     asyncio.run(ensure_topics(settings))
-    app, _ = build_worker(settings)
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
     # Lag is measured outside the worker (monitoring.lag_exporter); Prometheus finds this worker's
     # /metrics through the discovery file it holds while it runs.

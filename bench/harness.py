@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from bench import measure
+from bench import cdc_latency, measure
 from bench.contender import ContenderConfig, quantiles_summary
 from bench.procs import PYTHON, ROOT, GroupWatch, Sampler, service_pids, start_worker, stop, worker_env
 from bench.profiles import Profile
@@ -355,14 +355,23 @@ class Run:
                 b.started = time.monotonic()
                 b.cpu, _ = sampler.cpu_now()
                 if cdc:
-                    # CDC event ids are hashes of the source position: mapping an envelope to its commit
-                    # needs entity_events, not offsets. Not measured yet in this mode.
-                    self.log(f"[{name}] latency phase skipped with --debezium")
-                    latency_records = []
+                    # Envelopes are published; their events' change-topic offsets are found afterwards.
+                    lat_cdc = debezium_records(Workload(self.latency_params, latency_records), source)
+                    await ensure_topics(plan.settings, {t: p.partitions for t in {r.topic for r in lat_cdc}})
+                    starts = await cdc_latency.end_offsets(self.base.kafka_bootstrap, plan.topics, p.partitions)
+                    self.log(f"[{name}] latency phase: {len(lat_cdc)} Debezium envelopes at {p.latency_rate}/s")
+                    sent = await self._publish(plan, lat_cdc, rate=p.latency_rate)
+                    async with GroupWatch(
+                        self.base.kafka_bootstrap, f"{plan.group}-cdc", cdc_topics, p.partitions
+                    ) as cdc_watch:
+                        await cdc_watch.wait_drained(p.latency_drain_s, alive)
+                    b.ended, prog_b = await watch.wait_drained(p.latency_drain_s, alive)
+                    changes = await cdc_latency.read_changes(self.base.kafka_bootstrap, starts)
+                    paced = cdc_latency.latency_offsets(changes, cdc_latency.envelope_index(lat_cdc, sent))
                 else:
                     self.log(f"[{name}] latency phase: {len(latency_records)} records at {p.latency_rate}/s")
-                paced = await self._publish(plan, latency_records, rate=p.latency_rate) if latency_records else {}
-                b.ended, prog_b = await watch.wait_drained(p.latency_drain_s, alive)
+                    paced = await self._publish(plan, latency_records, rate=p.latency_rate)
+                    b.ended, prog_b = await watch.wait_drained(p.latency_drain_s, alive)
                 b.settled, b.lag = prog_b.done, prog_b.lag
                 b.cpu = sampler.cpu_now()[0] - b.cpu
                 metrics_texts = []
@@ -419,8 +428,8 @@ class Run:
             else:
                 latencies.append(max(0.0, seen - ts_ms / 1000))
         ingested = sum(size for key, (_, size) in {**preload, **paced}.items() if key in visible)
-        if not ingested and self.profile.debezium and not capped:
-            ingested = sum(size for _, size in preload.values())  # envelopes: every one was read
+        if self.profile.debezium and not capped:
+            ingested += sum(size for _, size in preload.values())  # envelopes: every one was read
         wh = measure.warehouse_sizes(measure.warehouse_path(plan.warehouse))
         catalog = NessieCatalog.from_settings(plan.settings, next(iter(plan.branches.values())), client=self.client)
         live = measure.live_bytes(catalog, plan.branches.values(), self.base.namespace, plan.tables)

@@ -20,8 +20,12 @@ def worker(settings: Settings, web_port: int | None) -> None:
     Example:
       causeway worker --web-port 6066
     """
+    from agents.cdc_mapping import MappingError
     from agents.worker import run_worker
 
     if web_port is not None:
         settings = settings.replace(web_port=web_port)
-    run_worker(settings)
+    try:
+        run_worker(settings)
+    except MappingError as exc:
+        raise click.ClickException(str(exc)) from None

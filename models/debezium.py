@@ -19,9 +19,11 @@ connect Decimal (base64 bytes + scale)     decimal string, plain notation, scale
 io.debezium.data.VariableScaleDecimal      decimal string, the record's own scale
 connect Date, io.debezium.time.Date        ``"YYYY-MM-DD"``
 connect Time, time.Time/MicroTime/NanoTime ``"HH:MM:SS.ffffff"`` (``24:00:00.000000`` is kept)
-connect Timestamp, time.Timestamp,         ``"YYYY-MM-DDTHH:MM:SS.ffffffZ"`` (UTC, microseconds;
-time.MicroTimestamp/NanoTimestamp          nanoseconds are truncated, as Iceberg stores micros)
-io.debezium.time.ZonedTimestamp (string)   same as Timestamp, converted to UTC
+connect Timestamp, time.Timestamp,         ``"YYYY-MM-DDTHH:MM:SS.ffffff"``: no zone (a ``timestamp
+time.MicroTimestamp/NanoTimestamp          without time zone``), microseconds (ns are truncated);
+                                           property type ``timestamp`` (Iceberg ``timestamp``)
+io.debezium.time.ZonedTimestamp (string)   the string as Debezium sent it, offset kept (checked);
+                                           property type ``timestamptz`` (Iceberg ``timestamptz``)
 bytes (no logical name), io.debezium.data  standard base64 string, as Debezium sent it (checked)
 .Bits
 io.debezium.data.Json                      the parsed JSON value (object, array, ...)
@@ -49,7 +51,7 @@ import decimal
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -57,7 +59,7 @@ import orjson
 
 UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH = datetime(1970, 1, 1)  # naive: Debezium's Timestamp types carry no zone
 _EPOCH_DATE = date(1970, 1, 1)
 _DAY_US = 86_400_000_000
 
@@ -637,49 +639,48 @@ def _time_ns(value: Any, schema: Mapping[str, Any]) -> str:
     return _time_of_day(_need_int(value, "(ns of day)") // 1000)
 
 
-def iso_utc_micros(epoch_us: int) -> str:
-    """``YYYY-MM-DDTHH:MM:SS.ffffffZ``; beyond year 1..9999 → ``"infinity"`` / ``"-infinity"``."""
+def iso_naive_micros(epoch_us: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS.ffffff`` with no zone; beyond year 1..9999 → ``"infinity"`` / ``"-infinity"``.
+
+    Debezium's ``Timestamp``/``MicroTimestamp``/``NanoTimestamp`` encode a ``timestamp without time
+    zone`` column: the wall-clock value counted from the epoch as if it were UTC. Writing it with a
+    ``Z`` would claim a zone the database never stored.
+    """
     try:
         dt = _EPOCH + timedelta(microseconds=epoch_us)
     except OverflowError:
         return "infinity" if epoch_us > 0 else "-infinity"
-    return _iso(dt)
-
-
-def _iso(dt: datetime) -> str:
     # strftime("%Y") does not zero-pad years below 1000 on every platform; format by hand.
     return (
-        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}.{dt.microsecond:06d}Z"
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}.{dt.microsecond:06d}"
     )
 
 
 def _ts_ms(value: Any, schema: Mapping[str, Any]) -> str:
-    return iso_utc_micros(_need_int(value, "(epoch ms)") * 1000)
+    return iso_naive_micros(_need_int(value, "(epoch ms)") * 1000)
 
 
 def _ts_us(value: Any, schema: Mapping[str, Any]) -> str:
-    return iso_utc_micros(_need_int(value, "(epoch µs)"))
+    return iso_naive_micros(_need_int(value, "(epoch µs)"))
 
 
 def _ts_ns(value: Any, schema: Mapping[str, Any]) -> str:
-    return iso_utc_micros(_need_int(value, "(epoch ns)") // 1000)
+    return iso_naive_micros(_need_int(value, "(epoch ns)") // 1000)
 
 
 def _zoned_ts(value: Any, schema: Mapping[str, Any]) -> str:
+    """A ``timestamp with time zone``: kept as Debezium sent it (with its ``Z`` or offset), checked."""
     if not isinstance(value, str):
         raise EnvelopeError("schema-mismatch", f"expected a ZonedTimestamp string, got {_t(value)}")
+    if value.lower() in ("infinity", "-infinity"):
+        return value.lower()
     try:
         dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        if value.lower() in ("infinity", "-infinity"):
-            return value.lower()
         raise EnvelopeError("schema-mismatch", f"not an ISO-8601 timestamp: {value[:40]!r}") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    try:
-        return _iso(dt.astimezone(UTC))
-    except OverflowError:
-        return "infinity" if dt.year > 1 else "-infinity"
+        raise EnvelopeError("schema-mismatch", f"a ZonedTimestamp without a zone or offset: {value[:40]!r}")
+    return value
 
 
 def _json(value: Any, schema: Mapping[str, Any]) -> Any:

@@ -20,13 +20,15 @@ Wire format of ``schema.updated`` (JSON object; Kafka key ``"<world_id>::<kind>:
 
     PID   a stable property id, never reused: [A-Za-z0-9][A-Za-z0-9_.:-]{0,63}
     NAME  [A-Za-z][A-Za-z0-9_]{0,62}, no "__", not ending in "_"
-    TYPE  string | int | long | float | double | boolean | decimal(P,S) | date | timestamp
+    TYPE  string | int | long | float | double | boolean | decimal(P,S) | date | timestamp | timestamptz
 
-Versions are per ``(world, kind, type)`` and consecutive: a change whose version is at most the
-applied one is a duplicate (a no-op), one more than the applied one is applied, anything higher
-waits for the gap to fill. Compatible changes only: widening is int→long, float→double and
-decimal(P,S)→decimal(P',S) with P' > P; anything else (narrowing, a type change, renaming onto
-a taken name, touching an unknown id) is *refused* with a stable reason code.
+Versions are per ``(world, kind, type)`` and consecutive: one more than the applied version is
+applied, anything higher waits for the gap to fill. ``change_id`` is the idempotency key: a
+change at or below the applied version is a duplicate (a no-op) if that version was applied by
+the same ``change_id``, and refused as ``version-conflict`` if another change holds it.
+Compatible changes only: widening is int→long, float→double and decimal(P,S)→decimal(P',S) with
+P' > P; anything else (narrowing, a type change, adding or renaming onto a name that is or was
+another property's, touching an unknown id) is *refused* with a stable reason code.
 
 A property ``name`` of type ``T`` is stored in the typed column ``p_<t>__<name>`` (lower-cased,
 see :func:`column_name`) of ``entity_common`` (objects) or ``entity_edge`` (links); the column is
@@ -73,7 +75,8 @@ class Primitive(StrEnum):
     BOOLEAN = "boolean"
     DECIMAL = "decimal"
     DATE = "date"
-    TIMESTAMP = "timestamp"
+    TIMESTAMP = "timestamp"  # without time zone (Iceberg timestamp): a wall-clock value
+    TIMESTAMPTZ = "timestamptz"  # with time zone (Iceberg timestamptz): an instant, stored as UTC
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +190,15 @@ class TypeSchema:
     type_name: str
     version: int = 0
     properties: tuple[Property, ...] = ()
+    # The change_id that brought the type to each version (index = version - 1); empty for
+    # contracts written before change ids were recorded (then a version is all we can compare).
+    change_ids: tuple[str, ...] = ()
+
+    def applied_by(self, version: int) -> str | None:
+        """The change_id that produced ``version``, if recorded ("" marks a version from before ids were kept)."""
+        if 1 <= version <= len(self.change_ids):
+            return self.change_ids[version - 1] or None
+        return None
 
     def by_id(self, pid: str) -> Property | None:
         return next((p for p in self.properties if p.id == pid), None)
@@ -201,6 +213,7 @@ class TypeSchema:
             "type_name": self.type_name,
             "version": self.version,
             "properties": [p.to_json() for p in self.properties],
+            "change_ids": list(self.change_ids),
         }
         return orjson.dumps(doc).decode()
 
@@ -208,7 +221,8 @@ class TypeSchema:
     def from_json(cls, text: str) -> TypeSchema:
         d = orjson.loads(text)
         props = tuple(Property.from_json(p) for p in d.get("properties", ()))
-        return cls(EntityKind(d["kind"]), d["type_name"], int(d["version"]), props)
+        ids = tuple(str(c) for c in d.get("change_ids") or ())
+        return cls(EntityKind(d["kind"]), d["type_name"], int(d["version"]), props, ids)
 
 
 # --- changes --------------------------------------------------------------------------------------
@@ -324,11 +338,25 @@ def column_doc(prop: Property) -> str:
 def decide(current: TypeSchema | None, change: SchemaChange) -> Decision:
     """Apply ``change`` to ``current`` (None: the type is new), or say why not; raises SchemaRefused.
 
-    Versions: ``<= current`` is a duplicate, ``current + 1`` applies, higher waits for the gap.
+    Versions: ``current + 1`` applies, higher waits for the gap; ``<= current`` is a duplicate when
+    the same ``change_id`` produced that version, else a ``version-conflict`` refusal.
     """
     cur = current or TypeSchema(change.kind, change.type_name)
     if change.version <= cur.version:
+        holder = cur.applied_by(change.version)
+        if holder is not None and holder != change.change_id:
+            raise SchemaRefused(
+                "version-conflict",
+                f"{change.kind.value} type {change.type_name} version {change.version} was applied by change "
+                f"{holder!r}, not {change.change_id[:80]!r}; send this change with version {cur.version + 1}",
+            )
         return Decision(Verdict.DUPLICATE, cur)
+    if change.change_id in cur.change_ids:
+        raise SchemaRefused(
+            "version-conflict",
+            f"change {change.change_id[:80]!r} was applied as version {cur.change_ids.index(change.change_id) + 1}"
+            f" of {change.type_name}; a change id cannot name another version ({change.version})",
+        )
     if change.version > cur.version + 1:
         return Decision(Verdict.WAIT, cur)
     props = list(cur.properties)
@@ -342,10 +370,19 @@ def decide(current: TypeSchema | None, change: SchemaChange) -> Decision:
         raise SchemaRefused("unknown-property", f"{change.kind.value} type {t} has no property with id {pid!r}")
 
     def name_taken(name: str, except_id: str | None = None) -> None:
+        # A former name stays reserved: events from producers on an older schema still carry it,
+        # and the committer fills a property's column from its earlier names too.
         low = name.lower()
         for p in props:
-            if p.id != except_id and (p.name.lower() == low):
+            if p.id == except_id:
+                continue
+            if p.name.lower() == low:
                 raise SchemaRefused("duplicate-name", f"{t} already has a property named {p.name!r} (id {p.id})")
+            if any(a.lower() == low for a in p.aliases):
+                raise SchemaRefused(
+                    "former-name",
+                    f"{name!r} was the name of {t} property {p.id} (now {p.name!r}); old events still carry it",
+                )
 
     for c in change.changes:
         if c.op is Op.ADD:
@@ -380,7 +417,9 @@ def decide(current: TypeSchema | None, change: SchemaChange) -> Decision:
                 raise SchemaRefused("already-deprecated", f"property {c.id!r} is already deprecated")
             props[i] = replace(props[i], deprecated=True)
             ops.append(DocColumn(props[i].column(t), column_doc(props[i])))
-    return Decision(Verdict.APPLY, replace(cur, version=change.version, properties=tuple(props)), tuple(ops))
+    ids = cur.change_ids if len(cur.change_ids) == cur.version else ("",) * cur.version
+    schema = replace(cur, version=change.version, properties=tuple(props), change_ids=(*ids, change.change_id))
+    return Decision(Verdict.APPLY, schema, tuple(ops))
 
 
 # --- decoding -------------------------------------------------------------------------------------
@@ -502,6 +541,41 @@ class StorageSchemaUpdated:
     @classmethod
     def decode(cls, value: bytes) -> StorageSchemaUpdated:
         return cls(**orjson.loads(value))
+
+    @classmethod
+    def undecodable(
+        cls, value: bytes | None, invalid: Invalid, *, world_version: int, at_ms: int
+    ) -> StorageSchemaUpdated:
+        """The ``refused`` answer to a change that did not decode: whatever fields could be read.
+
+        Unreadable fields are empty (``""``, version 0), so the control plane can still match the
+        answer to its change by ``change_id`` (or by key) and read ``reason``/``detail``.
+        """
+        try:
+            doc = orjson.loads(value or b"")
+        except orjson.JSONDecodeError:
+            doc = None
+        doc = doc if isinstance(doc, dict) else {}
+
+        def text(name: str) -> str:
+            v = doc.get(name)
+            return v[:MAX_ID_LEN] if isinstance(v, str) else ""
+
+        version = doc.get("version")
+        version = version if isinstance(version, int) and not isinstance(version, bool) else 0
+        return cls(
+            change_id=text("change_id"),
+            world_id=invalid.world_id or text("world_id"),
+            kind=text("kind"),
+            type_name=text("type_name"),
+            requested_version=version,
+            version=0,
+            world_version=world_version,
+            status="refused",
+            reason=invalid.reason,
+            detail=invalid.detail,
+            handled_at_ms=at_ms,
+        )
 
 
 @dataclass

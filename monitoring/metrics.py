@@ -193,6 +193,11 @@ class Metrics:
         self.batch_bytes = h(
             "causeway_batch_bytes", "Data-file bytes written by one committed world flush.", (), BYTES_BUCKETS
         )
+        self.values_unconverted = c(
+            "causeway_typed_values_unconverted_total",
+            "Property values that do not convert to their typed column: left null there, kept in the JSON.",
+            ("world",),
+        )
 
         # --- consistency -------------------------------------------------------------------------
         self.schema_version = g(
@@ -259,6 +264,29 @@ class Metrics:
         )
         self.merge_conflicts = c(
             "causeway_merge_conflicts_total", "Conflicting keys reported by world merges.", ("world",)
+        )
+
+        # --- CDC ingest (agents/cdc.py) ----------------------------------------------------------
+        self.cdc_skipped = c(
+            "causeway_cdc_records_skipped_total",
+            "Raw CDC records skipped with their offset committed, by kind: tombstone, heartbeat, "
+            "schema-change, transaction, message, unmapped.",
+            ("reason",),
+        )
+        self.cdc_events = c("causeway_cdc_events_produced_total", "Change events the CDC ingest produced.", ())
+        self.cdc_failures = c(
+            "causeway_cdc_failures_total",
+            "CDC ingest failures by kind: produce (batch re-read), event-too-large (record dead-lettered), "
+            "broker-refused (batch produced again one by one), commit (offset commit lost to a rebalance).",
+            ("reason",),
+        )
+        self.cdc_last_commit = g(
+            "causeway_cdc_last_commit_timestamp_seconds", "Unix time of the CDC ingest's last offset commit.", ()
+        )
+        self.cdc_waiting = g(
+            "causeway_cdc_waiting_messages",
+            "Raw CDC records on the ingest's partitions not yet committed (high watermark minus committed offset).",
+            (),
         )
 
         # --- dependencies ------------------------------------------------------------------------
@@ -342,6 +370,21 @@ class Metrics:
         self.dead_letters.labels(topic, r).inc(n)
         self.events.labels(self._world(world), "dead_lettered", r).inc(n)
 
+    def cdc_batch(
+        self, *, skipped: Mapping[str, int], events: int, failures: Mapping[str, int], committed_at: float | None
+    ) -> None:
+        """One CDC ingest batch: skipped records by kind, events produced, failures, commit time."""
+        for kind, n in skipped.items():
+            self.cdc_skipped.labels(reason_label(kind)).inc(n)
+        self.cdc_events.inc(events)
+        for kind, n in failures.items():
+            self.cdc_failures.labels(reason_label(kind)).inc(n)
+        if committed_at is not None:
+            self.cdc_last_commit.set(committed_at)
+
+    def cdc_waiting_records(self, n: int) -> None:
+        self.cdc_waiting.set(n)
+
     def set_parked(self, world: str, count: int) -> None:
         self.parked.labels(self._world(world)).set(count)
 
@@ -365,6 +408,7 @@ class Metrics:
         occurred_at: Iterable[float] = (),
         at: float | None = None,
         outcome: Literal["committed", "already_committed"] = "committed",
+        unconverted: int = 0,
     ) -> None:
         """A world flush reached its branch: outcome, duration, batch size, freshness and e2e latency.
 
@@ -380,6 +424,8 @@ class Metrics:
         self.batch_rows.observe(rows)
         self.batch_bytes.observe(nbytes)
         self.last_commit.labels(w).set(now)
+        if unconverted:
+            self.values_unconverted.labels(w).inc(unconverted)
         latency = self.e2e_latency.labels(w)
         for t in occurred_at:
             latency.observe(max(0.0, now - t))

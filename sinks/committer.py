@@ -87,6 +87,7 @@ import asyncio
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -149,9 +150,10 @@ class Batch:
     def from_sources(
         cls, world_id: str, batch_id: str, items: Sequence[tuple[ChangeEvent, Source]], **kw: object
     ) -> Batch:
-        offsets: dict[TopicPartition, OffsetSet] = {}
+        by_tp: dict[TopicPartition, list[int]] = {}
         for _, src in items:
-            offsets.setdefault(src.tp, OffsetSet()).add(src.offset)
+            by_tp.setdefault(src.tp, []).append(src.offset)
+        offsets = {tp: OffsetSet.of(offs) for tp, offs in by_tp.items()}  # ranges, not one insert per offset
         return cls(world_id, batch_id, [e for e, _ in items], offsets, [s for _, s in items], **kw)  # type: ignore[arg-type]
 
 
@@ -167,6 +169,7 @@ class FlushStats:
     bytes_written: int = 0  # every new data + delete file
     bytes_rewritten: int = 0  # bytes of new files that carry already-stored rows (compaction, merge)
     bytes_read: int = 0  # files read to decide (index) or to compact
+    values_unconverted: int = 0  # property values left null in their typed column (kept in the JSON)
 
 
 @dataclass(frozen=True)
@@ -497,6 +500,7 @@ class BatchCommitter:
 
         # Typed columns follow the table's schema *at this head* (schema sync may have evolved it
         # since the last attempt) and the contracts recorded with it.
+        unconverted: Counter[str] = Counter()
         rows = projection_arrow(
             tdef,
             list(plan.rows.values()),
@@ -504,7 +508,9 @@ class BatchCommitter:
             now,
             table.schema().as_arrow(),
             contracts(table.metadata.properties),
+            unconverted,
         )
+        stats.values_unconverted = sum(unconverted.values())
         stats.rows_written = rows.num_rows
         to_remove, carried = self._compact(table, state, new_deletes, stats)
         parts = [rows] + carried

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -86,6 +87,7 @@ def projection_arrow(
     now: datetime,
     schema: pa.Schema | None = None,
     types: Mapping[str, TypeSchema] | None = None,
+    unconverted: Counter[str] | None = None,
 ) -> pa.Table:
     """The rows a plan writes: one per key, a tombstone for a DELETE.
 
@@ -113,7 +115,7 @@ def projection_arrow(
     if tdef is EDGE:
         cols["from_pk"] = [e.from_pk for e in events]
         cols["to_pk"] = [e.to_pk for e in events]
-    cols.update(typed_columns(schema, types or {}, events, deleted))
+    cols.update(typed_columns(schema, types or {}, events, deleted, unconverted))
     for name in schema.names:  # typed columns of properties no event here carries
         if name not in cols:
             cols[name] = pa.nulls(n, schema.field(name).type)
@@ -121,9 +123,16 @@ def projection_arrow(
 
 
 def typed_columns(
-    schema: pa.Schema, types: Mapping[str, TypeSchema], events: Sequence[ChangeEvent], deleted: Sequence[bool]
+    schema: pa.Schema,
+    types: Mapping[str, TypeSchema],
+    events: Sequence[ChangeEvent],
+    deleted: Sequence[bool],
+    unconverted: Counter[str] | None = None,
 ) -> dict[str, pa.Array]:
-    """The typed property columns of ``events`` that exist in ``schema`` (others are left out)."""
+    """The typed property columns of ``events`` that exist in ``schema`` (others are left out).
+
+    ``unconverted`` (if given) counts, per column, values present but left null (see ``coerce``).
+    """
     present = set(schema.names)
     wanted: dict[str, list[Any]] = {}
     n = len(events)
@@ -138,6 +147,8 @@ def typed_columns(
             value = property_value(ev.after, prop)
             if value is not None:
                 wanted.setdefault(col, [None] * n)[i] = value
+            elif unconverted is not None and _carried(ev.after, prop) is not None:
+                unconverted[col] += 1
     return {col: pa.array(values, schema.field(col).type) for col, values in wanted.items()}
 
 
@@ -147,9 +158,14 @@ def property_value(after: Mapping[str, Any], prop: Property) -> Any:
     A value that does not convert (a string in an int property, say) stays only in the JSON column;
     the typed column is null for that row.
     """
+    return coerce(_carried(after, prop), prop.type)
+
+
+def _carried(after: Mapping[str, Any], prop: Property) -> Any:
+    """The raw value of ``prop`` in the event (current name, then earlier names), or None."""
     for name in (prop.name, *prop.aliases):
         if name in after:
-            return coerce(after[name], prop.type)
+            return after[name]
     return None
 
 
@@ -182,16 +198,27 @@ def coerce(value: Any, t: PropType) -> Any:
         if p is Primitive.DECIMAL:
             if not isinstance(value, int | float | str):
                 return None
-            d = Decimal(str(value)).quantize(Decimal(1).scaleb(-t.scale))
+            exact = Decimal(str(value))
+            d = exact.quantize(Decimal(1).scaleb(-t.scale))
+            if d != exact:
+                return None  # more fractional digits than the scale: never round silently
             return d if len(d.as_tuple().digits) <= t.precision else None
         if p is Primitive.DATE:
             return date.fromisoformat(value[:10]) if isinstance(value, str) else None
-        if p is Primitive.TIMESTAMP:
+        if p is Primitive.TIMESTAMPTZ:
             if isinstance(value, int):
                 return datetime.fromtimestamp(value / 1000, UTC)
             if isinstance(value, str):
                 dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
                 return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+            return None
+        if p is Primitive.TIMESTAMP:
+            # Without a zone: the wall-clock value as written; an instant is taken at UTC.
+            if isinstance(value, int):
+                return datetime.fromtimestamp(value / 1000, UTC).replace(tzinfo=None)
+            if isinstance(value, str):
+                dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+                return dt.astimezone(UTC).replace(tzinfo=None) if dt.tzinfo else dt
             return None
     except (ValueError, InvalidOperation, OverflowError, OSError):
         return None

@@ -39,6 +39,7 @@ from pyiceberg.types import (
     LongType,
     NestedField,
     StringType,
+    TimestampType,
     TimestamptzType,
 )
 
@@ -169,7 +170,7 @@ def projection_for(kind: EntityKind) -> TableDef:
 
 
 def iceberg_type(t: PropType) -> IcebergType:
-    """The Iceberg type of a property type (timestamps are stored as ``timestamptz``, UTC)."""
+    """The Iceberg type of a property type (``timestamp`` has no zone; ``timestamptz`` is UTC)."""
     simple: dict[Primitive, IcebergType] = {
         Primitive.STRING: StringType(),
         Primitive.INT: IntegerType(),
@@ -178,7 +179,8 @@ def iceberg_type(t: PropType) -> IcebergType:
         Primitive.DOUBLE: DoubleType(),
         Primitive.BOOLEAN: BooleanType(),
         Primitive.DATE: DateType(),
-        Primitive.TIMESTAMP: TimestamptzType(),
+        Primitive.TIMESTAMP: TimestampType(),
+        Primitive.TIMESTAMPTZ: TimestamptzType(),
     }
     if t.primitive is Primitive.DECIMAL:
         return DecimalType(t.precision, t.scale)

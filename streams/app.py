@@ -7,6 +7,8 @@ letter with a reason instead of a Faust deserialisation crash.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import faust
 from prometheus_client import CollectorRegistry
 
@@ -16,11 +18,13 @@ from streams.settings import Settings
 
 def create_app(settings: Settings, registry: CollectorRegistry | None = None) -> faust.App:
     """A Faust app configured from settings; serves ``registry`` plus Faust's sensors on /metrics."""
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)  # Faust creates only the last level
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{hp.strip()}" for hp in settings.kafka_bootstrap.split(",")],
         broker_credentials=faust_broker_credentials(settings),
         store="memory://",
+        datadir=f"{settings.data_dir}/{settings.app_id}-data",  # Faust's own default is the working directory
         web_host="127.0.0.1",
         web_bind=settings.web_bind,
         web_port=settings.web_port,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -127,14 +128,29 @@ class Settings:
     )
     commit_author: str = _opt("causeway", "Author recorded on every Nessie commit.")
     # --- processing ------------------------------------------------------------------------------
-    app_id: str = _opt("causeway", "Faust app id; also the Kafka consumer group id.")
+    app_id: str = _opt("causeway", "Consumer group of the change topics; Faust's app id is <app_id>-faust.")
+    data_dir: str = _opt(
+        "./.causeway/run/data",
+        "Directory for the worker's local state (Faust's `<app_id>-data` folder); relative to the working directory.",
+    )
     objects_topic: str = _opt("onto.changes.objects", "Object change events topic.")
     links_topic: str = _opt("onto.changes.links", "Link change events topic.")
     dlq_topic: str = _opt("causeway.dlq", "Dead-letter topic; headers carry the reason and origin.")
     topic_partitions: int = _opt(4, "Partitions for topics causeway creates.")
     batch_max_events: int = _opt(10_000, "Flush a world when this many events are buffered.")
     batch_max_seconds: float = _opt(1.0, "Flush at the latest this long after the first buffered event.")
+    batch_flush_when_idle: bool = _opt(
+        True,
+        "Flush buffered batches as soon as the intake catches up (a poll returns fewer than "
+        "batch_max_events records) instead of waiting for batch_max_seconds. Low latency at low rates; "
+        "at high rates a world's batch still grows while its previous commit is in flight.",
+    )
     dedupe_ttl_s: int = _opt(7 * 24 * 3600, "How long an applied event id is remembered in Redis.")
+    dedupe_read_legacy_marks: bool = _opt(
+        True,
+        "Also read marks of the key format before the world hash tag (causeway:applied:<world>:<id>). "
+        "Turn off once dedupe_ttl_s has passed since upgrading, and on Redis Cluster (those keys span slots).",
+    )
     causal_timeout_s: float = _opt(300.0, "A parked event waits this long for its cause, then dead-letters.")
     max_parked: int = _opt(100_000, "Parked events held in memory before the worker applies backpressure.")
     max_event_bytes: int = _opt(1_048_576, "Larger payloads are dead-lettered as oversized.")
@@ -169,6 +185,40 @@ class Settings:
         0,
         "Repair a type when a count differs by more than this (control, projection, event log). 0 repairs "
         "any drift; higher tolerates in-flight events between the control count and the branch.",
+    )
+    reconcile_worlds: str = _opt(
+        "served",
+        "Which worlds the reconciliation timer (and `causeway reconcile` without --world) covers: comma-separated "
+        "world ids or glob patterns (`team-a-*`, `*` = every branch in Nessie), and `served` = the worlds this "
+        "worker has applied events for since it started (the CLI has none). Bounds the reconciliation series too.",
+    )
+    # --- CDC ingest (agents/cdc.py, docs/cdc.md) --------------------------------------------------
+    cdc_mapping: str = _opt(
+        "",
+        "CDC mapping: a YAML/JSON file path or the JSON itself. Set, the worker also runs the Debezium "
+        "ingest; empty, it does not.",
+    )
+    cdc_pattern: str = _opt(
+        r"^cdc\.raw\..*",
+        "Regex of the raw Debezium topics the ingest subscribes. On a shared broker narrow it to your "
+        r"sources (^cdc\.raw\.erp\..*): every matching topic without a mapping is dead-lettered.",
+    )
+    cdc_group_id: str = _opt("", "Consumer group of the CDC ingest; empty means the app id + '-cdc'.")
+    cdc_metadata_max_age_ms: int = _opt(
+        5_000, "A cdc.raw.* topic created after start-up is picked up within this time (Kafka's default: 5 min)."
+    )
+    cdc_max_records: int = _opt(5_000, "Raw records per ingest batch (one produce round and one offset commit).")
+    cdc_poll_timeout_ms: int = _opt(500, "How long the ingest's poll waits when there is nothing to read.")
+    cdc_linger_ms: int = _opt(5, "Producer batching delay of the ingest; higher batches more, adds latency.")
+    cdc_dlq_max_value_bytes: int = _opt(
+        900_000,
+        "A rejected raw value larger than this is dead-lettered without its bytes (headers say where to "
+        "re-read it); keeps dead letters under the DLQ topic's size limit.",
+    )
+    cdc_retry_backoff_s: float = _opt(1.0, "Pause before the ingest re-reads a batch whose produce failed.")
+    cdc_ensure_topics: bool = _opt(True, "The ingest creates the change and DLQ topics if missing.")
+    cdc_log_interval_s: float = _opt(
+        60.0, "The ingest logs its skipped / rejected / failed counters at most this often (0: never)."
     )
     # --- observability ---------------------------------------------------------------------------
     web_port: int = _opt(6066, "Worker HTTP port: /metrics and /health.")
@@ -231,9 +281,13 @@ class Settings:
             )
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise SettingsError(f"{env_name('redis_url')}={self.redis_url}: use redis://, rediss:// or unix://")
-        for name in ("batch_max_events", "topic_partitions", "max_parked", "commit_retries"):
+        for name in ("batch_max_events", "topic_partitions", "max_parked", "commit_retries", "cdc_max_records"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
+        try:
+            re.compile(self.cdc_pattern)
+        except re.error as exc:
+            raise SettingsError(f"{env_name('cdc_pattern')}={self.cdc_pattern!r} is not a valid regex: {exc}") from None
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)

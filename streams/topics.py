@@ -13,9 +13,25 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 
+# Room for key, headers and record framing above the largest value causeway writes to a topic.
+MESSAGE_HEADROOM_BYTES = 65_536
+
+
+def message_bytes_needed(settings: Settings) -> dict[str, int]:
+    """``max.message.bytes`` each topic causeway writes needs: its largest value plus headroom.
+
+    Change topics carry events up to ``max_event_bytes``; the DLQ carries raw values up to the larger
+    of that and the CDC ingest's ``cdc_dlq_max_value_bytes``.
+    """
+    change = settings.max_event_bytes + MESSAGE_HEADROOM_BYTES
+    dlq = max(settings.max_event_bytes, settings.cdc_dlq_max_value_bytes) + MESSAGE_HEADROOM_BYTES
+    return {settings.objects_topic: change, settings.links_topic: change, settings.dlq_topic: dlq}
+
+
 async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None) -> list[str]:
     """Create missing topics (change topics with ``topic_partitions``, the DLQ with one partition).
 
+    The change and DLQ topics get a ``max.message.bytes`` that fits ``message_bytes_needed``.
     Returns the names it created. Existing topics are left as they are, whatever their partitions.
     """
     wanted = {
@@ -28,7 +44,12 @@ async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        missing = [NewTopic(name, n, 1) for name, n in wanted.items() if name not in existing]
+        sizes = message_bytes_needed(settings)
+        missing = [
+            NewTopic(name, n, 1, topic_configs={"max.message.bytes": str(sizes[name])} if name in sizes else None)
+            for name, n in wanted.items()
+            if name not in existing
+        ]
         if missing:
             try:
                 await admin.create_topics(missing)

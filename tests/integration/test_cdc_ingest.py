@@ -21,13 +21,17 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.partitioner import DefaultPartitioner
 
-from agents.cdc import CdcIngest, IngestOptions, attach
+from agents.cdc import CdcIngest, IngestOptions, attach, topic_limits
 from agents.cdc_mapping import Converted, Position, convert, load_mapping
+from agents.cdc_plan import TOO_LARGE
 from models.deadletter import DeadLetter
 from streams.app import create_app
 from streams.settings import Settings
+from streams.topics import MESSAGE_HEADROOM_BYTES, ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -107,11 +111,21 @@ class Env:
         self.mapping = load_mapping(self.mapping_doc)
         self.options = IngestOptions(pattern=rf"^cdc\.raw\.{unique}\..*", metadata_max_age_ms=1000, poll_timeout_ms=200)
 
-    async def create_topic(self, name: str, partitions: int) -> None:
+    async def create_topic(self, name: str, partitions: int, max_message_bytes: int | None = None) -> None:
+        configs = {"max.message.bytes": str(max_message_bytes)} if max_message_bytes else None
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         await admin.start()
         try:
-            await admin.create_topics([NewTopic(name, partitions, 1)])
+            await admin.create_topics([NewTopic(name, partitions, 1, topic_configs=configs)])
+        finally:
+            await admin.close()
+
+    async def set_max_message_bytes(self, topic: str, size: int) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            res = ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": str(size)})
+            await admin.alter_configs([res])
         finally:
             await admin.close()
 
@@ -217,7 +231,7 @@ async def test_topics_created_after_start_are_ingested_with_keys_and_partitions(
     assert created["after_properties"] == {
         "id": 0,
         "amount": "10.00",
-        "placed": "2026-01-15T10:00:00.000001Z",
+        "placed": "2026-01-15T10:00:00.000001",  # a timestamp without time zone: no Z
     }
     assert created["version"] == 1000 and created["occurred_at"] == TS and created["object_type"] == "Order"
     assert by_key["1"][1]["after_properties"]["amount"] == "12.34"
@@ -412,3 +426,230 @@ async def test_attached_to_the_faust_worker_app_it_starts_and_stops_with_it(env:
         await app.stop()
     assert got.key == b"prod::5"
     assert ingest.stats.events == 1
+
+
+# --- sizes: a record the change topic cannot take never wedges the loop ------------------------------
+
+
+def fat_order(id_: int, lsn: int, note_bytes: int) -> tuple[bytes, bytes]:
+    """A payload-only order with a ``note`` column of ``note_bytes`` characters."""
+    payload = {"before": None, "after": {"id": id_, "note": "n" * note_bytes}, "source": source("orders", lsn),
+               "op": "c", "ts_ms": TS}  # fmt: skip
+    return orjson.dumps({"id": id_}), orjson.dumps(payload)
+
+
+async def test_an_event_too_large_for_an_existing_change_topic_is_dead_lettered_and_the_loop_goes_on(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The change topic exists already, with a limit below what CAUSEWAY_MAX_EVENT_BYTES (20 000) needs.
+    await env.create_topic(env.settings.objects_topic, 1, max_message_bytes=6_000)
+    topic = f"{env.raw}.orders"
+    await env.create_topic(topic, 1)
+    with caplog.at_level("WARNING", logger="agents.cdc"):
+        ingest, task = await running(env)
+    try:
+        assert any(
+            f"topic {env.settings.objects_topic} has max.message.bytes=6000" in r.getMessage() for r in caplog.records
+        ), "start-up must warn about a change topic too small for CAUSEWAY_MAX_EVENT_BYTES"
+        await env.publish(topic, [fat_order(1, 100, 10), fat_order(2, 101, 9_000), fat_order(3, 102, 10)])
+        (letter_rec,) = await env.read(env.settings.dlq_topic, 1)
+        events = await env.read(env.settings.objects_topic, 2)
+        await env.publish(topic, [fat_order(4, 103, 10)])  # the loop goes on
+        events = await env.read(env.settings.objects_topic, 3)
+    finally:
+        await halt(ingest, task)
+    letter = DeadLetter.from_record(letter_rec.key, letter_rec.value, letter_rec.headers)
+    assert (letter.reason, letter.topic, letter.offset, letter.world_id) == (TOO_LARGE, topic, 1, "prod")
+    assert letter.value is not None and orjson.loads(letter.value)["after"]["id"] == 2  # the raw record, unchanged
+    assert [orjson.loads(r.value)["object_pk"] for r in events] == ["1", "3", "4"]
+    assert ingest.stats.too_large == 1 and ingest.stats.produce_failures == 0
+    await _assert_committed(env, ingest.group_id, {topic: 4})
+    status = ingest.status()
+    assert status.last_commit_at is not None and status.last_failure is None
+
+
+async def test_a_limit_lowered_after_start_is_survived_record_by_record(env: Env) -> None:
+    """The broker refuses a batch the ingest thought fit: produced again one by one, the refused one dead-lettered."""
+    topic = f"{env.raw}.orders"
+    await env.create_topic(topic, 1)
+    ingest, task = await running(env)  # creates the change topics with a fitting limit, and reads it
+    try:
+        assert ingest.limits[env.settings.objects_topic] >= env.settings.max_event_bytes
+        await env.set_max_message_bytes(env.settings.objects_topic, 6_000)
+        small = [fat_order(1, 100, 10), fat_order(3, 102, 10), fat_order(4, 103, 10)]
+        await env.publish(topic, [small[0], fat_order(2, 101, 9_000), small[1]])
+        (letter_rec,) = await env.read(env.settings.dlq_topic, 1)
+        await env.publish(topic, [small[2]])  # the loop goes on
+        ids = {_event_id(env, topic, value) for _, value in small}
+        seen = await env.collect(env.settings.objects_topic, ids, within_s=60)
+    finally:
+        await halt(ingest, task)
+    letter = DeadLetter.from_record(letter_rec.key, letter_rec.value, letter_rec.headers)
+    assert (letter.reason, letter.offset) == (TOO_LARGE, 1)
+    assert set(seen) == ids  # every small one, the refused one only as a dead letter
+    assert all(v == vs[0] for vs in seen.values() for v in vs)  # a copy produced again is byte-identical
+    assert ingest.stats.too_large == 1 and ingest.stats.refused_batches == 1
+    assert ingest.limits[env.settings.objects_topic] == 6_000  # re-read after the refusal
+    await _assert_committed(env, ingest.group_id, {topic: 4})
+
+
+def _event_id(env: Env, topic: str, value: bytes) -> str:
+    result = convert(value, env.mapping, Position(topic, 0, 0), env.settings.max_event_bytes)
+    assert isinstance(result, Converted)
+    return result.events[0].event.event_id
+
+
+async def test_change_topics_causeway_creates_take_events_up_to_max_event_bytes(env: Env) -> None:
+    settings = env.settings.replace(max_event_bytes=1_500_000)
+    created = await ensure_topics(settings)
+    assert set(created) >= {settings.objects_topic, settings.dlq_topic}
+    limits = await topic_limits(env.bootstrap, [settings.objects_topic, settings.links_topic, settings.dlq_topic])
+    assert limits[settings.objects_topic] == 1_500_000 + MESSAGE_HEADROOM_BYTES
+    assert limits[settings.dlq_topic] >= 1_500_000 + MESSAGE_HEADROOM_BYTES
+
+    # End to end: a 1.2 MB row (over the broker's 1 MiB default) becomes a 1.2 MB event on that topic.
+    topic = f"{env.raw}.orders"
+    await env.create_topic(topic, 1, max_message_bytes=2_000_000)
+    ingest = CdcIngest(settings, env.mapping, env.options)
+    await ingest.start()
+    task = asyncio.create_task(ingest.run())
+    try:
+        producer = AIOKafkaProducer(bootstrap_servers=env.bootstrap, acks="all", max_request_size=2_000_000)
+        await producer.start()
+        try:
+            key, value = fat_order(1, 100, 1_200_000)
+            await producer.send_and_wait(topic, value, key=key)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            settings.objects_topic, bootstrap_servers=env.bootstrap, auto_offset_reset="earliest",
+            fetch_max_bytes=4_000_000, max_partition_fetch_bytes=4_000_000,
+        )  # fmt: skip
+        await consumer.start()
+        try:
+            got = await asyncio.wait_for(consumer.getone(), 60)
+        finally:
+            await consumer.stop()
+    finally:
+        await halt(ingest, task)
+    assert len(got.value) > 1_200_000 and orjson.loads(got.value)["object_pk"] == "1"
+    assert ingest.stats.too_large == 0
+
+
+async def test_worker_with_a_bad_mapping_prints_the_problems_and_creates_no_topic(env: Env) -> None:
+    proc_env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "CAUSEWAY_OBJECTS_TOPIC": env.settings.objects_topic,
+        "CAUSEWAY_LINKS_TOPIC": env.settings.links_topic,
+        "CAUSEWAY_DLQ_TOPIC": env.settings.dlq_topic,
+        "CAUSEWAY_APP_ID": env.settings.app_id,
+        "CAUSEWAY_CDC_MAPPING": orjson.dumps({"tables": [{"topic": "orders", "world": "prod"}]}).decode(),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", "worker", "--web-port", str(_free_port()),
+        env=proc_env, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    text = (out + err).decode()
+    assert proc.returncode not in (0, None), text
+    assert "Traceback" not in text
+    assert "tables[0].topic: 'orders' must be a topic name starting with 'cdc.raw.'" in text
+    assert "tables[0]: give exactly one of 'object_type' or 'link'" in text
+    admin = AIOKafkaAdminClient(bootstrap_servers=env.bootstrap)
+    await admin.start()
+    try:
+        topics = set(await admin.list_topics())
+    finally:
+        await admin.close()
+    assert not {env.settings.objects_topic, env.settings.links_topic, env.settings.dlq_topic} & topics
+
+
+async def _until(condition: Any, within_s: float = 60.0) -> None:
+    for _ in range(int(within_s / 0.2)):
+        if condition():
+            return
+        await asyncio.sleep(0.2)
+
+
+async def test_status_shows_records_waiting_while_produce_fails_and_clears_after(env: Env) -> None:
+    """What a health check reads: waiting records and no commit while the produce fails, then recovery."""
+    topic = f"{env.raw}.orders"
+    await env.create_topic(topic, 1)
+    options = IngestOptions(**{**env.options.__dict__, "retry_backoff_s": 0.2})
+    ingest = CdcIngest(env.settings, env.mapping, options)
+    await ingest.start()
+    real_produce = ingest._produce
+    failing = True
+
+    async def produce(producer: Any, outgoing: Any) -> None:
+        if failing:
+            raise KafkaConnectionError("injected: broker unreachable")
+        await real_produce(producer, outgoing)
+
+    ingest._produce = produce  # type: ignore[method-assign]
+    task = asyncio.create_task(ingest.run())
+    try:
+        await env.publish(topic, [order_record("c", i, 500 + i) for i in range(5)])
+        await _until(lambda: ingest.status().records_waiting >= 5)
+        stuck = ingest.status()
+        assert stuck.records_waiting == 5 and stuck.last_commit_at is None
+        assert stuck.last_failure is not None and "injected" in stuck.last_failure
+        assert stuck.stalled(time.time() + 120, after_s=60)
+        failing = False
+        await env.read(env.settings.objects_topic, 5)
+        await _until(lambda: ingest.status().last_commit_at is not None)
+    finally:
+        await halt(ingest, task)
+    done = ingest.status()
+    assert done.records_waiting == 0 and done.last_commit_at is not None and done.last_failure is None
+    assert not done.stalled(time.time() + 120, after_s=60)
+    assert ingest.stats.produce_failures >= 1
+
+
+async def test_the_worker_runs_the_ingest_with_the_cdc_settings(env: Env, tmp_path: Path) -> None:
+    """``causeway worker`` with CAUSEWAY_CDC_*: its ingest uses the configured pattern and group."""
+    from bench.procs import start_worker, stop, worker_env
+
+    orders = f"{env.raw}.orders"
+    decoy = f"cdc.raw.{env.unique}x.other"  # another team's topic: the default pattern matches it
+    await env.create_topic(orders, 1)
+    await env.create_topic(decoy, 1)
+    await env.publish(decoy, [order_record("c", 9, 90)])
+    world = f"t{env.unique}"  # no branch: the applier dead-letters its events, nothing is committed
+    mapping = {"tables": [{"topic": orders, "world": world, "object_type": "Order", "pk": "id"}]}
+    group = f"cdc-group-{env.unique}"
+    proc_env = worker_env(env.settings.replace(warehouse=f"file://{tmp_path}/warehouse")) | {
+        "CAUSEWAY_CDC_MAPPING": orjson.dumps(mapping).decode(),
+        "CAUSEWAY_CDC_PATTERN": env.options.pattern,
+        "CAUSEWAY_CDC_GROUP_ID": group,
+        "CAUSEWAY_CDC_METADATA_MAX_AGE_MS": "1000",
+    }
+    worker = await asyncio.to_thread(start_worker, proc_env, tmp_path / "worker.log", timeout=120)
+    try:
+        await env.publish(orders, [order_record("c", 5, 77)])
+        (got,) = await env.read(env.settings.objects_topic, 1)
+        committed: dict[str, int] = {}
+        for _ in range(150):
+            committed = await _group_offsets(env, group)
+            if committed.get(orders):
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await asyncio.to_thread(stop, [worker.proc])
+    assert got.key == f"{world}::5".encode()
+    assert committed == {orders: 1}, "the configured group read the mapped topic, and only it"
+    assert await _group_offsets(env, f"{env.settings.app_id}-cdc") == {}, "the default group was not used"
+
+
+async def _group_offsets(env: Env, group: str) -> dict[str, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=env.bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    out: dict[str, int] = {}
+    for tp, meta in offsets.items():
+        out[tp.topic] = out.get(tp.topic, 0) + meta.offset
+    return out

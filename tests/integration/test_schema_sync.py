@@ -251,3 +251,72 @@ def test_a_batch_racing_the_schema_commit_is_rebuilt_with_the_typed_column(sync_
     got = rows(racer.catalog(f"world-{world}"), "p_equipment__temp")
     assert got["old"]["p_equipment__temp"] == 1.5  # backfilled by the schema commit
     assert got["new"]["p_equipment__temp"] == 2.0  # written typed by the retried batch
+
+
+async def test_intelligence_acknowledgements_survive_a_restart_and_bad_changes_are_answered(
+    sync_settings: Settings, world: str
+) -> None:
+    """Issues 19.6 and 19.2 against Kafka: the vector is rebuilt on start; an undecodable change is answered."""
+    s = sync_settings
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
+    await producer.start()
+    try:
+        async with SchemaSync(s, Metrics(), poll_timeout_ms=100) as first:
+            task = asyncio.create_task(first.run())
+            v1 = schema_change(world, 1, {"op": "add", "id": "p1", "name": "status", "type": "string"})
+            await producer.send_and_wait(s.schema_topic, v1)
+            bad = orjson.loads(schema_change(world, 2, {"op": "add", "id": "p2", "name": "n", "type": "int"}))
+            bad["changes"][0]["type"] = "varchar"
+            await producer.send_and_wait(s.schema_topic, orjson.dumps(bad))
+            ack = orjson.dumps({"world_id": world, "version": 1})
+            await producer.send_and_wait(s.schema_intelligence_topic, ack)
+            await wait_for(lambda: first.vectors.get(world) and first.vectors[world].intelligence == 1,
+                           timeout=40, what="the acknowledgement")  # fmt: skip
+            await asyncio.sleep(0.5)  # the step that read it commits its offset
+        task.cancel()
+        answers = [StorageSchemaUpdated.decode(v) for v, _ in await read_topic(s, s.schema_answer_topic, 2)]
+        assert [(a.change_id, a.status, a.reason) for a in answers] == [
+            (answers[0].change_id, "applied", None), (bad["change_id"], "refused", "bad-type")
+        ]  # fmt: skip
+
+        # A new process (same group): nothing new is published, yet the vector has all three layers.
+        second = SchemaSync(s, Metrics(), poll_timeout_ms=100)
+        await second.start()
+        task = asyncio.create_task(second.run())
+        try:
+            reg = second.metrics.registry
+
+            def layer(name: str) -> float | None:
+                return reg.get_sample_value("causeway_schema_version", {"world": world, "layer": name})
+
+            await wait_for(lambda: layer("intelligence") == 1, timeout=40, what="the re-read acknowledgement")
+            assert layer("data") == 1 and layer("control") == 1
+            assert reg.get_sample_value("causeway_version_vector_difference", {"world": world}) == 0
+        finally:
+            await second.stop()
+            task.cancel()
+    finally:
+        await producer.stop()
+
+
+def test_a_decimal_that_would_round_is_left_null_counted_and_kept_in_the_json(
+    sync_settings: Settings, world: str
+) -> None:
+    """Issue 19.3 against Nessie: "99.999" into decimal(12,2) was stored as 100.00."""
+    s = sync_settings
+    change = validate_change(orjson.loads(schema_change(world, 1, {"op": "add", "id": "f", "name": "flow",
+                                                                   "type": "decimal(12,2)"})))  # fmt: skip
+    assert SchemaStore(s).apply(change).verdict == "applied"
+    committer = BatchCommitter(s)
+    items = [(event(world, "a", 1, flow="99.999"), Source("objs", 0, 0))]
+    items.append((event(world, "b", 1, flow="12.5"), Source("objs", 0, 1)))
+    outcome = committer.commit_batch(Batch.from_sources(world, "b-dec", items))
+    assert outcome.stats["entity_common"].values_unconverted == 1
+    got = rows(committer.catalog(f"world-{world}"), "properties", "p_equipment__flow")
+    assert got["a"]["p_equipment__flow"] is None and orjson.loads(got["a"]["properties"])["flow"] == "99.999"
+    assert str(got["b"]["p_equipment__flow"]) == "12.50"
+    metrics = Metrics()
+    metrics.committed(
+        world, duration_s=0.1, rows=2, nbytes=1, unconverted=outcome.stats["entity_common"].values_unconverted
+    )
+    assert metrics.registry.get_sample_value("causeway_typed_values_unconverted_total", {"world": world}) == 1

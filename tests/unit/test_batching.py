@@ -48,6 +48,17 @@ def test_worlds_are_independent_and_take_all_empties() -> None:
     assert acc.take("a") == []
 
 
+def test_an_idle_intake_makes_every_buffered_batch_due() -> None:
+    acc: BatchAccumulator[int] = BatchAccumulator(max_events=100, max_seconds=10.0)
+    acc.add("w1", 1, now=0.0)
+    acc.add("w2", 2, now=1.0)
+    assert acc.due(2.0) == []
+    assert acc.due(2.0, idle=True) == ["w1", "w2"]
+    acc.take("w1")
+    acc.take("w2")
+    assert acc.due(2.0, idle=True) == []  # nothing buffered, nothing due
+
+
 def test_bad_limits() -> None:
     with pytest.raises(ValueError):
         BatchAccumulator(max_events=0, max_seconds=1.0)

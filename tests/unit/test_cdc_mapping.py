@@ -283,6 +283,31 @@ def test_pk_change_with_a_partial_before_image_keeps_the_new_world() -> None:
     assert (old.event.world_id, old.event.entity_pk, new.event.world_id) == ("acme", "1", "acme")
 
 
+def test_tenant_move_with_replica_identity_full_deletes_the_row_in_the_old_world() -> None:
+    m = mapping(world={"column": "tenant"})
+    before, after = {"id": 1, "tenant": "acme"}, {"id": 1, "tenant": "globex"}
+    result = convert(orjson.dumps(payload("u", before=before, after=after)), m, POS)
+    assert isinstance(result, Converted) and result.world_unchecked is None
+    old, new = (e.event for e in result.events)
+    assert (old.change_type, old.world_id, old.entity_pk) == (ChangeType.DELETE, "acme", "1")
+    assert (new.change_type, new.world_id, new.entity_pk) == (ChangeType.CREATE, "globex", "1")
+
+
+def test_tenant_move_without_a_before_image_cannot_be_seen_and_is_flagged() -> None:
+    """REPLICA IDENTITY DEFAULT: ``before`` is null, so the old world is unknown (docs/cdc.md says so)."""
+    m = mapping(world={"column": "tenant"})
+    result = convert(orjson.dumps(payload("u", after={"id": 1, "tenant": "globex"})), m, POS)
+    assert isinstance(result, Converted)
+    (ev,) = result.events
+    assert (ev.event.change_type, ev.event.world_id) == (ChangeType.UPDATE, "globex")  # no delete in acme
+    assert result.world_unchecked == "tables[0]"
+    # A fixed world, or a create, has nothing to check.
+    fixed = convert(orjson.dumps(payload("u", after={"id": 1, "tenant": "globex"})), mapping(), POS)
+    created = convert(orjson.dumps(payload("c", after={"id": 1, "tenant": "globex"})), m, POS)
+    assert isinstance(fixed, Converted) and fixed.world_unchecked is None
+    assert isinstance(created, Converted) and created.world_unchecked is None
+
+
 def test_pk_change_in_one_update_deletes_old_and_creates_new() -> None:
     m = mapping()
     old, new = events(payload("u", before={"id": 1, "customer": "a"}, after={"id": 2, "customer": "a"}), m)

@@ -21,7 +21,7 @@ from models.debezium import (
     Skipped,
     check_hint,
     decode_value,
-    iso_utc_micros,
+    iso_naive_micros,
     loads,
 )
 
@@ -331,11 +331,11 @@ def test_time(value: int, logical: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("value", "logical", "expected"),
     [
-        (TS + 123, "org.apache.kafka.connect.data.Timestamp", "2026-01-15T10:00:00.123000Z"),
-        (TS + 123, "io.debezium.time.Timestamp", "2026-01-15T10:00:00.123000Z"),
-        (TS * 1000 + 123456, "io.debezium.time.MicroTimestamp", "2026-01-15T10:00:00.123456Z"),
-        (TS * 1_000_000 + 123456789, "io.debezium.time.NanoTimestamp", "2026-01-15T10:00:00.123456Z"),
-        (-1, "io.debezium.time.MicroTimestamp", "1969-12-31T23:59:59.999999Z"),
+        (TS + 123, "org.apache.kafka.connect.data.Timestamp", "2026-01-15T10:00:00.123000"),
+        (TS + 123, "io.debezium.time.Timestamp", "2026-01-15T10:00:00.123000"),
+        (TS * 1000 + 123456, "io.debezium.time.MicroTimestamp", "2026-01-15T10:00:00.123456"),
+        (TS * 1_000_000 + 123456789, "io.debezium.time.NanoTimestamp", "2026-01-15T10:00:00.123456"),
+        (-1, "io.debezium.time.MicroTimestamp", "1969-12-31T23:59:59.999999"),
         (9223372036825200000, "io.debezium.time.MicroTimestamp", "infinity"),
         (-9223372036832400000, "io.debezium.time.MicroTimestamp", "-infinity"),
     ],
@@ -347,10 +347,10 @@ def test_timestamps(value: int, logical: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("2026-01-15T10:00:00Z", "2026-01-15T10:00:00.000000Z"),
-        ("2026-01-15T12:00:00.5+02:00", "2026-01-15T10:00:00.500000Z"),
-        ("2026-01-15T10:00:00.123456789Z", "2026-01-15T10:00:00.123456Z"),
-        ("0099-01-01T00:00:00Z", "0099-01-01T00:00:00.000000Z"),
+        ("2026-01-15T10:00:00Z", "2026-01-15T10:00:00Z"),
+        ("2026-01-15T12:00:00.5+02:00", "2026-01-15T12:00:00.5+02:00"),
+        ("2026-01-15T10:00:00.123456789Z", "2026-01-15T10:00:00.123456789Z"),
+        ("0099-01-01T00:00:00Z", "0099-01-01T00:00:00Z"),
         ("infinity", "infinity"),
     ],
 )
@@ -358,8 +358,15 @@ def test_zoned_timestamp(value: str, expected: str) -> None:
     assert one(value, "string", "io.debezium.time.ZonedTimestamp") == expected
 
 
-def test_iso_utc_micros_format() -> None:
-    assert iso_utc_micros(0) == "1970-01-01T00:00:00.000000Z"
+def test_iso_naive_micros_format() -> None:
+    assert iso_naive_micros(0) == "1970-01-01T00:00:00.000000"
+    assert iso_naive_micros(-62135596800 * 10**6) == "0001-01-01T00:00:00.000000"
+
+
+def test_a_zoned_timestamp_without_a_zone_is_a_schema_mismatch() -> None:
+    with pytest.raises(EnvelopeError) as exc:
+        one("2026-01-15T10:00:00", "string", "io.debezium.time.ZonedTimestamp")
+    assert exc.value.reason == "schema-mismatch"
 
 
 def test_json_uuid_bytes_bits_and_plain_types() -> None:
@@ -452,7 +459,7 @@ def test_hints_decode_payload_only_records() -> None:
         "id": 1,
         "total": "9.99",
         "day": "2026-01-15",
-        "at": "2026-01-15T10:00:00.000000Z",
+        "at": "2026-01-15T10:00:00.000000",
         "other": "x",
     }
     # hints are ignored when the record carries its own schema

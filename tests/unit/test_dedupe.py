@@ -14,6 +14,7 @@ from agents.dedupe import (
     entities_of,
     entity_ref,
     is_stale,
+    legacy_applied_key,
     marks_after_commit,
     parse_applied_key,
     refs_to_check,
@@ -54,9 +55,19 @@ def arrival(
 
 
 def test_key_format_and_parse() -> None:
-    assert applied_key("w1", "e-1") == "causeway:applied:w1:e-1"
+    # The world is the hash tag (Redis Cluster: one world's marks in one slot).
+    assert applied_key("w1", "e-1") == "causeway:applied:{w1}:e-1"
+    assert parse_applied_key("causeway:applied:{w1}:a:b:c") == ("w1", "a:b:c")
+    # The format before the hash tag is still understood (read until those marks expire).
+    assert legacy_applied_key("w1", "e-1") == "causeway:applied:w1:e-1"
     assert parse_applied_key("causeway:applied:w1:a:b:c") == ("w1", "a:b:c")
-    for bad in ("causeway:applied:w1", "other:w1:e", "causeway:applied::e"):
+    for bad in (
+        "causeway:applied:w1",
+        "other:w1:e",
+        "causeway:applied::e",
+        "causeway:applied:{w1}",
+        "causeway:applied:{}:e",
+    ):
         with pytest.raises(ValueError):
             parse_applied_key(bad)
 
@@ -77,8 +88,8 @@ def test_drop_duplicates_against_redis_and_within_the_batch() -> None:
 
 def test_marks_after_commit_are_unique_keys() -> None:
     assert marks_after_commit([("w1", "a"), ("w2", "a"), ("w1", "a")]) == [
-        "causeway:applied:w1:a",
-        "causeway:applied:w2:a",
+        "causeway:applied:{w1}:a",
+        "causeway:applied:{w2}:a",
     ]
 
 

@@ -57,6 +57,8 @@ def _busy(m: Metrics) -> Metrics:
     m.reconciled("w1", "repaired", duration_s=1.5, drift={"person": -3}, repairs=1, at=20.0)
     m.merged("w1", "conflict", conflicts=2)
     m.dependency("redis", True)
+    m.cdc_batch(skipped={"heartbeat": 2}, events=5, failures={"event-too-large": 1}, committed_at=30.0)
+    m.cdc_waiting_records(7)
     return m
 
 

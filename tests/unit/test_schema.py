@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from types import SimpleNamespace
 
+import pyarrow as pa
 import pytest
 
 from agents.reconcile import Row, compare, decode_count, derive, expected, latest_counts
@@ -76,6 +78,54 @@ def test_versions_duplicate_and_gap() -> None:
     assert decide(s, change(1, add("p1", "a", "int"))).verdict is Verdict.DUPLICATE
     assert decide(s, change(3, add("p9", "z", "int"))).verdict is Verdict.WAIT
     assert decide(None, change(2, add("p1", "a", "int"))).verdict is Verdict.WAIT
+
+
+def rename(pid: str, name: str) -> dict[str, object]:
+    return {"op": "rename", "id": pid, "name": name}
+
+
+def test_a_name_that_is_or_was_another_propertys_is_refused_through_the_rename_history() -> None:
+    """Issue 19.1: `pc` renamed to `temp`, the former name of `pt`, made {"temp": 7} fill both columns."""
+    s = applied(
+        change(1, add("pt", "temp", "int"), add("pc", "pc", "int")),
+        change(2, rename("pt", "temperature")),  # pt: temp -> temperature
+        change(3, rename("pt", "celsius")),  # pt: temperature -> celsius (aliases: temperature, temp)
+    )
+    assert s.by_id("pt").aliases == ("temperature", "temp")  # type: ignore[union-attr]
+    for ops in ([rename("pc", "temp")], [rename("pc", "Temperature")], [add("px", "TEMP", "int")],
+                [add("px", "temperature", "long")], [rename("pc", "celsius")]):  # fmt: skip
+        with pytest.raises(SchemaRefused) as exc:
+            decide(s, change(4, *ops))
+        assert exc.value.reason in ("former-name", "duplicate-name"), ops
+        assert exc.value.reason == ("duplicate-name" if ops[0].get("name") == "celsius" else "former-name")
+        assert "pt" in exc.value.detail
+    # A property may go back to one of its own former names; the name it leaves becomes reserved.
+    back = applied(change(1, add("pt", "temp", "int"), add("pc", "pc", "int")), change(2, rename("pt", "t2")),
+                   change(3, rename("pt", "temp")))  # fmt: skip
+    assert back.by_id("pt").name == "temp" and back.by_id("pt").aliases == ("t2",)  # type: ignore[union-attr]
+    with pytest.raises(SchemaRefused, match="former-name"):
+        decide(back, change(4, rename("pc", "t2")))
+    # A rename within one change: the freed name is still reserved for the rest of the change.
+    with pytest.raises(SchemaRefused, match="former-name"):
+        decide(back, change(4, rename("pt", "t3"), add("pn", "temp", "int")))
+
+
+def test_duplicates_are_judged_by_change_id() -> None:
+    """Issue 19.11: same change id -> duplicate; same version, other change id -> version-conflict."""
+    s = applied(change(1, add("p1", "a", "int")), change(2, add("p2", "b", "int")))
+    assert s.change_ids == ("c1", "c2") and TypeSchema.from_json(s.to_json()) == s
+    assert decide(s, change(2, add("p2", "b", "int"))).verdict is Verdict.DUPLICATE
+    other = validate_change({**change(2, add("p9", "z", "int")).to_wire(), "change_id": "another"})
+    with pytest.raises(SchemaRefused) as exc:
+        decide(s, other)
+    assert exc.value.reason == "version-conflict" and "'c2'" in exc.value.detail
+    reused = validate_change({**change(3, add("p9", "z", "int")).to_wire(), "change_id": "c1"})
+    with pytest.raises(SchemaRefused, match="version-conflict"):
+        decide(s, reused)
+    # A contract written before change ids were kept: a version is all there is to compare.
+    legacy = TypeSchema(s.kind, s.type_name, 2, s.properties)
+    assert decide(legacy, other).verdict is Verdict.DUPLICATE
+    assert decide(legacy, change(3, add("p3", "c", "int"))).schema.change_ids == ("", "", "c3")
 
 
 @pytest.mark.parametrize(
@@ -162,11 +212,38 @@ def test_coerce_keeps_only_values_that_convert() -> None:
     assert coerce(True, PropType.parse("int")) is None
     assert coerce("5", PropType.parse("int")) is None
     assert coerce(3, PropType.parse("double")) == 3.0
-    assert coerce("1.005", PropType.parse("decimal(5,2)")) == Decimal("1.00")
+    assert coerce("1.5", PropType.parse("decimal(5,2)")) == Decimal("1.50")
+    assert coerce(2, PropType.parse("decimal(5,2)")) == Decimal("2.00")
     assert coerce("12345.6", PropType.parse("decimal(5,2)")) is None
     assert coerce("2026-03-01", PropType.parse("date")) == date(2026, 3, 1)
-    assert coerce(0, PropType.parse("timestamp")) == datetime(1970, 1, 1, tzinfo=UTC)
+    assert coerce(0, PropType.parse("timestamp")) == datetime(1970, 1, 1)  # no zone: the wall clock
+    assert coerce(0, PropType.parse("timestamptz")) == datetime(1970, 1, 1, tzinfo=UTC)
     assert coerce(1, PropType.parse("string")) is None
+
+
+def test_a_decimal_with_more_digits_than_the_scale_is_left_null_never_rounded() -> None:
+    """Issue 19.3: "99.999" into decimal(12,2) was stored as 100.00."""
+    dec = PropType.parse("decimal(12,2)")
+    assert coerce("99.999", dec) is None
+    assert coerce(99.999, dec) is None
+    assert coerce("1.005", PropType.parse("decimal(5,2)")) is None
+    assert coerce("99.990", dec) == Decimal("99.99")  # trailing zeros lose nothing
+    assert coerce("NaN", dec) is None and coerce("Infinity", dec) is None
+
+
+def test_values_left_null_are_counted_per_column() -> None:
+    from collections import Counter
+
+    from sinks.rows import typed_columns
+
+    contract = applied(change(1, add("f", "flow", "decimal(12,2)"), add("n", "count", "int")))
+    schema = pa.schema([("p_equipment__flow", pa.decimal128(12, 2)), ("p_equipment__count", pa.int32())])
+    evs = [SimpleNamespace(entity_type="Equipment", after=a) for a in
+           ({"flow": "99.999", "count": 1}, {"flow": "1.5", "count": "x"}, {"flow": None}, {})]  # fmt: skip
+    counted: Counter[str] = Counter()
+    cols = typed_columns(schema, {"Equipment": contract}, evs, [False] * 4, counted)  # type: ignore[arg-type]
+    assert cols["p_equipment__flow"].to_pylist() == [None, Decimal("1.50"), None, None]
+    assert counted == {"p_equipment__flow": 1, "p_equipment__count": 1}  # null and absent are not counted
 
 
 def test_version_vector_difference_and_laggard() -> None:

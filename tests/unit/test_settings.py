@@ -43,3 +43,18 @@ def test_readme_configuration_table_is_current() -> None:
     spec.loader.exec_module(mod)
     text = (ROOT / "README.md").read_text()
     assert mod.render(text) == text, "README config table is stale: run scripts/update_readme_config.py"
+
+
+def test_the_worker_keeps_its_local_state_under_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19.12: Faust's `<app_id>-data` folder landed in whatever directory the worker started from."""
+    from streams.app import create_app
+
+    monkeypatch.chdir(tmp_path)
+    app = create_app(Settings.from_env({}, app_id="cw-datadir"))
+    app._create_directories()  # what a Faust worker does on start
+    assert not (tmp_path / "cw-datadir-data").exists()
+    assert (tmp_path / ".causeway/run/data/cw-datadir-data").is_dir()
+    elsewhere = tmp_path / "state"
+    app = create_app(Settings.from_env({"CAUSEWAY_DATA_DIR": str(elsewhere)}, app_id="cw-datadir"))
+    app._create_directories()
+    assert (elsewhere / "cw-datadir-data").is_dir()

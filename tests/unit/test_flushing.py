@@ -1,0 +1,143 @@
+"""Pipelined flushes: commits run in the background, in order per world, concurrently across worlds."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agents.applier import Applier, RawRecord
+from agents.flushing import FlushScheduler
+from monitoring.metrics import Metrics
+from sinks.committer import Batch, CommitOutcome
+from streams.settings import Settings
+from tests.unit.test_applier_fakes import FakeDlq, FakeMarks, event
+
+TOPIC = "onto.changes.objects"
+
+
+class GatedCommitter:
+    """Each commit waits until the test opens its world's gate; records start and end order."""
+
+    def __init__(self) -> None:
+        self.gates: dict[str, asyncio.Event] = {}
+        self.started: list[tuple[str, list[str]]] = []
+        self.finished: list[tuple[str, list[str]]] = []
+
+    def gate(self, world: str) -> asyncio.Event:
+        return self.gates.setdefault(world, asyncio.Event())
+
+    async def commit_batch_async(self, batch: Batch) -> CommitOutcome:
+        ids = [e.event_id for e in batch.events]
+        self.started.append((batch.world_id, ids))
+        await self.gate(batch.world_id).wait()
+        self.finished.append((batch.world_id, ids))
+        return CommitOutcome(batch.world_id, batch.batch_id, "b", "h" * 64, 1, False, len(ids), 0, 0, 0.01)
+
+
+class AnyWorld:
+    async def exists(self, world_id: str) -> bool:
+        return True
+
+    async def ensure(self, world_id: str) -> None:
+        pass
+
+
+def pipelined() -> tuple[Applier, GatedCommitter]:
+    settings = Settings.from_env({}).replace(batch_max_events=2, batch_max_seconds=60.0)
+    committer = GatedCommitter()
+    applier = Applier(
+        settings,
+        marks=FakeMarks(),
+        committer=committer,
+        dead_letters=FakeDlq(),
+        worlds=AnyWorld(),
+        metrics=Metrics(),
+        clock=lambda: 100.0,
+        pipelined=True,
+    )
+    return applier, committer
+
+
+def rec(offset: int, world: str, n: int, caused_by: str | None = None) -> RawRecord:
+    return RawRecord(TOPIC, 0, offset, f"{world}::p{n}".encode(), event(n, world, caused_by), [], None)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_intake_goes_on_while_a_world_commits_and_offsets_wait_for_the_commit() -> None:
+    applier, committer = pipelined()
+    await applier.process([rec(0, "wa", 0), rec(1, "wa", 1)])  # due by size: starts committing
+    await settle()
+    assert committer.started == [("wa", ["e0", "e1"])] and committer.finished == []
+    # process() returned while the commit is in flight, and takes more input meanwhile.
+    await asyncio.wait_for(applier.process([rec(2, "wa", 2), rec(3, "wa", 3)]), timeout=1)
+    await settle()
+    # One commit in flight per world: the second batch waits for the first.
+    assert len(committer.started) == 1
+    assert applier.tracker.committable((TOPIC, 0)) == 0  # nothing acked before the commit
+    committer.gate("wa").set()
+    await applier.flush_all()
+    assert committer.finished == [("wa", ["e0", "e1"]), ("wa", ["e2", "e3"])]
+    assert applier.tracker.committable((TOPIC, 0)) == 4
+
+
+async def test_due_worlds_commit_concurrently() -> None:
+    applier, committer = pipelined()
+    await applier.process([rec(0, "wa", 0), rec(1, "wb", 0), rec(2, "wa", 1), rec(3, "wb", 1)])
+    await settle()
+    assert sorted(w for w, _ in committer.started) == ["wa", "wb"]  # both in flight at once
+    committer.gate("wb").set()
+    await settle()
+    assert [w for w, _ in committer.finished] == ["wb"]
+    # wb's offsets 1 and 3 are done, but wa's offset 0 holds the partition back (in order).
+    assert applier.tracker.committable((TOPIC, 0)) == 0
+    committer.gate("wa").set()
+    await applier.flush_all()
+    assert applier.tracker.committable((TOPIC, 0)) == 4
+
+
+async def test_an_effect_released_while_its_cause_commits_lands_in_a_later_commit() -> None:
+    applier, committer = pipelined()
+    await applier.process([rec(0, "wa", 0), rec(1, "wa", 1, caused_by="e0")])
+    await settle()
+    committer.gate("wa").set()
+    await applier.flush_all()
+    order = [i for _, ids in committer.finished for i in ids]
+    assert order.index("e0") < order.index("e1")
+
+
+async def test_an_idle_intake_flushes_a_small_batch_at_once() -> None:
+    applier, committer = pipelined()
+    committer.gate("wa").set()
+    await applier.process([rec(0, "wa", 0)])  # 1 of 2, 60 s to age: waits
+    await settle()
+    assert committer.started == []
+    applier.idle = True
+    await applier.tick()
+    await settle()
+    assert committer.finished == [("wa", ["e0"])]
+
+
+async def test_a_failed_flush_is_raised_where_the_intake_sees_it() -> None:
+    lock = asyncio.Lock()
+
+    async def broken(world: str) -> None:
+        raise RuntimeError(f"bug in {world}")
+
+    flusher = FlushScheduler(broken, lock, lambda: [], lambda: [])
+    flusher.schedule(["wa"])
+    await settle()
+    with pytest.raises(RuntimeError, match="bug in wa"):
+        flusher.schedule(["wb"])
+
+
+def test_backpressure_bounds_buffered_batches() -> None:
+    applier, _ = pipelined()
+    for _ in range(6):
+        applier.batches.add("wa", Any, 0.0)  # type: ignore[arg-type]
+    assert applier.backpressure

@@ -1,0 +1,182 @@
+"""The change intake's offset and rebalance rules, with a scripted consumer and the real applier.
+
+What the fake consumer models of aiokafka: ``getmany`` hands out records drained from its buffer,
+``commit`` stores offsets for assigned partitions only, and a rebalance calls the listener's
+``on_partitions_revoked`` before the assignment changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiokafka import TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from agents.intake import ChangeIntake
+from tests.unit.test_applier_fakes import event, make
+
+TOPIC = "onto.changes.objects"
+P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
+
+
+def record(tp: TopicPartition, offset: int, value: bytes, key: bytes | None = None) -> ConsumerRecord:
+    if key is None:
+        doc = orjson.loads(value)
+        key = f"{doc['world_id']}::{doc['object_pk']}".encode()
+    return ConsumerRecord(tp.topic, tp.partition, offset, 0, 0, key, value, None, len(key), len(value), ())
+
+
+class FakeConsumer:
+    def __init__(self, assigned: set[TopicPartition]) -> None:
+        self.assigned = set(assigned)
+        self.polls: list[dict[TopicPartition, list[ConsumerRecord]]] = []
+        self.commits: list[dict[TopicPartition, int]] = []
+        self._paused: set[TopicPartition] = set()
+        self.on_poll: Callable[[], Any] | None = None
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.assigned)
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
+        await asyncio.sleep(0)
+        if not self.polls:
+            return {}
+        poll = self.polls.pop(0)
+        held = {tp: rs for tp, rs in poll.items() if tp in self._paused}
+        if held:  # a paused partition's records come again after resume
+            self.polls.insert(0, held)
+        return {tp: rs for tp, rs in poll.items() if tp not in self._paused}
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        assert set(offsets) <= self.assigned, "aiokafka refuses to commit unassigned partitions"
+        self.commits.append(dict(offsets))
+
+    def pause(self, *tps: TopicPartition) -> None:
+        self._paused |= set(tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        self._paused -= set(tps)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    async def stop(self) -> None:
+        pass
+
+
+def intake_with(consumer: FakeConsumer) -> tuple[ChangeIntake, Any, Any]:
+    applier, committer, dlq, _ = make()
+    intake = ChangeIntake(applier.settings, applier)
+    intake._consumer = consumer  # type: ignore[assignment]
+    return intake, committer, dlq
+
+
+def committed_ids(committer: Any) -> list[str]:
+    return [e.event_id for b in committer.batches for e in b.events]
+
+
+async def test_commits_only_the_settled_prefix_then_moves_on_when_the_wait_ends() -> None:
+    consumer = FakeConsumer({P0})
+    intake, committer, _ = intake_with(consumer)
+    consumer.polls.append(
+        {P0: [record(P0, 0, event(0)), record(P0, 1, event(1)), record(P0, 2, event(2, caused_by="e9"))]}
+    )
+    consumer.polls.append({P0: [record(P0, 3, event(3)), record(P0, 4, event(9))]})
+    await intake.step()
+    # e2 waits for e9: offset 2 holds the partition back although nothing later is unsettled.
+    assert committed_ids(committer) == ["e0", "e1"]
+    assert consumer.commits == [{P0: 2}]
+    await intake.step()
+    await intake.applier.tick()
+    await intake._commit(consumer.assignment())
+    assert set(committed_ids(committer)) == {"e0", "e1", "e2", "e3", "e9"}
+    assert [c[P0] for c in consumer.commits] == [2, 5]
+
+
+async def test_a_poll_returned_before_a_revoke_is_never_processed_nor_acked() -> None:
+    consumer = FakeConsumer({P0})
+    intake, committer, dlq = intake_with(consumer)
+    consumer.polls.append({P0: [record(P0, 0, event(0)), record(P0, 1, b"{bad", key=b"prod::x")]})
+    # A tick holds the lock; the rebalance's revoke queues for it, then the poll returns.
+    await intake._lock.acquire()
+    revoke = asyncio.create_task(intake.on_revoked([P0]))
+    await asyncio.sleep(0)
+    step = asyncio.create_task(intake.step())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    intake._lock.release()
+    await revoke
+    assert await step == 0
+    assert committer.batches == [] and dlq.letters == [] and consumer.commits == []
+    assert intake.applier.tracker.partitions() == []
+    assert intake.stats["dropped_stale"] == 2
+
+
+async def test_a_poll_of_the_new_assignment_before_the_assigned_callback_is_kept() -> None:
+    # aiokafka may hand out records of the new assignment before on_partitions_assigned runs;
+    # dropping them would skip offsets (the consumer's position is already past them).
+    consumer = FakeConsumer({P0})
+    intake, committer, _ = intake_with(consumer)
+    calls: list[object] = []
+    applier = intake.applier
+    on_assigned, process = applier.on_assigned, applier.process
+    applier.on_assigned = lambda tps=None: (calls.append(("assigned", tps)), on_assigned(tps))[1]  # type: ignore[method-assign]
+
+    async def spy_process(records: Any) -> Any:
+        calls.append(("process", len(records)))
+        return await process(records)
+
+    applier.process = spy_process  # type: ignore[method-assign]
+    await intake.on_revoked([P0])
+    consumer.polls.append({P0: [record(P0, 0, event(0))]})
+    assert await intake.step() == 1
+    await intake.on_assigned([P0])
+    assert committed_ids(committer) == ["e0"]
+    assert consumer.commits == [{P0: 1}]
+    # The applier learns of the assignment before it sees the partition's records, and once.
+    assert calls == [("assigned", [(TOPIC, 0)]), ("process", 1)]
+
+
+async def test_records_of_partitions_not_assigned_never_reach_the_applier() -> None:
+    consumer = FakeConsumer({P0})
+    intake, committer, _ = intake_with(consumer)
+    consumer.polls.append({P0: [record(P0, 0, event(0))], P1: [record(P1, 0, event(1))]})
+    assert await intake.step() == 1
+    assert committed_ids(committer) == ["e0"]
+    assert intake.applier.tracker.partitions() == [(TOPIC, 0)]
+
+
+async def test_revoke_commits_released_events_and_leaves_the_parked_offset_to_the_next_owner() -> None:
+    consumer = FakeConsumer({P0, P1})
+    intake, committer, _ = intake_with(consumer)
+    intake.applier.batches.max_seconds = 60.0  # nothing flushes on its own
+    intake.settings = intake.settings.replace(batch_flush_when_idle=False)
+    consumer.polls.append(
+        {P0: [record(P0, 0, event(0)), record(P0, 1, event(1, caused_by="e9")), record(P0, 2, event(2))]}
+    )
+    await intake.step()
+    assert committer.batches == [] and all(c[P0] == 0 for c in consumer.commits)
+    await intake.on_revoked([P0, P1])
+    assert committed_ids(committer) == ["e0", "e2"]
+    assert consumer.commits[-1] == {P0: 1}  # e1 is parked: the next owner re-reads from it
+    assert intake.applier.tracker.partitions() == []
+
+
+async def test_a_full_gate_pauses_intake_and_resumes_when_it_drains() -> None:
+    consumer = FakeConsumer({P0})
+    intake, _, _ = intake_with(consumer)
+    applier = intake.applier
+    applier.gate.max_parked = 1
+    consumer.polls.append({P0: [record(P0, 0, event(0, caused_by="e9"))]})
+    await intake.step()
+    assert applier.backpressure
+    consumer.polls.append({P0: [record(P0, 1, event(9))]})
+    await intake.step()  # paused: the cause is not read yet
+    assert consumer.paused() == {P0} and applier.tracker.in_flight() == 1
+    applier.gate.max_parked = 10
+    await intake.step()
+    assert consumer.paused() == set()
+    assert applier.tracker.in_flight() == 0 and consumer.commits[-1] == {P0: 2}
