@@ -352,3 +352,13 @@ async def test_cdc_ingest_over_sasl_ssl(secured: SecureStack, unique: str) -> No
         await ingest.stop()
     assert len(got) == 5
     assert {orjson.loads(v)["world_id"] for v in got} == {"prod"}
+
+
+def test_worker_with_a_wrong_kafka_password_stops_with_one_line(stack: SecureStack, unique: str) -> None:
+    """Not a hang, not a traceback: the worker exits non-zero naming the authentication failure."""
+    env = os.environ | stack.env | {"CAUSEWAY_KAFKA_SASL_PASSWORD": BAD, "CAUSEWAY_APP_ID": f"cw-{unique}"}
+    done = causeway(env, "worker", "--web-port", str(free_port()), timeout=120)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "Error: kafka: authentication failed" in done.stderr, done.stderr[-2000:]
+    assert BAD not in done.stdout + done.stderr
