@@ -8,6 +8,7 @@ order could lose a redrive.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -15,7 +16,16 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.marks import AppliedMarks
-from agents.redrive import Decision, DlqFilter, DlqRecord, decide, redrive_headers, topic_kind
+from agents.redrive import (
+    Decision,
+    DlqFilter,
+    DlqRecord,
+    causes_wanted,
+    collapse,
+    decide,
+    redrive_headers,
+    topic_kind,
+)
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent, decode
 from models.worlds import InvalidWorldId, WorldNaming
@@ -34,12 +44,14 @@ def ledger_key(dlq_topic: str, ref: str) -> str:
 async def read_dlq(
     settings: Settings, flt: DlqFilter, progress: Callable[[int], None] | None = None
 ) -> tuple[list[DlqRecord], int]:
-    """Every letter of the DLQ topic matching ``flt``, oldest first; and how many were scanned."""
+    """Every letter of the DLQ topic matching ``flt``, oldest first, one per origin (copies that
+    redelivery made are attached to the first, see ``agents.redrive.collapse``); and how many DLQ
+    records were scanned."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
     )
-    await consumer.start()
     try:
+        await consumer.start()  # inside: a failed start still closes the client (no "Unclosed" noise)
         parts = consumer.partitions_for_topic(settings.dlq_topic)
         if not parts:
             await consumer._client.force_metadata_update()
@@ -50,7 +62,7 @@ async def read_dlq(
         ends = await consumer.end_offsets(tps)
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
-        out: list[DlqRecord] = []
+        everything: list[DlqRecord] = []
         scanned = 0
         open_tps = {tp for tp in tps if ends[tp] > 0}
         for tp in set(tps) - open_tps:
@@ -64,18 +76,20 @@ async def read_dlq(
                     if r.offset >= ends[tp]:
                         break
                     scanned += 1
-                    rec = DlqRecord(
-                        tp.partition, r.offset, r.timestamp, DeadLetter.from_record(r.key, r.value, list(r.headers))
+                    everything.append(
+                        DlqRecord(
+                            tp.partition, r.offset, r.timestamp, DeadLetter.from_record(r.key, r.value, list(r.headers))
+                        )
                     )
-                    if flt.matches(rec):
-                        out.append(rec)
                 if progress is not None:
                     progress(len(recs))
             for tp in list(open_tps):
                 if await consumer.position(tp) >= ends[tp]:
                     open_tps.discard(tp)
                     consumer.pause(tp)
-        return out, scanned
+        # By DLQ position across partitions; then one record per origin, then the filter.
+        everything.sort(key=lambda rec: (rec.timestamp_ms, rec.partition, rec.offset))
+        return [rec for rec in collapse(everything) if flt.matches(rec)], scanned
     finally:
         await consumer.stop()
 
@@ -90,22 +104,23 @@ class RedriveResult:
 
 
 async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, force: bool, again: bool) -> list[Decision]:
-    """One decision per letter, after asking Redis (marks, ledger) and Nessie (worlds)."""
+    """One decision per letter, after asking Redis (marks, ledger) and Nessie (worlds, causes)."""
     kinds = {r.ref: topic_kind(r.letter.topic, settings.objects_topic, settings.links_topic) for r in records}
-    refs: list[tuple[str, str]] = []
-    worlds: set[str] = set()
+    events: dict[str, ChangeEvent] = {}
     for r in records:
         ev = decode(r.letter.value, r.letter.key, kinds[r.ref], settings.max_event_bytes)
         if isinstance(ev, ChangeEvent):
-            refs.append((ev.world_id, ev.event_id))
-            worlds.add(ev.world_id)
+            events[r.ref] = ev
+    refs = [(ev.world_id, ev.event_id) for ev in events.values()]
+    wanted = causes_wanted(records, events)
     marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
     client = aioredis.Redis.from_url(settings.redis_url, **redis_options(settings))
     try:
         applied = await marks.applied(refs)
-        keys = [ledger_key(settings.dlq_topic, r.ref) for r in records]
-        hits = await client.mget(keys) if keys else []
-        redriven = {r.ref for r, hit in zip(records, hits, strict=True) if hit}
+        causes_marked = await marks.applied(wanted) if wanted else set()
+        refs_all = [ref for r in records for ref in r.refs]
+        hits = await client.mget([ledger_key(settings.dlq_topic, ref) for ref in refs_all]) if refs_all else []
+        redriven = {ref for ref, hit in zip(refs_all, hits, strict=True) if hit}
     finally:
         await marks.close()
         await client.aclose()
@@ -113,12 +128,18 @@ async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, forc
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     async with NessieClient.from_settings(settings) as nessie:
         manager = WorldManager(nessie, naming)
-        for w in worlds:
+        for w in {ev.world_id for ev in events.values()}:
             try:
                 if await manager.get(w) is not None:
                     present.add(w)
             except InvalidWorldId:
                 pass
+    # A cause is present when marked, in its branch's event log (marks expire; the log is the
+    # truth), or redriven in the same run (it arrives with its effect).
+    sent_with = set(refs) & wanted
+    unresolved = wanted - causes_marked - sent_with
+    in_log = await asyncio.to_thread(_causes_in_logs, settings, naming, unresolved, present)
+    causes_present = causes_marked | sent_with | in_log
     return [
         decide(
             r,
@@ -127,11 +148,29 @@ async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, forc
             applied=applied,
             worlds_present=present,
             redriven=redriven,
+            causes_present=causes_present,
             force=force,
             again=again,
         )
         for r in records
     ]
+
+
+def _causes_in_logs(
+    settings: Settings, naming: WorldNaming, causes: set[tuple[str, str]], worlds: set[str]
+) -> set[tuple[str, str]]:
+    """The (world, event id) pairs of ``causes`` that their world branch's event log holds."""
+    if not causes:
+        return set()
+    from agents.replayer import ReplayCommitter
+    from sinks.committer import BatchCommitter
+
+    log = ReplayCommitter(BatchCommitter(settings))
+    found: set[tuple[str, str]] = set()
+    for world in {w for w, _ in causes} & worlds:
+        ids = [i for w, i in causes if w == world]
+        found |= {(world, i) for i in log.event_ids_in_log(naming.branch(world), ids)}
+    return found
 
 
 async def send(settings: Settings, decisions: Sequence[Decision], progress: Callable[[int], None] | None = None) -> int:
@@ -165,7 +204,8 @@ async def send(settings: Settings, decisions: Sequence[Decision], progress: Call
                 await fut
             async with client.pipeline(transaction=False) as pipe:
                 for d in chunk:
-                    pipe.set(ledger_key(settings.dlq_topic, d.record.ref), b"1", ex=settings.dedupe_ttl_s)
+                    for ref in d.record.refs:  # every copy of the letter: it was sent once for all
+                        pipe.set(ledger_key(settings.dlq_topic, ref), b"1", ex=settings.dedupe_ttl_s)
                 await pipe.execute()
             sent += len(chunk)
             if progress is not None:

@@ -10,15 +10,25 @@ DLQ, for the audit trail). Each letter gets one decision:
   a harmless duplicate, so it is skipped and reported;
 * ``world-missing`` – an unknown-world letter whose world still has no branch (fix the cause first,
   or ``--force``);
+* ``cause-missing`` – a cause-missing letter whose cause is still nowhere: no Redis mark, not in
+  its world branch's event log, and not redriven with it (redrive the cause first, or ``--force``);
+* ``stale`` – a stale-version letter: its event was settled as older than the stored version (it
+  carries a mark); sending it again would only dead-letter it again;
 * ``already-redriven`` – this DLQ record was redriven before (the redrive ledger); ``--again``
   sends it anyway;
 * ``no-origin`` – the letter does not say which topic it came from.
+
+**One letter per origin.** The dead-letter topic is at-least-once: a worker that crashes after
+publishing a letter but before committing its source offset re-reads the record and dead-letters
+it again. Letters with the same origin (source topic, partition, offset) are one letter to the
+operator: :func:`collapse` keeps the first and lists the other copies' DLQ positions, a filter
+matches the group, and a redrive sends it once and records every copy in the ledger.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from models.deadletter import H_REDRIVE, OUR_PREFIX, DeadLetter
@@ -26,6 +36,8 @@ from models.events import ChangeEvent, EntityKind, Invalid, decode
 
 H_REDRIVEN_FROM = "causeway.redriven_from"  # "<dlq topic>/<partition>@<offset>"
 UNKNOWN_WORLD = "unknown-world"
+CAUSE_MISSING = "cause-missing"
+STALE_VERSION = "stale-version"
 
 
 @dataclass(frozen=True)
@@ -36,10 +48,42 @@ class DlqRecord:
     offset: int
     timestamp_ms: int
     letter: DeadLetter
+    copies: tuple[str, ...] = ()  # DLQ positions of later letters with the same origin
 
     @property
     def ref(self) -> str:
         return f"{self.partition}:{self.offset}"
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        """This letter's DLQ position and its copies'."""
+        return (self.ref, *self.copies)
+
+    @property
+    def origin(self) -> tuple[str, int, int] | None:
+        """(source topic, partition, offset), or None when the letter does not say."""
+        dl = self.letter
+        return (dl.topic, dl.partition, dl.offset) if dl.topic else None
+
+
+def collapse(records: Iterable[DlqRecord]) -> list[DlqRecord]:
+    """One record per origin, in DLQ order: the first letter, with the later copies' refs attached.
+
+    Letters without an origin are kept as they are (nothing says two of them are the same record).
+    """
+    first: dict[tuple[str, int, int], int] = {}
+    out: list[DlqRecord] = []
+    for rec in records:
+        key = rec.origin
+        if key is None:
+            out.append(rec)
+        elif key in first:
+            i = first[key]
+            out[i] = replace(out[i], copies=(*out[i].copies, rec.ref))
+        else:
+            first[key] = len(out)
+            out.append(rec)
+    return out
 
 
 @dataclass(frozen=True)
@@ -61,7 +105,7 @@ class DlqFilter:
             and (not self.worlds or (dl.world_id or "") in self.worlds)
             and (self.since_ms is None or seen >= self.since_ms)
             and (self.until_ms is None or seen < self.until_ms)
-            and (not self.refs or rec.ref in self.refs)
+            and (not self.refs or any(r in self.refs for r in rec.refs))
             and (not self.event_ids or (dl.event_id or "") in self.event_ids)
         )
 
@@ -69,7 +113,7 @@ class DlqFilter:
 @dataclass(frozen=True)
 class Decision:
     record: DlqRecord
-    action: str  # redrive | invalid | applied | world-missing | already-redriven | no-origin
+    action: str  # redrive | invalid | applied | stale | world-missing | cause-missing | already-redriven | no-origin
     detail: str = ""
     event: ChangeEvent | None = None
 
@@ -90,6 +134,7 @@ def decide(
     applied: Collection[tuple[str, str]],
     worlds_present: Collection[str],
     redriven: Collection[str],
+    causes_present: Collection[tuple[str, str]] = (),
     force: bool = False,
     again: bool = False,
 ) -> Decision:
@@ -97,7 +142,7 @@ def decide(
     dl = rec.letter
     if not dl.topic:
         return Decision(rec, "no-origin", "the letter has no causeway.source.topic header")
-    if rec.ref in redriven and not again:
+    if any(r in redriven for r in rec.refs) and not again:
         return Decision(rec, "already-redriven", "redriven before; --again sends it once more")
     result = decode(dl.value, dl.key, kind, max_bytes)
     if isinstance(result, Invalid):
@@ -105,6 +150,8 @@ def decide(
             return Decision(rec, "redrive", f"forced although invalid: {result.reason}")
         return Decision(rec, "invalid", f"{result.reason}: {result.detail}")
     if (result.world_id, result.event_id) in applied:
+        if dl.reason == STALE_VERSION:
+            return Decision(rec, "stale", "older than the stored version; it would be dead-lettered again", result)
         return Decision(rec, "applied", f"event {result.event_id} already applied in world {result.world_id}", result)
     if dl.reason == UNKNOWN_WORLD and result.world_id not in worlds_present and not force:
         return Decision(
@@ -113,7 +160,25 @@ def decide(
             f"world {result.world_id!r} still has no branch; `causeway worlds create {result.world_id}` first",
             result,
         )
+    cause = result.caused_by
+    if dl.reason == CAUSE_MISSING and cause and (result.world_id, cause) not in causes_present and not force:
+        return Decision(
+            rec,
+            "cause-missing",
+            f"cause {cause} is still not applied in world {result.world_id} (no mark, not in its event log, "
+            "not redriven with it); redrive the cause first, or --force",
+            result,
+        )
     return Decision(rec, "redrive", "", result)
+
+
+def causes_wanted(records: Iterable[DlqRecord], events: dict[str, ChangeEvent]) -> set[tuple[str, str]]:
+    """(world, cause event id) of the cause-missing letters among ``records`` (``events`` by ref)."""
+    return {
+        (ev.world_id, ev.caused_by)
+        for r in records
+        if r.letter.reason == CAUSE_MISSING and (ev := events.get(r.ref)) is not None and ev.caused_by
+    }
 
 
 def redrive_headers(rec: DlqRecord, dlq_topic: str) -> list[tuple[str, bytes]]:

@@ -155,6 +155,8 @@ class Checkpoint:
     updated_ms: int = 0
     fork_hash: str | None = None
     parked: int = 0  # events still waiting for a cause when the last run ended
+    last_run_read: int = 0  # records read by the last run (also when it was interrupted)
+    last_run_s: float = 0.0  # how long the last run took
 
     @classmethod
     def start(

@@ -24,6 +24,7 @@ again from the start, which dedupe absorbs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -42,7 +43,7 @@ from agents.marks import AppliedMarks
 from agents.replay import Checkpoint, ReplayError, ReplaySpec, next_offset, resolve_range, rewrite
 from models.events import EntityKind, Invalid, decode
 from models.worlds import WorldNaming
-from monitoring.metrics import Metrics
+from monitoring.metrics import Dependency, Metrics
 from sinks.committer import Batch, BatchCommitter, CommitOutcome
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
@@ -202,6 +203,7 @@ class ReplayReport:
     seconds: float = 0.0
     world_created: bool = False
     interrupted: bool = False
+    causes_missing: int = 0  # parked events dead-lettered at the end: their cause is nowhere
     notes: list[str] = field(default_factory=list)
 
 
@@ -245,7 +247,7 @@ async def plan(settings: Settings, spec: ReplaySpec) -> dict[tuple[str, int], tu
 
 
 async def prepare_world(
-    settings: Settings, spec: ReplaySpec, source_world: str, allow_existing: bool = False
+    settings: Settings, spec: ReplaySpec, source_world: str, allow_existing: bool = False, allow_prod: bool = False
 ) -> tuple[str, bool]:
     """Create the into-world branch at ``spec.fork_from`` and mark the events it already holds.
 
@@ -253,23 +255,15 @@ async def prepare_world(
     the fork holds them. Without them an event whose cause predates the fork would wait for a
     cause the new world's marks never show. Returns (fork hash, created).
 
-    A world that already exists is refused unless it still sits at the fork point (a run that
-    stopped right after creating it) or ``allow_existing`` (``--restart``): a replay must not write
-    into somebody's world by a typo.
+    A world that already exists is refused unless ``allow_existing`` (``--into-existing``): a replay
+    must not write into somebody's world by a typo, and the fork point says nothing about what the
+    world holds. The production world also needs ``allow_prod`` (``--confirm-prod``).
     """
     assert spec.into_world is not None
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     async with NessieClient.from_settings(settings) as nessie:
         manager = WorldManager(nessie, naming)
-        existing = await manager.get(spec.into_world)
-        if existing is not None and not allow_existing:
-            src = await manager.get(source_world)
-            fork_point = spec.fork_from or (src.hash if src else None)
-            if existing.hash != fork_point:
-                raise ReplayError(
-                    f"world {spec.into_world} already exists at {existing.hash[:12]}, not at the fork point; "
-                    "choose a new world id, delete it first, or replay into it anyway with --restart"
-                )
+        await check_target(manager, settings, spec, allow_existing=allow_existing, allow_prod=allow_prod)
         source = ForkSource(commit=spec.fork_from) if spec.fork_from else ForkSource(world=source_world)
         world, created = await manager.create(spec.into_world, source)
     ids = await asyncio.to_thread(_log_event_ids, settings, f"{world.branch}@{world.hash}")
@@ -280,6 +274,24 @@ async def prepare_world(
     finally:
         await marks.close()
     return world.hash, created
+
+
+async def check_target(
+    manager: WorldManager, settings: Settings, spec: ReplaySpec, *, allow_existing: bool, allow_prod: bool
+) -> None:
+    """The checks of ``--into-world`` (the dry run makes them too); raises ReplayError."""
+    assert spec.into_world is not None
+    if spec.into_world == settings.prod_world and not allow_prod:
+        raise ReplayError(
+            f"--into-world {spec.into_world} is the production world: add --into-existing --confirm-prod "
+            "if you really mean to replay into it"
+        )
+    existing = await manager.get(spec.into_world)
+    if existing is not None and not allow_existing:
+        raise ReplayError(
+            f"world {spec.into_world} already exists (at {existing.hash[:12]}); --into-world creates a new "
+            "world: choose a new world id, delete it first, or replay into it anyway with --into-existing"
+        )
 
 
 def expand_commit(settings: Settings, world: str, prefix: str, max_commits: int = 20_000) -> str:
@@ -325,17 +337,56 @@ async def run_replay(
     stop_after: int | None = None,
     wait_parked_s: float = 5.0,
     on_start: Callable[[Checkpoint], None] | None = None,
+    into_existing: bool = False,
+    allow_prod: bool = False,
+    outage_s: float = 30.0,
 ) -> ReplayReport:
     """Replay ``spec`` from its checkpoint (or from the start); returns what happened.
 
-    ``stop_after`` stops after about that many records have been read (an interruption, for tests
-    and for bounded runs); the checkpoint then says where to resume. Raises ReplayError while
-    another process runs the same replay.
+    ``stop_after`` stops after that many records have been read (an interruption, for tests and
+    for bounded runs); the checkpoint then says where to resume. When the whole range was read,
+    events still waiting for a cause that is neither in the range nor on the branch are
+    dead-lettered (``cause-missing``, as a worker would after its causal timeout) so the replay
+    completes. Raises ReplayError while another process runs the same replay, and DependencyDown
+    when Kafka, Redis or Nessie stays down for ``outage_s`` during the run (the checkpoint holds).
     """
     rid = spec.replay_id()
     await store.acquire(rid)
+    watch = OutageWatch()
     try:
-        return await _run(settings, spec, store, progress, restart, stop_after, wait_parked_s, on_start)
+        run = asyncio.ensure_future(
+            _run(
+                settings,
+                spec,
+                store,
+                progress,
+                restart,
+                stop_after,
+                wait_parked_s,
+                on_start,
+                into_existing,
+                allow_prod,
+                metrics=watch,
+            )
+        )
+        while not run.done():
+            try:
+                await asyncio.wait({run}, timeout=1.0)
+            except asyncio.CancelledError:
+                # Ctrl-C: the run saves its checkpoint while it unwinds; wait for that.
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run
+                raise
+            down = watch.down_for(time.monotonic())
+            if down is not None and down[1] > outage_s and not run.done():
+                # The applier retries a dependency forever (right for a worker); an operator's
+                # command gives up instead: the checkpoint is saved while the run unwinds.
+                run.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await run
+                raise DependencyDown(down[0], down[1])
+        return run.result()
     finally:
         await store.release(rid)
 
@@ -349,6 +400,9 @@ async def _run(
     stop_after: int | None,
     wait_parked_s: float,
     on_start: Callable[[Checkpoint], None] | None,
+    into_existing: bool = False,
+    allow_prod: bool = False,
+    metrics: Metrics | None = None,
 ) -> ReplayReport:
     started = time.monotonic()
     rid = spec.replay_id()
@@ -360,7 +414,9 @@ async def _run(
         cp = Checkpoint.start(rid, spec, ranges, int(time.time() * 1000))
         if spec.into_world:
             source_world = spec.worlds[0] if spec.worlds else settings.prod_world
-            cp.fork_hash, world_created = await prepare_world(settings, spec, source_world, restart)
+            cp.fork_hash, world_created = await prepare_world(
+                settings, spec, source_world, allow_existing=into_existing, allow_prod=allow_prod
+            )
         await store.save(cp)
     report = ReplayReport(rid, cp, resumed, cp.complete, world_created=world_created)
     if on_start is not None:
@@ -372,6 +428,7 @@ async def _run(
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
     committer = ReplayCommitter(BatchCommitter(settings))
+    clock = SkippableClock()
     dlq = DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings))
     nessie = NessieClient.from_settings(settings)
     applier = Applier(
@@ -380,8 +437,9 @@ async def _run(
         committer=committer,
         dead_letters=dlq,
         worlds=_Worlds(WorldManager(nessie, naming)),
-        metrics=Metrics(),
+        metrics=metrics or Metrics(),
         worker_id=f"replay-{rid}",
+        clock=clock,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
     )
     kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
@@ -402,7 +460,11 @@ async def _run(
             consumer.seek(TopicPartition(t, p), start)
         active = set(remaining)
         while active:
-            batches = await consumer.getmany(timeout_ms=500, max_records=settings.batch_max_events)
+            budget = settings.batch_max_events
+            if stop_after is not None:  # never read past the bound, however small
+                budget = max(1, min(budget, stop_after - counts["read"]))
+            before = counts["read"]
+            batches = await consumer.getmany(timeout_ms=500, max_records=budget)
             records: list[RawRecord] = []
             for ktp, recs in batches.items():
                 tp = (ktp.topic, ktp.partition)
@@ -426,8 +488,8 @@ async def _run(
                 await applier.process(records)
             await applier.tick()
             _advance(cp, applier, read_pos)
-            if progress is not None and batches:
-                progress(sum(len(v) for v in batches.values()))
+            if progress is not None and counts["read"] > before:
+                progress(counts["read"] - before)  # records of the range only
             await store.save(cp)
             if stop_after is not None and counts["read"] >= stop_after:
                 report.interrupted = True
@@ -437,6 +499,8 @@ async def _run(
         while applier.gate.parked_count and time.monotonic() < deadline:
             await asyncio.sleep(0.25)
             await applier.tick()
+        if not active and applier.gate.parked_count:
+            report.causes_missing = await _settle_parked(applier, committer, marks, naming, clock, settings)
         _advance(cp, applier, read_pos)
     finally:
         totals = applier.summary()
@@ -451,12 +515,18 @@ async def _run(
             }
         )
         cp.parked = applier.gate.parked_count
+        cp.last_run_read, cp.last_run_s = counts["read"], time.monotonic() - started
         await store.save(cp)
         report.read_this_run = counts["read"]
         await consumer.stop()
         await dlq.stop()
         await marks.close()
         await nessie.aclose()
+    if report.causes_missing:
+        report.notes.append(
+            f"{report.causes_missing} event(s) waited for a cause that is neither in the range nor on the branch: "
+            "dead-lettered as cause-missing (`causeway dlq list --reason cause-missing`)"
+        )
     if cp.parked:
         report.notes.append(
             f"{cp.parked} event(s) still wait for a cause outside the range; their partitions resume "
@@ -464,6 +534,80 @@ async def _run(
         )
     report.seconds = time.monotonic() - started
     return report
+
+
+class DependencyDown(ReplayError):
+    """A dependency stayed down during a replay; the run stopped and saved its checkpoint."""
+
+    def __init__(self, dependency: str, seconds: float) -> None:
+        super().__init__(
+            f"{dependency} stayed unreachable for {seconds:.0f}s during the replay; stopped with the checkpoint "
+            f"saved: run the same command again once {dependency} is back (`causeway doctor`)"
+        )
+        self.dependency = dependency
+
+
+class OutageWatch(Metrics):
+    """The applier's metrics, also remembering since when each dependency has been failing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down_since: dict[str, float] = {}
+
+    def dependency(self, name: Dependency, up: bool) -> None:
+        super().dependency(name, up)
+        if up:
+            self.down_since.pop(name, None)
+        else:
+            self.down_since.setdefault(name, time.monotonic())
+
+    def down_for(self, now: float) -> tuple[str, float] | None:
+        """The dependency down the longest and for how long, or None."""
+        if not self.down_since:
+            return None
+        name, since = min(self.down_since.items(), key=lambda kv: kv[1])
+        return name, now - since
+
+
+class SkippableClock:
+    """``time.monotonic`` that can jump ahead: the end of a replay expires the causal waits at once."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.ahead
+
+    def skip(self, seconds: float) -> None:
+        self.ahead += seconds
+
+
+async def _settle_parked(
+    applier: Applier,
+    committer: ReplayCommitter,
+    marks: AppliedMarks,
+    naming: WorldNaming,
+    clock: SkippableClock,
+    settings: Settings,
+) -> int:
+    """After the whole range was read: release events whose cause is on the branch (its mark had
+    expired or was lost: repaired here), then dead-letter the rest as ``cause-missing`` — no record
+    of this replay can bring their cause. Returns how many were dead-lettered."""
+    causes = applier.gate.unknown_causes()
+    found: set[tuple[str, str]] = set()
+    for world in {w for w, _ in causes}:
+        ids = [i for w, i in causes if w == world]
+        in_log = await asyncio.to_thread(committer.event_ids_in_log, naming.branch(world), ids)
+        found |= {(world, i) for i in in_log}
+    if found:
+        await marks.mark(found)
+        await applier.tick()
+        await applier.flush_all()
+    before = applier.totals.get("dead_lettered", 0)
+    clock.skip(settings.causal_timeout_s + 1.0)
+    await applier.tick()
+    await applier.flush_all()
+    return applier.totals.get("dead_lettered", 0) - before
 
 
 def _advance(cp: Checkpoint, applier: Applier, read_pos: dict[tuple[str, int], int]) -> None:

@@ -26,8 +26,10 @@ from agents.deadletters import DeadLetterPublisher
 from agents.intake import ChangeIntake
 from agents.intake import attach as attach_intake
 from agents.marks import AppliedMarks
+from agents.probes import dependency_watcher
 from models.worlds import WorldNaming
 from monitoring import discovery
+from monitoring.health import CounterMeter, Health, meter_method, status_probe
 from monitoring.metrics import Metrics, add_metrics_page
 from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
@@ -39,6 +41,8 @@ from streams.topics import ensure_topics
 from worlds.manager import WorldManager
 
 log = logging.getLogger(__name__)
+
+LOOP_STALL_S = 120.0  # a polling loop that completes no poll for this long is stuck (docs/operations.md)
 
 
 class _Worlds:
@@ -68,6 +72,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     app = create_app(settings.replace(app_id=f"{settings.app_id}-faust"))
     add_metrics_page(app, metrics)
     worker_id = f"{socket.gethostname()}-{os.getpid()}"
+    health = Health()
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     applier = Applier(
         settings,
@@ -91,19 +96,45 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         # (MappingError), before any topic is created or record read.
         from agents.cdc import attach, load_cdc_mapping
 
-        attach(app, settings, load_cdc_mapping(settings), metrics=metrics)
+        ingest = attach(app, settings, load_cdc_mapping(settings), metrics=metrics)
+        # The ingest's own status (last commit, records waiting) when it has one; else completed polls.
+        probe = status_probe(ingest.status) if hasattr(ingest, "status") else meter_method(ingest).progress
+        health.register_loop("cdc-ingest", probe, LOOP_STALL_S)
     # Schema sync (control-plane schema changes → Iceberg schema evolution per world branch) and the
     # periodic reconciliation run beside the applier, each with its own consumer group.
     from agents import reconcile, schema_sync
 
-    schema_sync.attach(app, settings, metrics)
-    reconcile.attach(app, settings, metrics, served=lambda: set(applier._known_worlds))  # noqa: SLF001
+    health.register_loop("schema-sync", meter_method(schema_sync.attach(app, settings, metrics)).progress, LOOP_STALL_S)
+    reconciler = reconcile.attach(app, settings, metrics, served=lambda: set(applier._known_worlds))  # noqa: SLF001
+    # The timer reads the last run back every few seconds, passes or not: a timer that stops doing so is stuck.
+    stall = reconciler.readback_interval_s + LOOP_STALL_S
+    health.register_loop("reconcile-timer", meter_method(reconciler, "readback").progress, stall)
     metrics.dead_letter_series([settings.objects_topic, settings.links_topic])
     attach_intake(app, ChangeIntake(settings, applier, metrics))
 
+    # Intake: stuck when consumed records wait unsettled for longer than a cause may be waited for.
+    intake = CounterMeter(lambda: _settled(applier.totals), lambda: applier.tracker.in_flight())
+    health.register_loop("intake", intake.progress, settings.causal_timeout_s + LOOP_STALL_S)
+
+    app.task(dependency_watcher(health, settings, lambda: app.should_stop))
+
+    def health_page(live_only: bool) -> Any:
+        report = health.report()
+        ok = report.live if live_only else report.ready
+        body = report.to_json() | {"worker": worker_id, **applier.summary()}
+        return json_response(body, status=200 if ok else 503)
+
     @app.page("/health")
-    async def health(web: Any, request: Any) -> Any:
-        return json_response({"status": "ok", "worker": worker_id, **applier.summary()})
+    async def health_ready(web: Any, request: Any) -> Any:
+        return health_page(live_only=False)
+
+    @app.page("/health/ready")
+    async def ready(web: Any, request: Any) -> Any:
+        return health_page(live_only=False)
+
+    @app.page("/health/live")
+    async def live(web: Any, request: Any) -> Any:
+        return health_page(live_only=True)
 
     @app.page("/summary")
     async def summary(web: Any, request: Any) -> Any:
@@ -118,6 +149,10 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
 #: cProfile replay of 50k small-profile records through the applier (services stubbed) took
 #: 45-50 us of CPU per event with the default and 34-35 with this (docs/benchmarks.md).
 GC_THRESHOLD = (100_000, 50, 100)
+
+
+def _settled(totals: dict[str, int]) -> int:
+    return totals.get("applied", 0) + totals.get("dead_lettered", 0) + totals.get("duplicates", 0)
 
 
 def run_worker(settings: Settings) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -10,6 +11,9 @@ from collections.abc import Callable
 import httpx
 import redis
 
+from agents.probes import probe_kafka, probe_nessie, probe_redis
+from cli.errors import mask_url
+from cli.preflight import url_of
 from monitoring.discovery import describe_targets
 from streams.security import (
     KafkaFailureLog,
@@ -19,9 +23,15 @@ from streams.security import (
     explain_failure,
     kafka_client_options,
     nessie_http_options,
+    redact,
     redis_options,
+    secret_values,
+    security_reason,
 )
 from streams.settings import Settings
+
+PROBE_TIMEOUT_S = 5.0
+PROBES = {"kafka": probe_kafka, "redis": probe_redis, "nessie": probe_nessie}
 
 
 def _check_redis(settings: Settings) -> str:
@@ -34,7 +44,7 @@ def _check_redis(settings: Settings) -> str:
     client.delete(key)
     if value != b"ok":
         raise RuntimeError(f"read back {value!r}")
-    return f"SET/GET with TTL at {settings.redis_url}"
+    return f"SET/GET with TTL at {mask_url(settings.redis_url)}"
 
 
 async def _kafka_round_trip(settings: Settings) -> str:
@@ -44,8 +54,8 @@ async def _kafka_round_trip(settings: Settings) -> str:
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000, **kafka_client_options(settings)
     )
+    await producer.start()
     try:
-        await producer.start()
         token = uuid.uuid4().hex.encode()
         meta = await producer.send_and_wait(topic, token, key=b"doctor")
     finally:
@@ -53,8 +63,8 @@ async def _kafka_round_trip(settings: Settings) -> str:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
     )
+    await consumer.start()
     try:
-        await consumer.start()
         tp = TopicPartition(topic, meta.partition)
         consumer.assign([tp])
         consumer.seek(tp, meta.offset)
@@ -85,23 +95,79 @@ def _check_prometheus(settings: Settings) -> str:
     return f"query `up` answered: {describe_targets(resp.json()['data']['result'])}"
 
 
+def _classify_prometheus(settings: Settings) -> str:
+    try:
+        return _check_prometheus(settings)
+    except httpx.ConnectError as exc:
+        raise _Down(f"not running there: {exc}") from exc
+    except (httpx.HTTPStatusError, ValueError, KeyError) as exc:
+        raise _Wrong(f"answers, but not as Prometheus: {' '.join(str(exc).split())[:200]}") from exc
+
+
+class _Down(Exception):
+    """Nothing answers at the URL (not running, or the host/port is wrong)."""
+
+
+class _Wrong(Exception):
+    """Something answers at the URL, but it is not the service (the URL points elsewhere)."""
+
+
+class _Refused(Exception):
+    """The service answers but refuses the credentials or the TLS handshake (message names which)."""
+
+
+def _probed(settings: Settings, service: str, round_trip: Callable[[], str]) -> Callable[[], str]:
+    """First the bounded probe that tells "not running" from "not that service", then the round trip."""
+
+    def check() -> str:
+        with KafkaFailureLog() as kafka_log:
+            result = asyncio.run(PROBES[service](settings, PROBE_TIMEOUT_S))
+        # A refused password, user, certificate or token is neither "not running" nor "not that service".
+        refused = result.verdict != "ok" and security_reason(f"{kafka_log.last} {result.detail}")
+        if refused:
+            raise _Refused(f"{refused} ({result.detail})")
+        if result.verdict == "down":
+            raise _Down(f"not running at {mask_url(url_of(settings, service))}: {result.detail}")
+        if result.verdict == "wrong":
+            raise _Wrong(f"{mask_url(url_of(settings, service))} answers, but is not {service}: {result.detail}")
+        return round_trip()
+
+    return check
+
+
 def run_checks(settings: Settings, echo: Callable[[str], None] = print) -> bool:
-    modes = {"kafka": describe_kafka(settings), "redis": describe_redis(settings), "nessie": describe_nessie(settings)}
+    """Check each service; one line each: ``ok``, ``DOWN`` (not running) or ``WRONG`` (not that service)."""
     checks: list[tuple[str, Callable[[], str]]] = [
-        ("kafka", lambda: asyncio.run(_kafka_round_trip(settings))),
-        ("redis", lambda: _check_redis(settings)),
-        ("nessie", lambda: _check_nessie(settings)),
-        ("prometheus", lambda: _check_prometheus(settings)),
+        ("kafka", _probed(settings, "kafka", lambda: asyncio.run(_kafka_round_trip(settings)))),
+        ("redis", _probed(settings, "redis", lambda: _check_redis(settings))),
+        ("nessie", _probed(settings, "nessie", lambda: _check_nessie(settings))),
+        ("prometheus", lambda: _classify_prometheus(settings)),
     ]
     all_ok = True
-    for name, check in checks:
-        start = time.perf_counter()
-        mode = f" [{modes[name]}]" if name in modes else ""
-        try:
-            with KafkaFailureLog() as kafka_log:
+    modes = {"kafka": describe_kafka(settings), "redis": describe_redis(settings), "nessie": describe_nessie(settings)}
+    quiet = logging.getLogger("aiokafka")
+    propagate = quiet.propagate
+    # Its connection errors would repeat our line; not propagated, they still reach KafkaFailureLog.
+    quiet.propagate = False
+    try:
+        for name, check in checks:
+            start = time.perf_counter()
+            mode = f" [{modes[name]}]" if name in modes else ""
+            try:
                 detail = check()
-            echo(f"  ok    {name:11} {detail} ({(time.perf_counter() - start) * 1000:.0f} ms){mode}")
-        except Exception as exc:  # noqa: BLE001 - the point is to report any failure by service
-            all_ok = False
-            echo(f"  FAIL  {name:11} {explain_failure(exc, settings, kafka_log.last)}{mode}")
+                echo(f"  ok    {name:11} {detail} ({(time.perf_counter() - start) * 1000:.0f} ms){mode}")
+            except _Down as exc:
+                all_ok = False
+                echo(f"  DOWN  {name:11} {exc}{mode}")
+            except _Wrong as exc:
+                all_ok = False
+                echo(f"  WRONG {name:11} {exc}{mode}")
+            except _Refused as exc:
+                all_ok = False
+                echo(f"  FAIL  {name:11} {redact(str(exc), secret_values(settings))}{mode}")
+            except Exception as exc:  # noqa: BLE001 - the point is to report any failure by service
+                all_ok = False
+                echo(f"  FAIL  {name:11} {explain_failure(exc, settings)}{mode}")
+    finally:
+        quiet.propagate = propagate
     return all_ok

@@ -2,16 +2,45 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
+from cli.errors import CommandError, Exit, Guarded, OneLineFormatter
 from streams.security import install_log_redaction
 from streams.settings import Settings, SettingsError, markdown_table
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+#: The services each command needs, checked before it starts (``cli.preflight``); the longest
+#: matching command path wins, so a new subcommand of ``worlds`` inherits ``worlds``'s entry. A dry
+#: run needs what the real run needs: it makes the same checks.
+NEEDS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("worlds",): ("nessie",),
+    ("replay",): ("kafka", "redis", "nessie"),
+    ("dlq",): ("kafka",),
+    ("dlq", "redrive"): ("kafka", "redis", "nessie"),
+    ("offsets",): ("kafka",),
+    ("rebuild",): ("nessie",),
+    ("reconcile",): ("kafka", "nessie"),
+    ("worker",): ("kafka", "redis", "nessie"),
+    ("demo",): ("kafka", "redis", "nessie"),
+}
+
+
+def needs(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The services for a command path such as ``("dlq", "list")`` (longest prefix in NEEDS)."""
+    for n in range(len(path), 0, -1):
+        if path[:n] in NEEDS:
+            return NEEDS[path[:n]]
+    return ()
+
+
+@click.group(cls=Guarded, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--log-level", default=None, help="Override CAUSEWAY_LOG_LEVEL (debug, info, warning).")
 @click.pass_context
 def cli(ctx: click.Context, log_level: str | None) -> None:
@@ -23,9 +52,13 @@ def cli(ctx: click.Context, log_level: str | None) -> None:
     try:
         settings = Settings.from_env()
     except SettingsError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), Exit.USAGE) from exc
     level = (log_level or settings.log_level).upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    before = set(logging.getLogger().handlers)
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    if level != "DEBUG" and ctx.invoked_subcommand != "worker":
+        for handler in set(logging.getLogger().handlers) - before:  # ours only, not an embedding app's
+            handler.setFormatter(OneLineFormatter(LOG_FORMAT))
     install_log_redaction(settings)
     if level != "DEBUG":
         # Client libraries log every request at INFO; operators want causeway's own lines.
@@ -56,7 +89,8 @@ def config(settings: Settings, markdown: bool) -> None:
 def doctor(settings: Settings) -> None:
     """Check every service with a real round trip: Kafka, Redis, Nessie, Prometheus.
 
-    Exits non-zero and names the failing service when one does not answer.
+    Each service gets one line: ok, DOWN (nothing answers: not running, or a wrong host/port) or
+    WRONG (something else answers at that URL). Exits 4 when any is not ok.
 
     \b
     Example:
@@ -66,7 +100,11 @@ def doctor(settings: Settings) -> None:
 
     ok = run_checks(settings, echo=click.echo)
     if not ok:
-        raise click.ClickException("some services failed; start them with: scripts/services.sh start")
+        raise CommandError(
+            "some services failed: DOWN = nothing answers (start it: scripts/services.sh start, or fix the "
+            "host/port), WRONG = the URL points at another service (fix the CAUSEWAY_* URL)",
+            Exit.UNAVAILABLE,
+        )
 
 
 def _register_optional_groups() -> None:
@@ -84,6 +122,8 @@ def _register_optional_groups() -> None:
         ("cli.ops", "offsets"),
         ("cli.ops", "rebuild"),
         ("cli.reconcile", "reconcile"),
+        ("cli.serve", "serve"),
+        ("cli.serve", "api_token"),
     ):
         try:
             mod = importlib.import_module(module)
@@ -96,14 +136,39 @@ def _register_optional_groups() -> None:
             cli.add_command(command)
 
 
+def _check_services_first(group: click.Group, path: tuple[str, ...] = ()) -> None:
+    """Wrap every command's callback so the services it needs (NEEDS) are probed first: after its
+    options were parsed (a usage error stays exit 2), before it does anything (cli.preflight)."""
+    for name, command in group.commands.items():
+        here = (*path, name)
+        if isinstance(command, click.Group):
+            _check_services_first(command, here)
+        elif command.callback is not None and needs(here) and not getattr(command.callback, "_preflight", False):
+            command.callback = _with_preflight(command.callback, needs(here))
+
+
+def _with_preflight(callback: Callable[..., Any], services: tuple[str, ...]) -> Callable[..., Any]:
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        from cli.preflight import require
+
+        settings = click.get_current_context().find_object(Settings)
+        require(settings or Settings.from_env(), *services)
+        return callback(*args, **kwargs)
+
+    run._preflight = True  # type: ignore[attr-defined]
+    return run
+
+
 _register_optional_groups()
+_check_services_first(cli)
 
 
 def main() -> None:
     try:
         cli(standalone_mode=True)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(Exit.INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ block meant to be pasted into a ticket.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -18,9 +19,14 @@ from typing import Any
 import click
 import orjson
 
+from cli.errors import CommandError, Exit, Incomplete
 from cli.progress import Progress
+from cli.summary import now, summary
+from cli.worlds import commit_hash
 from streams.security import kafka_client_options
 from streams.settings import Settings
+
+REF = re.compile(r"\d+:\d+")
 
 
 def parse_time(value: str | None) -> int | None:
@@ -44,15 +50,8 @@ def _iso(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _summary(title: str, rows: Sequence[tuple[str, object]]) -> None:
-    click.echo(f"--- {title} ---")
-    width = max(len(k) for k, _ in rows) if rows else 0
-    for k, v in rows:
-        click.echo(f"{k:<{width}}  {v}")
+_now = now
+_summary = summary
 
 
 def _topics(settings: Settings, topics: Sequence[str]) -> tuple[str, ...]:
@@ -77,14 +76,29 @@ def _topics(settings: Settings, topics: Sequence[str]) -> tuple[str, ...]:
 @click.option("--world", "worlds", multiple=True, help="Only events of this world (repeatable).")
 @click.option("--type", "types", multiple=True, help="Only events of this object or link type (repeatable).")
 @click.option("--into-world", default=None, help="Replay into a NEW world branch (a what-if world); see below.")
-@click.option("--from-commit", default=None, help="With --into-world: fork the new world at this commit hash.")
+@click.option(
+    "--from-commit",
+    default=None,
+    callback=commit_hash,
+    help="With --into-world: fork the new world at this commit hash (a prefix is expanded).",
+)
 @click.option("--as-of", default=None, help="With --into-world: fork at the source world as of this time.")
 @click.option("--restart", is_flag=True, help="Ignore a saved checkpoint and start the range again.")
-@click.option("--wait-parked", default=5.0, show_default=True, help="Seconds to wait at the end for parked causes.")
+@click.option(
+    "--into-existing", is_flag=True, help="With --into-world: allow a world that already exists (it is written to)."
+)
+@click.option("--confirm-prod", is_flag=True, help="With --into-world prod --into-existing: yes, the production world.")
+@click.option(
+    "--wait-parked",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds to wait at the end for parked causes.",
+)
 @click.option(
     "--max-records",
     "stop_after",
-    type=int,
+    type=click.IntRange(min=1),
     default=None,
     help="Stop after about N records read (a bounded run); the next run resumes from the checkpoint.",
 )
@@ -102,6 +116,8 @@ def replay(
     from_commit: str | None,
     as_of: str | None,
     restart: bool,
+    into_existing: bool,
+    confirm_prod: bool,
     wait_parked: float,
     stop_after: int | None,
     dry_run: bool,
@@ -119,7 +135,12 @@ def replay(
     --into-world NEW replays the events of ONE source world (--world, default prod) into a new
     world branch forked from --from-commit, --as-of or the source world's head: each event keeps
     its event id, version, cause and properties; only world_id (and so the key) becomes NEW.
-    Events the fork already holds are marked applied for NEW, so they count as duplicates.
+    Events the fork already holds are marked applied for NEW, so they count as duplicates. A world
+    that exists is refused unless --into-existing; prod also needs --confirm-prod.
+
+    The run ends: once the range is read, events whose cause is neither in the range nor on the
+    branch are dead-lettered as cause-missing and reported. Exit 0 when complete, 3 when records
+    are left (--max-records, parked), 130 on Ctrl-C (the next run resumes).
 
     \b
     Examples:
@@ -172,6 +193,8 @@ def replay(
     if dry_run:
         try:
             planned = asyncio.run(plan(settings, spec))
+            if into_world is not None:  # the checks the real run makes before it creates the world
+                asyncio.run(_check_target(settings, spec, into_existing, confirm_prod))
         except ReplayError as exc:
             raise click.ClickException(str(exc)) from exc
         total = sum(b - a for a, b in planned.values())
@@ -206,17 +229,22 @@ def replay(
                 wait_parked_s=wait_parked,
                 on_start=on_start,
                 progress=lambda n: bar[0].advance(n) if bar else None,
+                into_existing=into_existing,
+                allow_prod=confirm_prod,
             )
         finally:
             for b in bar:
                 b.finish()
             await store.close()
 
+    from agents.replayer import DependencyDown
     from sinks.errors import NessieError
     from worlds.manager import WorldError
 
     try:
         report = asyncio.run(main())
+    except DependencyDown as exc:
+        raise CommandError(str(exc), Exit.UNAVAILABLE) from exc
     except (ReplayError, WorldError) as exc:
         raise click.ClickException(str(exc)) from exc
     except NessieError as exc:
@@ -229,6 +257,8 @@ def replay(
         _replay_summary(report, spec)
         raise SystemExit(130) from None
     _replay_summary(report, spec)
+    if not report.already_complete and not report.checkpoint.complete:
+        raise Incomplete(f"{report.checkpoint.left:,} record(s) left; run the same command to resume")
 
 
 async def _interrupted_report(settings: Settings, rid: str) -> Any:
@@ -239,7 +269,28 @@ async def _interrupted_report(settings: Settings, rid: str) -> Any:
         cp = await store.load(rid)
     finally:
         await store.close()
-    return None if cp is None else ReplayReport(rid, cp, resumed=cp.runs > 1, already_complete=False, interrupted=True)
+    if cp is None:
+        return None
+    return ReplayReport(
+        rid,
+        cp,
+        resumed=cp.runs > 1,
+        already_complete=False,
+        interrupted=True,
+        read_this_run=cp.last_run_read,
+        seconds=cp.last_run_s,
+    )
+
+
+async def _check_target(settings: Settings, spec: Any, into_existing: bool, confirm_prod: bool) -> None:
+    from agents.replayer import check_target
+    from models.worlds import WorldNaming
+    from sinks.nessie import NessieClient
+    from worlds.manager import WorldManager
+
+    async with NessieClient.from_settings(settings) as nessie:
+        manager = WorldManager(nessie, WorldNaming(settings.prod_world, settings.main_branch))
+        await check_target(manager, settings, spec, allow_existing=into_existing, allow_prod=confirm_prod)
 
 
 def _resolve_as_of(settings: Settings, world: str, ms: int | None) -> str:
@@ -278,10 +329,10 @@ def _replay_summary(report: Any, spec: Any) -> None:
     c = cp.counters
     if report.already_complete:
         state = "already complete: nothing read (use --restart to read the range again)"
-    elif report.interrupted:
-        state = f"stopped early; {cp.left:,} record(s) left, run the same command to resume"
     elif cp.complete:
         state = "complete"
+    elif report.interrupted:
+        state = f"stopped early; {cp.left:,} record(s) left, run the same command to resume"
     else:
         state = f"incomplete: {cp.left:,} record(s) left (parked events hold their partitions)"
     rows: list[tuple[str, object]] = [
@@ -298,6 +349,7 @@ def _replay_summary(report: Any, spec: Any) -> None:
         ("filtered out", f"{c.get('filtered_out', 0):,}"),
         ("invalid", f"{c.get('invalid_skipped', 0):,} (skipped; dead-lettered when first read)"),
         ("parked", f"{cp.parked:,}"),
+        ("cause missing", f"{report.causes_missing:,} (dead-lettered: cause neither in the range nor on the branch)"),
         ("took", f"{report.seconds:.1f}s"),
     ]
     _summary(f"replay {report.replay_id} ({_now()})", rows)
@@ -330,6 +382,10 @@ def _dlq_filter_options(f: Any) -> Any:
 def _dlq_filter(**kw: Any) -> Any:
     from agents.redrive import DlqFilter
 
+    for ref in kw["refs"]:
+        if not REF.fullmatch(ref):
+            raise click.BadParameter(f"{ref!r} is not a DLQ position PARTITION:OFFSET (e.g. 0:17)", param_hint="--ref")
+
     return DlqFilter(
         reasons=kw["reasons"],
         topics=kw["topics"],
@@ -355,7 +411,13 @@ def dlq() -> None:
 
 @dlq.command("list")
 @_dlq_filter_options
-@click.option("--limit", default=50, show_default=True, help="Show at most this many, newest last (0: all).")
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Show at most this many, newest last (0: all).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_obj
 def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
@@ -383,6 +445,7 @@ def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
                         "world_id": dl.world_id,
                         "event_id": dl.event_id,
                         "redrive_count": dl.redrive_count,
+                        "copies": list(r.copies),
                     }
                 )
             )
@@ -390,6 +453,7 @@ def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
             click.echo(
                 f"{r.ref:>8}  {_iso(dl.first_seen_ms)}  {dl.reason:<18} {dl.topic}[{dl.partition}]@{dl.offset}"
                 f"  world={dl.world_id or '-'}  event={dl.event_id or '-'}  redrives={dl.redrive_count}"
+                + (f"  copies={len(r.copies)}" if r.copies else "")
             )
     if as_json:
         return
@@ -399,6 +463,7 @@ def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
         [
             ("scanned", f"{scanned:,} letter(s)"),
             ("matched", f"{len(letters):,} (shown {len(shown):,})"),
+            ("copies", f"{sum(len(r.copies) for r in letters):,} (same origin, dead-lettered again on redelivery)"),
             ("by reason", ", ".join(f"{k}={v}" for k, v in reasons.most_common()) or "-"),
         ],
     )
@@ -425,6 +490,8 @@ def dlq_show(settings: Settings, ref_or_event_id: str) -> None:
     for r in letters:
         dl = r.letter
         click.echo(f"dead letter {settings.dlq_topic} {r.ref}")
+        if r.copies:
+            click.echo(f"  copies (same origin, dead-lettered again on redelivery): {', '.join(r.copies)}")
         for k, v in dl.headers():
             click.echo(f"  {k}: {v.decode('utf-8', 'replace')}")
         click.echo(f"  key: {dl.key.decode('utf-8', 'replace') if dl.key is not None else None}")
@@ -440,16 +507,25 @@ def dlq_show(settings: Settings, ref_or_event_id: str) -> None:
 @click.option("--all", "all_", is_flag=True, help="Redrive every letter (needed when no filter is given).")
 @click.option("--force", is_flag=True, help="Also send letters that still fail validation or whose world is missing.")
 @click.option("--again", is_flag=True, help="Also send letters that were redriven before.")
-@click.option("--show", default=20, show_default=True, help="List at most this many per-letter decisions.")
+@click.option(
+    "--show",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="List at most this many per-letter decisions.",
+)
 @click.option("--dry-run", is_flag=True, help="Show the decision for each letter; send nothing.")
 @click.pass_obj
 def dlq_redrive(settings: Settings, all_: bool, force: bool, again: bool, show: int, dry_run: bool, **kw: Any) -> None:
     """Re-publish dead letters to their original topic, key and headers (+ redrive count).
 
     Letters that still fail validation are refused unless --force; so are unknown-world letters
-    whose world still has no branch. Letters whose event is already applied (Redis mark) are
-    skipped and listed: sending them would only make a duplicate. Each redriven DLQ record is
-    remembered, so running the command twice sends it once (--again overrides).
+    whose world still has no branch, and cause-missing letters whose cause is still nowhere (no
+    Redis mark, not in the world branch's event log, not redriven with them). Letters whose event
+    is already applied (Redis mark) are skipped and listed: sending them would only make a
+    duplicate. Each redriven DLQ record is remembered, so running the command twice sends it once
+    (--again overrides). Letters with the same origin (topic, partition, offset) are one letter.
+    Exits 3 when any letter was refused (a dry run too: it makes the same checks).
 
     \b
     Examples:
@@ -482,16 +558,21 @@ def dlq_redrive(settings: Settings, all_: bool, force: bool, again: bool, show: 
         f"dlq redrive {settings.dlq_topic}{' (dry run)' if dry_run else ''} ({_now()})",
         [
             ("scanned", f"{scanned:,} letter(s)"),
-            ("matched", f"{len(decisions):,}"),
+            ("matched", f"{len(decisions):,} (+{sum(len(d.record.copies) for d in decisions):,} copies of them)"),
             ("sent" if not dry_run else "would send", f"{actions['redrive'] if dry_run else sent:,}"),
             ("already applied", f"{actions['applied']:,} (skipped: event has a Redis mark)"),
+            ("stale", f"{actions['stale']:,} (skipped: older than the stored version; would be dead-lettered again)"),
             ("still invalid", f"{actions['invalid']:,} (refused; --force sends them)"),
             ("world missing", f"{actions['world-missing']:,} (refused; create the world or --force)"),
+            ("cause missing", f"{actions['cause-missing']:,} (refused; redrive the cause first or --force)"),
             ("redriven before", f"{actions['already-redriven']:,} (skipped; --again sends them)"),
             ("no origin", f"{actions['no-origin']:,}"),
             ("took", f"{time.monotonic() - started:.1f}s"),
         ],
     )
+    refused = sum(actions[a] for a in ("invalid", "world-missing", "cause-missing", "no-origin"))
+    if refused:
+        raise Incomplete(f"{refused:,} letter(s) refused{' (dry run)' if dry_run else ''}; see the summary")
 
 
 # --- offsets ---------------------------------------------------------------------------------------
@@ -591,6 +672,10 @@ def offsets_reset(
         rows, by_time = asyncio.run(
             partition_offsets(settings.kafka_bootstrap, group, topic_list, at_ms, kafka_client_options(settings))
         )
+        missing = sorted(set(partitions) - {r.partition for r in rows})
+        if missing:
+            have = ", ".join(str(p) for p in sorted({r.partition for r in rows}))
+            raise click.BadParameter(f"no partition {missing} in {', '.join(topic_list)} (partitions: {have})")
         rows = [r for r in rows if not partitions or r.partition in partitions]
         targets = parse_offset_targets(offset_values, [(r.topic, r.partition) for r in rows]) if offset_values else {}
         if strategy == "offset":
@@ -705,7 +790,10 @@ def rebuild(settings: Settings, world: str, swap: bool, sample: int, dry_run: bo
             ("events folded", f"{result.rebuilt.events_used:,} applied row(s) of entity_events"),
             ("rebuild branch", (result.rebuild_branch or "-") + (" (reused)" if result.reused else "")),
             ("rebuild head", (result.rebuild_head or "-")[:12]),
+            ("removed", ", ".join(result.removed) or "- (no stale rebuild branch of an older head)"),
             ("outcome", outcome),
             ("took", f"{time.monotonic() - started:.1f}s"),
         ],
     )
+    if not result.identical and not result.swapped:
+        raise Incomplete("the live projections differ from the rebuild" + ("" if dry_run else "; --swap uses it"))

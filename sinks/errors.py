@@ -57,6 +57,11 @@ class NessieNotFound(NessieError):
     """A reference, commit hash or content key does not exist."""
 
 
+class NessieNotAnApi(NessieError):
+    """The URL answered, but not as Nessie's REST v2 API (a 404 page without Nessie's error body, or
+    an answer that is not Nessie's JSON): a wrong URL, never "the reference does not exist"."""
+
+
 class NessieConflict(NessieError):
     """409: the expected hash or a touched key moved. ``conflicts`` holds Nessie's list (may be empty)."""
 
@@ -99,6 +104,9 @@ def error_from_response(status: int, body: bytes, *, outcome_unknown: bool = Fal
         payload = {}
     text = payload.get("message") or body.decode("utf-8", "replace")[:500] or f"HTTP {status}"
     code = payload.get("errorCode")
+    if status == 404 and not code:
+        # Nessie names every 404 (REFERENCE_NOT_FOUND, CONTENT_NOT_FOUND ...); another server does not.
+        return NessieNotAnApi(f"HTTP 404 without a Nessie error body: {text[:200]}", status=status)
     message = f"Nessie {status} {code or ''}: {text}".replace("  ", " ")
     if status >= 500:
         cls: type[NessieError] = CommitStateUnknown if outcome_unknown else NessieUnavailable

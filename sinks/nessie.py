@@ -29,6 +29,7 @@ from sinks.errors import (
     Conflict,
     ContentKey,
     NessieError,
+    NessieNotAnApi,
     error_from_response,
     error_from_transport,
 )
@@ -342,7 +343,10 @@ class _Call(Generic[T]):
 
     def result(self, response: httpx.Response) -> T:
         if response.is_success:
-            return self.parse(response.json() if response.content else None)
+            try:
+                return self.parse(response.json() if response.content else None)
+            except (ValueError, KeyError, TypeError) as exc:  # not Nessie's JSON: a wrong URL
+                raise NessieNotAnApi(f"{self.method} {self.path} answered {type(exc).__name__}: {exc}") from exc
         raise error_from_response(response.status_code, response.content, outcome_unknown=self.unsafe)
 
 

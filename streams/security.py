@@ -432,7 +432,15 @@ _REASONS = (
     ("invalid username-password pair", "authentication failed: wrong user name or password"),
     ("NOAUTH", "the server wants a password and none was given"),
     ("Connection reset by peer", "the server closed the connection (a TLS port reached without TLS?)"),
+    ("answered 401", "the OAuth2 token endpoint refused the client id or secret"),
+    ("401", "Nessie refused the credentials (401): wrong, expired or missing token"),
+    ("Unauthorized", "Nessie refused the credentials (401): wrong, expired or missing token"),
 )
+
+
+def security_reason(text: str) -> str:
+    """What a failure's text says about credentials or TLS, in plain words; ``""`` when nothing."""
+    return next((why for key, why in _REASONS if key in text), "")
 
 
 def explain_failure(exc: BaseException, settings: Settings, detail: str = "") -> str:
@@ -447,6 +455,6 @@ def explain_failure(exc: BaseException, settings: Settings, detail: str = "") ->
     if isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code in (401, 403):
         reason = f"Nessie refused the credentials ({exc.response.status_code}): wrong, expired or missing token"
     else:
-        reason = next((why for key, why in _REASONS if key in text), "")
+        reason = security_reason(text)
     first = redact(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", secret_values(settings))
     return f"{reason} ({first})" if reason else first

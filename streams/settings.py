@@ -241,6 +241,30 @@ class Settings:
     )
     lag_poll_interval_s: float = _opt(5.0, "How often the lag exporter asks the broker for offsets, seconds.")
     log_level: str = _opt("info", "Log level: debug, info, warning, error.")
+    # --- world manager gRPC API (api/, `causeway serve`) -----------------------------------------
+    api_bind: str = _opt("127.0.0.1:50051", "Address `causeway serve` listens on (host:port).")
+    api_url: str = _opt(
+        "", "Where the CLI's world commands and api.client reach the API (host:port); empty: call Nessie directly."
+    )
+    api_token: Secret = _opt(Secret(""), "Bearer token the CLI and api.client send to the API. Never logged.")
+    api_tokens_file: str = _opt(
+        "./.causeway/api-tokens", "The server's token file: one `name role sha256-hex` per line (`causeway api-token`)."
+    )
+    api_tls_cert: str = _opt("", "PEM certificate chain for the API server; set with the key to serve TLS only.")
+    api_tls_key: str = _opt("", "PEM private key for the API server's certificate.")
+    api_tls_ca: str = _opt("", "PEM CA bundle the client trusts for the API; set it to connect over TLS.")
+    api_audit_log: str = _opt(
+        "./.causeway/run/api-audit.jsonl", "Append-only JSON-lines audit log of every mutating API call."
+    )
+    api_redis_prefix: str = _opt("causeway:api", "Redis key prefix of the API's idempotency locks and results.")
+    api_idempotency_ttl_s: int = _opt(7 * 24 * 3600, "How long an action's stored outcome answers a repeat.")
+    api_lock_lease_s: float = _opt(
+        30.0, "Lease of an idempotency lock; renewed while the action runs. A crashed holder's lock frees after this."
+    )
+    api_inflight_wait_s: float = _opt(
+        20.0, "A call whose key is in flight elsewhere waits this long for the outcome, then gets UNAVAILABLE."
+    )
+    api_apply_deadline_s: float = _opt(30.0, "ApplyChanges waits this long for its events to commit by default.")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -288,9 +312,29 @@ class Settings:
             re.compile(self.cdc_pattern)
         except re.error as exc:
             raise SettingsError(f"{env_name('cdc_pattern')}={self.cdc_pattern!r} is not a valid regex: {exc}") from None
+        _check_urls(self)
 
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
+
+
+def _check_urls(s: Settings) -> None:
+    """Each service URL is well formed (a command then fails on the service, not on a typo)."""
+    schemes = {"nessie_url": ("http", "https"), "prometheus_url": ("http", "https"), "redis_url": ("redis", "rediss")}
+    for name, allowed in schemes.items():
+        parts = urlsplit(getattr(s, name))
+        if name == "redis_url" and parts.scheme == "unix":
+            continue
+        if parts.scheme not in allowed or not parts.hostname:
+            raise SettingsError(f"{env_name(name)}={getattr(s, name)!r} is not a URL: use {allowed[0]}://host:port...")
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError as exc:
+            raise SettingsError(f"{env_name(name)}={getattr(s, name)!r}: {exc}") from exc
+    for server in s.kafka_bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise SettingsError(f"{env_name('kafka_bootstrap')}={s.kafka_bootstrap!r}: use host:port[,host:port]")
 
 
 def env_name(field_name: str) -> str:

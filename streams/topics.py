@@ -14,6 +14,8 @@ log = logging.getLogger(__name__)
 
 
 # Room for key, headers and record framing above the largest value causeway writes to a topic.
+#: Kafka's default ``message.max.bytes`` (1 MiB plus the record batch overhead).
+BROKER_DEFAULT_MESSAGE_BYTES = 1_048_588
 MESSAGE_HEADROOM_BYTES = 65_536
 
 
@@ -23,8 +25,13 @@ def message_bytes_needed(settings: Settings) -> dict[str, int]:
     Change topics carry events up to ``max_event_bytes``; the DLQ carries raw values up to the larger
     of that and the CDC ingest's ``cdc_dlq_max_value_bytes``.
     """
-    change = settings.max_event_bytes + MESSAGE_HEADROOM_BYTES
-    dlq = max(settings.max_event_bytes, settings.cdc_dlq_max_value_bytes) + MESSAGE_HEADROOM_BYTES
+    # Never below the broker's default: a topic that refuses an oversized event at produce time would
+    # take the "oversized" dead letter (a reason the producer can act on) away from it.
+    change = max(BROKER_DEFAULT_MESSAGE_BYTES, settings.max_event_bytes + MESSAGE_HEADROOM_BYTES)
+    dlq = max(
+        BROKER_DEFAULT_MESSAGE_BYTES,
+        max(settings.max_event_bytes, settings.cdc_dlq_max_value_bytes) + MESSAGE_HEADROOM_BYTES,
+    )
     return {settings.objects_topic: change, settings.links_topic: change, settings.dlq_topic: dlq}
 
 

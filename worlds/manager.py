@@ -70,11 +70,24 @@ class WorldManager:
             if source.commit:
                 # Nessie needs a named reference to create from; the hash decides the content.
                 main = await self.nessie.get_reference(self.naming.main_branch)
-                return Reference(main.name, "BRANCH", source.commit)
+                at = Reference(main.name, "BRANCH", source.commit)
+                async for _ in self.nessie.history(at.pinned, max_records=1):
+                    break  # the commit exists (Nessie answers 404 otherwise)
+                return at
             src_world = source.world or self.naming.prod_world
             return await self.nessie.get_reference(self.naming.branch(src_world))
         except NessieNotFound as exc:
-            raise WorldError(f"fork source {source.describe()} does not exist") from exc
+            hint = " (give the full 64-hex hash)" if source.commit and len(source.commit) < 64 else ""
+            raise WorldError(f"fork source {source.describe()} does not exist{hint}") from exc
+
+    async def plan_create(self, world_id: str, source: ForkSource | None = None) -> tuple[World | None, Reference]:
+        """Every check ``create`` makes, changing nothing: (the existing world or None, the fork point).
+
+        Raises WorldError when the fork source (world, tag or commit) does not exist."""
+        validate_world_id(world_id)
+        existing = await self.get(world_id)
+        ref = await self._resolve(source or ForkSource())
+        return existing, ref
 
     async def create(self, world_id: str, source: ForkSource | None = None) -> tuple[World, bool]:
         """Create (fork) a world; returns (world, created). Idempotent when it already exists."""
@@ -97,13 +110,19 @@ class WorldManager:
             raise WorldError(f"fork source {source.describe()} does not exist") from exc
         return World(world_id, branch, created.hash), True
 
-    async def delete(self, world_id: str, expected_hash: str | None = None) -> bool:
-        """Delete a world's branch; False if it did not exist. Refuses the production world."""
+    async def plan_delete(self, world_id: str) -> World | None:
+        """Every check ``delete`` makes, changing nothing: the world to delete, or None if absent.
+
+        Raises WorldError for the production world (it is never deleted)."""
         if world_id == self.naming.prod_world:
             raise WorldError(
                 f"world {world_id!r} is the production world ({self.naming.main_branch}); it cannot be deleted"
             )
-        world = await self.get(world_id)
+        return await self.get(world_id)
+
+    async def delete(self, world_id: str, expected_hash: str | None = None) -> bool:
+        """Delete a world's branch; False if it did not exist. Refuses the production world."""
+        world = await self.plan_delete(world_id)
         if world is None:
             return False
         try:
@@ -117,6 +136,4 @@ class WorldManager:
 
 def world_ids(refs: list[Reference], naming: WorldNaming) -> list[str]:
     """The worlds among ``refs`` (branches whose name maps back to a world id), sorted."""
-    return sorted(
-        w for ref in refs if ref.type.upper() == "BRANCH" and (w := naming.world(ref.name)) is not None
-    )
+    return sorted(w for ref in refs if ref.type.upper() == "BRANCH" and (w := naming.world(ref.name)) is not None)

@@ -49,6 +49,7 @@ class RebuildResult:
     rebuild_head: str | None = None
     reused: bool = False
     swapped: bool = False
+    removed: list[str] = field(default_factory=list)  # stale rebuild branches of older heads, deleted
 
     @property
     def identical(self) -> bool:
@@ -88,6 +89,22 @@ def rebuild_name(world: str, head: str) -> str:
     return f"rebuild-{world}-{head[:12]}"
 
 
+def stale_rebuilds(world: str, head: str, names: list[str]) -> list[str]:
+    """Rebuild branches of ``world`` made from another head than ``head`` (pure).
+
+    They can never be swapped in (a swap expects the head the rebuild read), so a rebuild deletes them.
+    """
+    prefix = f"rebuild-{world}-"
+    return sorted(
+        n
+        for n in names
+        if n.startswith(prefix)
+        and len(n) == len(prefix) + 12
+        and all(c in "0123456789abcdef" for c in n[len(prefix) :])
+        and n != rebuild_name(world, head)
+    )
+
+
 RowProgress = Callable[[str, int, int | None], None]
 """``(table, rows just read, rows in the table or None)``."""
 
@@ -116,6 +133,13 @@ def rebuild(
 
     rb = rebuild_name(world, head)
     result.rebuild_branch = rb
+    for ref in client.list_references():
+        if ref.type == "BRANCH" and ref.name in stale_rebuilds(world, head, [ref.name]):
+            try:
+                client.delete_reference(ref.name, ref.hash, "BRANCH")
+                result.removed.append(ref.name)
+            except (NessieConflict, NessieNotFound):
+                pass  # moved or removed meanwhile: left alone
     try:
         existing = client.get_reference(rb)
     except NessieNotFound:
@@ -203,9 +227,20 @@ def _swap(client: SyncNessieClient, result: RebuildResult) -> None:
         client.assign_reference(
             result.branch, result.head, Reference(result.rebuild_branch, "BRANCH", result.rebuild_head)
         )
-    except NessieConflict as exc:
+    except NessieNotFound as exc:
         raise RebuildError(
-            f"world {result.world} moved since {result.head[:12]} (a worker committed); nothing was swapped. "
+            f"rebuild branch {result.rebuild_branch} is gone (a later rebuild removed it: world {result.world} "
+            f"moved since {result.head[:12]}); nothing was swapped. Run the rebuild again"
+        ) from exc
+    except NessieConflict as exc:
+        # This rebuild branch can never be swapped in now: remove it rather than leave it behind.
+        try:
+            client.delete_reference(result.rebuild_branch, result.rebuild_head, "BRANCH")
+            gone = f"; {result.rebuild_branch} was deleted"
+        except (NessieConflict, NessieNotFound):
+            gone = f"; delete {result.rebuild_branch} by hand if it is still there"
+        raise RebuildError(
+            f"world {result.world} moved since {result.head[:12]} (a worker committed); nothing was swapped{gone}. "
             f"Run the rebuild again (it starts from the new head), or stop the workers first"
         ) from exc
     result.swapped = True

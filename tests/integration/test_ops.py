@@ -10,22 +10,29 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+import orjson
 import pytest
+import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from click.testing import CliRunner, Result
 
+from agents.dedupe import applied_key
 from agents.group_admin import describe_group
 from agents.replay import ReplayError, ReplaySpec, rewrite
-from agents.replayer import CheckpointStore, run_replay
-from bench.workload import expected_state, generate
+from agents.replayer import CheckpointStore, DependencyDown, run_replay
+from bench.workload import Record, expected_state, generate
 from cli.main import cli
+from models.deadletter import DeadLetter
 from models.events import ChangeEvent
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.nessie import NessieClient, SyncNessieClient
 from sinks.readback import BranchState, read_branch
+from streams.settings import Settings
 from tests.integration.pipeline import ROOT, Pipeline
+from tests.integration.proxy import CuttableProxy
 from worlds.manager import WorldManager
 from worlds.rebuilder import RebuildError, _swap, rebuild
 
@@ -101,6 +108,24 @@ async def read_from(pipe: Pipeline, start: dict[tuple[str, int], int]) -> list[A
         return out
     finally:
         await consumer.stop()
+
+
+async def replay_until_it_moved(
+    pipe: Pipeline, args: list[str], store: CheckpointStore, spec: ReplaySpec, *, capture: bool
+) -> asyncio.subprocess.Process:
+    """Start ``causeway <args>`` as a process; return it once its checkpoint has moved (still running)."""
+    out = asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "cli.main", *args, cwd=ROOT, env=pipe.env, stdout=out, stderr=out
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.returncode is None:
+        cp = await store.load(spec.replay_id())
+        if cp is not None and 0 < cp.total - cp.left:
+            break
+        await asyncio.sleep(0.05)
+    assert proc.returncode is None, "the replay finished before it could be interrupted"
+    return proc
 
 
 @pytest.fixture
@@ -196,24 +221,7 @@ async def test_interrupted_replay_resumes_without_duplicates(pipe: Pipeline) -> 
     try:
         # The same replay as a CLI process, killed with SIGKILL once its checkpoint has moved.
         args = ["replay", "--into-world", target, "--world", "prod", "--from-commit", start_hash]
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "cli.main",
-            *args,
-            cwd=ROOT,
-            env=pipe.env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        cp = None
-        while time.monotonic() < deadline and proc.returncode is None:
-            cp = await store.load(spec.replay_id())
-            if cp is not None and 0 < cp.total - cp.left:
-                break
-            await asyncio.sleep(0.05)
-        assert proc.returncode is None, "the replay finished before it could be interrupted"
+        proc = await replay_until_it_moved(pipe, args, store, spec, capture=False)
         proc.send_signal(signal.SIGKILL)
         await asyncio.wait_for(proc.wait(), 30)
         cp = await store.load(spec.replay_id())
@@ -261,7 +269,7 @@ async def test_redrive_after_fixing_the_cause_applies_exactly_once(unique: str, 
         letters = await pipe.dead_letters()
         assert len(letters) == len(records) and {dl.reason for dl in letters} == {"unknown-world"}
 
-        refused = await causeway(pipe, "dlq", "redrive", "--reason", "unknown-world", "--world", world)
+        refused = await causeway(pipe, "dlq", "redrive", "--reason", "unknown-world", "--world", world, code=3)
         assert summary(refused)["world missing"].startswith(f"{len(records)} ")
         async with NessieClient.from_settings(pipe.settings) as nessie:
             naming = WorldNaming(pipe.settings.prod_world, pipe.settings.main_branch)
@@ -335,7 +343,7 @@ async def test_rebuild_equals_the_live_projections(pipe: Pipeline) -> None:
     lost = sorted(live.objects)[:5]
     table.delete(f"object_pk in ({', '.join(repr(pk) for pk in lost)})")
     assert not set(lost) & set(pipe.state("prod").objects)
-    diff = await causeway(pipe, "rebuild", "prod")
+    diff = await causeway(pipe, "rebuild", "prod", code=3)  # differs: exit 3 until swapped
     assert "+5" in diff.output and "run again with --swap" in diff.output
     # A swap expects the head the rebuild read: refused once the world moved (here: one more loss).
     stale = rebuild(pipe.settings, "prod")
@@ -343,6 +351,9 @@ async def test_rebuild_equals_the_live_projections(pipe: Pipeline) -> None:
     table = cat.load_table((pipe.settings.namespace, "entity_common"))
     table.delete(f"object_pk == {sorted(live.objects)[5]!r}")
     moved = head(pipe)
+    # A rebuild branch of an older head can never be swapped in: the next rebuild removes it.
+    again = await causeway(pipe, "rebuild", "prod", code=3)
+    assert stale.rebuild_branch is not None and stale.rebuild_branch in summary(again)["removed"]
     with pytest.raises(RebuildError, match="moved"):
         _swap(SyncNessieClient.from_settings(pipe.settings), stale)
     assert head(pipe) == moved
@@ -351,3 +362,232 @@ async def test_rebuild_equals_the_live_projections(pipe: Pipeline) -> None:
     same_state(pipe.state("prod"), live)
     matches_model(pipe.state("prod"), wl.valid_events, "prod")
     assert "identical" in (await causeway(pipe, "rebuild", "prod", "--swap")).output
+
+
+async def test_dead_letters_of_one_origin_are_listed_shown_and_redriven_once(pipe: Pipeline) -> None:
+    """A crash between the dead letter and the offset commit dead-letters a record again: the DLQ is
+    at-least-once, but `dlq list/show/redrive` treat letters of one origin as one."""
+    s = pipe.settings
+    wl = generate(pipe.params(events=3, worlds=1, keys=3, seed=9, bad_rate=0.0, causal_share=0.0))
+    ev_a, ev_b = (r.event for r in wl.records[:2])
+    assert ev_a is not None and ev_b is not None
+
+    def letter(ev: ChangeEvent, offset: int, first_seen: int) -> DeadLetter:
+        return DeadLetter(
+            "cause-missing",
+            "cause x never arrived",
+            s.objects_topic,
+            1,
+            offset,
+            ev.key.encode(),
+            ev.encode(),
+            ev.event_id,
+            ev.world_id,
+            first_seen_ms=first_seen,
+        )
+
+    # Origin objs/1@5 dead-lettered three times (two redeliveries), objs/1@6 once.
+    for dl in (letter(ev_a, 5, 1000), letter(ev_b, 6, 1001), letter(ev_a, 5, 2000), letter(ev_a, 5, 3000)):
+        await pipe.publish_raw(s.dlq_topic, dl.key or b"", dl.value or b"", dl.headers())
+
+    listed = await causeway(pipe, "dlq", "list", "--json")
+    rows = [orjson.loads(line) for line in listed.output.splitlines() if line.startswith("{")]
+    assert [(r["offset"], len(r["copies"])) for r in rows] == [(5, 2), (6, 0)]
+    text = summary(await causeway(pipe, "dlq", "list"))
+    assert text["scanned"].startswith("4 ") and text["matched"].startswith("2 ") and text["copies"].startswith("2 ")
+    copy_ref = rows[0]["copies"][-1]
+    shown = await causeway(pipe, "dlq", "show", copy_ref)  # a copy's position finds the letter
+    assert shown.output.count("dead letter ") == 1 and "copies (same origin" in shown.output
+
+    before = await end_offsets(pipe)
+    out = await causeway(pipe, "dlq", "redrive", "--all", "--force")
+    assert summary(out)["sent"] == "2"
+    resent = await read_from(pipe, before)
+    assert sorted(r.value for r in resent) == sorted([ev_a.encode(), ev_b.encode()])  # each origin once
+    again = await causeway(pipe, "dlq", "redrive", "--ref", copy_ref, "--force")
+    assert summary(again)["redriven before"].startswith("1 ")  # every copy is in the ledger
+
+
+async def test_redrive_refuses_a_cause_missing_letter_whose_cause_is_still_nowhere(pipe: Pipeline) -> None:
+    """Issue 23 item 5: the cause is looked up in Redis marks, then in the branch's event log."""
+    s = pipe.settings
+    wl = generate(pipe.params(events=40, worlds=1, keys=40, seed=21, bad_rate=0.0, causal_share=0.0))
+    creates = [r for r in wl.records if r.event is not None and r.event.change_type.value == "CREATE"][:2]
+    cause, cause_unmarked = (r.event for r in creates)
+    assert cause is not None and cause_unmarked is not None
+    pipe.start_worker()
+    await pipe.publish(creates)
+    await pipe.wait_drained()
+    # Marks expire (or Redis loses them): the branch's event log still holds the cause.
+    client = aioredis.Redis.from_url(s.redis_url)
+    try:
+        assert await client.delete(applied_key(cause_unmarked.world_id, cause_unmarked.event_id)) == 1
+    finally:
+        await client.aclose()
+
+    def effect(name: str, caused_by: str) -> ChangeEvent:
+        return dataclasses.replace(
+            cause, event_id=f"{pipe.unique}-{name}", entity_pk=f"{pipe.unique}-{name}", caused_by=caused_by
+        )
+
+    effects = [
+        effect("e1", cause.event_id),
+        effect("e2", f"{pipe.unique}-nowhere"),
+        effect("e3", cause_unmarked.event_id),
+    ]
+    for i, ev in enumerate(effects):
+        dl = DeadLetter(
+            "cause-missing",
+            "timed out",
+            s.objects_topic,
+            0,
+            10_000 + i,
+            ev.key.encode(),
+            ev.encode(),
+            ev.event_id,
+            ev.world_id,
+        )
+        await pipe.publish_raw(s.dlq_topic, dl.key or b"", dl.value or b"", dl.headers())
+
+    dry = await causeway(pipe, "dlq", "redrive", "--reason", "cause-missing", "--dry-run", code=3)
+    assert summary(dry)["would send"] == "2" and summary(dry)["cause missing"].startswith("1 ")
+    assert f"{pipe.unique}-nowhere" in dry.output
+    out = await causeway(pipe, "dlq", "redrive", "--reason", "cause-missing", code=3)
+    assert summary(out)["sent"] == "2" and summary(out)["cause missing"].startswith("1 ")
+    await pipe.wait_drained()
+    state = pipe.state("prod")
+    assert {f"{pipe.unique}-e1", f"{pipe.unique}-e3"} <= set(state.event_ids)
+    assert f"{pipe.unique}-e2" not in state.event_ids
+    assert len(await pipe.dead_letters()) == 3  # nothing was dead-lettered again
+
+
+async def test_dry_runs_make_the_real_checks_and_bad_options_get_one_line(pipe: Pipeline) -> None:
+    """Issue 23 items 6 and 7: a dry run asks Nessie what the real run would; bad input is exit 2."""
+    w = f"dr{pipe.unique[:8]}"
+    exists = await causeway(pipe, "worlds", "create", "prod", "--dry-run")
+    assert "already exists" in exists.output and "would create" not in exists.output
+    missing = await causeway(pipe, "worlds", "create", w, "--from-world", f"{w}-nosuch", "--dry-run", code=1)
+    assert "does not exist" in missing.output
+    short = await causeway(pipe, "worlds", "create", w, "--from-commit", "abcdef0123", "--dry-run", code=1)
+    assert "does not exist" in short.output and "full 64-hex hash" in short.output
+    bad = await causeway(pipe, "worlds", "create", w, "--from-commit", "zzzz", "--dry-run", code=2)
+    assert "not a commit hash" in bad.output and "400" not in bad.output
+    prod = await causeway(pipe, "worlds", "delete", "prod", "--dry-run", code=1)
+    assert "cannot be deleted" in prod.output and "would delete" not in prod.output
+    ok = await causeway(pipe, "worlds", "create", w, "--dry-run")
+    assert ok.output.startswith(f"would create world {w}")
+    async with NessieClient.from_settings(pipe.settings) as nessie:
+        naming = WorldNaming(pipe.settings.prod_world, pipe.settings.main_branch)
+        assert await WorldManager(nessie, naming).get(w) is None  # the dry run changed nothing
+
+    no_part = await causeway(pipe, "offsets", "reset", "--to", "earliest", "--partition", "7", "--dry-run", code=2)
+    assert "no partition [7]" in no_part.output
+    bad_ref = await causeway(pipe, "dlq", "list", "--ref", "abc", code=2)
+    assert "PARTITION:OFFSET" in bad_ref.output
+    assert "Traceback" not in no_part.output + bad_ref.output
+
+
+def _as_record(ev: ChangeEvent) -> Record:
+    return Record(ev.kind, ev.key.encode(), ev.encode(), ev)
+
+
+async def test_replay_ends_bounds_its_reads_and_never_writes_into_an_existing_world(pipe: Pipeline) -> None:
+    """Issue 23 items 2, 3 and 4, against the real services (no worker: only the replay applies)."""
+    s, u = pipe.settings, pipe.unique
+    wl = generate(pipe.params(events=300, worlds=1, keys=30, seed=31, bad_rate=0.0, causal_share=0.0))
+    await pipe.publish(wl.records)
+
+    # 4. --max-records is a bound, however small; exit 3 while records are left.
+    bounded = await causeway(pipe, "replay", "--world", "prod", "--max-records", "50", code=3)
+    sb = summary(bounded)
+    assert sb["state"].startswith("stopped early") and sb["read"] == "50 in total, 50 this run"
+    done = await causeway(pipe, "replay", "--world", "prod", "--wait-parked", "0")
+    assert summary(done)["state"] == "complete"
+
+    # 3. An effect whose cause is nowhere does not hold the replay forever: dead-lettered once, complete.
+    #    An effect whose cause is only on the branch (its mark lost) is applied.
+    first = next(r.event for r in wl.records if r.event is not None and r.event.change_type.value == "CREATE")
+    assert first is not None
+    client = aioredis.Redis.from_url(s.redis_url)
+    try:
+        assert await client.delete(applied_key(first.world_id, first.event_id)) == 1
+    finally:
+        await client.aclose()
+    orphan = dataclasses.replace(first, event_id=f"{u}-orphan", entity_pk=f"{u}-o", caused_by=f"{u}-nowhere")
+    on_branch = dataclasses.replace(first, event_id=f"{u}-child", entity_pk=f"{u}-c", caused_by=first.event_id)
+    start = await end_offsets(pipe)
+    await pipe.publish([_as_record(orphan), _as_record(on_branch)])
+    ranges = [f"--range={t}/{p}:{o}-" for (t, p), o in start.items()]
+    out = await causeway(pipe, "replay", *ranges, "--wait-parked", "0")
+    so = summary(out)
+    assert so["state"] == "complete" and so["cause missing"].startswith("1 ")
+    assert "cause-missing" in out.output
+    state = pipe.state("prod")
+    assert f"{u}-child" in state.event_ids and f"{u}-orphan" not in state.event_ids
+    letters = [dl for dl in await pipe.dead_letters() if dl.event_id == f"{u}-orphan"]
+    assert [dl.reason for dl in letters] == ["cause-missing"]
+    again = await causeway(pipe, "replay", *ranges, "--wait-parked", "0")
+    assert summary(again)["state"].startswith("already complete")
+
+    # 2. --into-world creates a world: an existing one is refused, also at its own head and with
+    #    --restart, and prod needs its own confirmation; dry runs refuse the same.
+    target = f"ex{u[:8]}"
+    async with NessieClient.from_settings(s) as nessie:
+        world, _ = await WorldManager(nessie, WorldNaming(s.prod_world, s.main_branch)).create(target)
+    for extra in ((), ("--restart",), ("--dry-run",)):
+        refused = await causeway(pipe, "replay", "--into-world", target, "--from-commit", world.hash, *extra, code=1)
+        assert "already exists" in refused.output and "--into-existing" in refused.output
+    prod = await causeway(pipe, "replay", "--into-world", "prod", "--into-existing", code=1)
+    assert "production world" in prod.output and "--confirm-prod" in prod.output
+    assert head(pipe, target) == world.hash  # nothing was written
+
+
+async def test_a_replay_gives_up_when_a_dependency_stays_down_and_resumes_later(unique: str, tmp_path: Path) -> None:
+    """Issue 23 item 9: `replay` with Nessie gone used to retry forever; it stops, keeps its checkpoint."""
+    base = Settings.from_env()
+    parsed = urlparse(base.nessie_url)
+    proxy = CuttableProxy(parsed.hostname or "127.0.0.1", parsed.port or 0)
+    proxied = base.nessie_url.replace(f":{parsed.port}", f":{proxy.start()}", 1)
+    pipe = await Pipeline.create(unique, tmp_path, nessie_url=proxied)
+    store = CheckpointStore.from_settings(pipe.settings)
+    try:
+        wl = generate(pipe.params(events=200, worlds=1, keys=20, seed=41, bad_rate=0.0, causal_share=0.0))
+        await pipe.publish(wl.records)
+        spec = ReplaySpec(topics=(pipe.settings.objects_topic, pipe.settings.links_topic), worlds=("prod",))
+        proxy.cut()
+        started = time.monotonic()
+        with pytest.raises(DependencyDown, match="nessie stayed unreachable"):
+            await run_replay(pipe.settings, spec, store=store, wait_parked_s=0, outage_s=3.0)
+        assert time.monotonic() - started < 60
+        cp = await store.load(spec.replay_id())
+        assert cp is not None and not cp.complete
+        proxy.restore()
+        done = await run_replay(pipe.settings, spec, store=store, wait_parked_s=0)
+        assert done.resumed and done.checkpoint.complete
+        matches_model(pipe.state("prod"), wl.valid_events, "prod")
+    finally:
+        await store.close()
+        pipe.stop_all()
+        proxy.close()
+
+
+async def test_ctrl_c_saves_the_checkpoint_and_the_summary_counts_that_run(pipe: Pipeline) -> None:
+    """Issue 23 item 4: the Ctrl-C summary said "0 this run" and "took 0.0s"."""
+    wl = generate(pipe.params(events=8000, worlds=1, keys=80, seed=17, bad_rate=0.0))
+    await pipe.publish(wl.records)
+    spec = ReplaySpec(topics=(pipe.settings.objects_topic, pipe.settings.links_topic), worlds=("prod",))
+    store = CheckpointStore.from_settings(pipe.settings)
+    try:
+        proc = await replay_until_it_moved(pipe, ["replay", "--world", "prod"], store, spec, capture=True)
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        await store.close()
+    text = out.decode()
+    assert proc.returncode == 130, (text, err.decode())
+    assert "Traceback" not in text + err.decode()
+    lines = dict(re.findall(r"^(read|took|state)\s{2,}(.*)$", text, re.M))
+    assert lines["state"].startswith(("stopped early", "complete"))  # Ctrl-C may land after the last record
+    total, this_run = re.match(r"([\d,]+) in total, ([\d,]+) this run", lines["read"]).groups()  # type: ignore[union-attr]
+    assert int(this_run.replace(",", "")) > 0 and this_run == total
+    assert lines["took"] != "0.0s"

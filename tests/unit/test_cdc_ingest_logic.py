@@ -27,7 +27,7 @@ from agents.cdc_plan import (
 from models.deadletter import H_DETAIL, H_REASON, DeadLetter
 from monitoring.metrics import Metrics
 from streams.settings import Settings
-from streams.topics import MESSAGE_HEADROOM_BYTES, message_bytes_needed
+from streams.topics import BROKER_DEFAULT_MESSAGE_BYTES, MESSAGE_HEADROOM_BYTES, message_bytes_needed
 from tests.unit.test_cdc_bad_input import MAPPING, SETTINGS, TOPIC, Rec, good, j
 from tests.unit.test_debezium import payload
 
@@ -136,6 +136,13 @@ def test_topics_causeway_creates_fit_max_event_bytes_and_small_ones_are_warned_a
                       "d": 2_000_000 + MESSAGE_HEADROOM_BYTES}  # fmt: skip
     (line,) = limit_warnings({"o": 1_048_588, "l": 3_000_000}, needed)
     assert "topic o has max.message.bytes=1048588" in line and TOO_LARGE in line
+
+
+def test_topics_causeway_creates_never_refuse_what_the_worker_would_dead_letter_as_oversized() -> None:
+    # Below the broker's default limit the worker, not the producer's send, refuses an oversized event,
+    # so the producer gets a dead letter with reason "oversized" instead of a produce error.
+    s = Settings(objects_topic="o", links_topic="l", dlq_topic="d", max_event_bytes=500_000)
+    assert set(message_bytes_needed(s).values()) == {BROKER_DEFAULT_MESSAGE_BYTES}
 
 
 # --- 3. a tenant move the ingest cannot see is warned about, once per table --------------------------

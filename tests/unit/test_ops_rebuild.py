@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from worlds.rebuild import diff, fold
+from worlds.rebuilder import rebuild_name, stale_rebuilds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -73,3 +74,15 @@ def test_diff() -> None:
     assert (d.changed, d.only_live, d.only_rebuilt, d.same) == ([("S", "a")], [("S", "b")], [("S", "c")], 0)
     assert d.sample() == ["- S/b", "+ S/c", "~ S/a"]
     assert diff("t", live, live).identical
+
+
+def test_stale_rebuild_branches_are_those_of_other_heads_of_the_same_world() -> None:
+    head = "ab" * 32
+    names = [
+        rebuild_name("w", head),  # this rebuild: kept
+        rebuild_name("w", "cd" * 32),  # an older head: stale
+        rebuild_name("w-2", "cd" * 32),  # another world whose id starts with "w-"
+        "rebuild-w-notahash1234",
+        "main",
+    ]
+    assert stale_rebuilds("w", head, names) == [rebuild_name("w", "cd" * 32)]

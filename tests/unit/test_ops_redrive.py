@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agents.redrive import H_REDRIVEN_FROM, DlqFilter, DlqRecord, decide, redrive_headers
+import dataclasses
+
+from agents.redrive import H_REDRIVEN_FROM, DlqFilter, DlqRecord, causes_wanted, collapse, decide, redrive_headers
 from models.deadletter import H_REDRIVE, DeadLetter
 from models.events import ChangeEvent, ChangeType, EntityKind
 
@@ -86,3 +88,41 @@ def test_redrive_headers_keep_originals_and_count_up() -> None:
     assert headers[H_REDRIVE] == b"3"
     assert headers[H_REDRIVEN_FROM] == b"dlq.t/0@17"
     assert "causeway.reason" not in headers
+
+
+def _copy(rec: DlqRecord, dlq_offset: int, reason: str | None = None) -> DlqRecord:
+    letter = dataclasses.replace(rec.letter, reason=reason or rec.letter.reason)
+    return DlqRecord(rec.partition, dlq_offset, rec.timestamp_ms + 1, letter)
+
+
+def test_letters_with_the_same_origin_are_one_letter() -> None:
+    first = _rec()
+    again = _copy(first, 30)  # the same source record dead-lettered again after a crash
+    other_letter = dataclasses.replace(first.letter, offset=41)
+    other = DlqRecord(0, 31, 1000, other_letter)
+    no_origin = DlqRecord(0, 32, 1000, dataclasses.replace(first.letter, topic=""))
+    twin_no_origin = DlqRecord(0, 33, 1000, dataclasses.replace(first.letter, topic=""))
+    got = collapse([first, again, other, no_origin, twin_no_origin])
+    assert [r.ref for r in got] == ["0:17", "0:31", "0:32", "0:33"]
+    assert got[0].copies == ("0:30",) and got[0].refs == ("0:17", "0:30")
+    # A filter on a copy's position finds the letter; a redrive of either position counts for both.
+    assert DlqFilter(refs=("0:30",)).matches(got[0])
+    assert _decide(got[0], redriven={"0:30"}).action == "already-redriven"
+    assert _decide(got[0]).action == "redrive"
+
+
+def test_a_cause_missing_letter_is_refused_while_its_cause_is_nowhere() -> None:
+    effect = dataclasses.replace(EV, event_id="e-2", caused_by="c-1")
+    letter = dataclasses.replace(_rec("cause-missing").letter, value=effect.encode(), event_id="e-2")
+    rec = DlqRecord(0, 18, 1000, letter)
+    refused = _decide(rec)
+    assert refused.action == "cause-missing" and "c-1" in refused.detail
+    assert _decide(rec, causes_present={("w1", "c-1")}).action == "redrive"
+    assert _decide(rec, force=True).action == "redrive"
+    assert causes_wanted([rec], {rec.ref: effect}) == {("w1", "c-1")}
+    # Another reason with a cause is not held back by it.
+    assert _decide(dataclasses.replace(rec, letter=dataclasses.replace(letter, reason="commit-failed"))).send
+
+
+def test_a_stale_letter_is_labelled_stale_not_applied() -> None:
+    assert _decide(_rec("stale-version"), applied={("w1", "e-1")}).action == "stale"

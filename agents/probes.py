@@ -1,0 +1,176 @@
+"""One bounded probe per dependency (Kafka, Redis, Nessie): the I/O half of ``monitoring.health``.
+
+Each probe does the cheapest real round trip that proves the URL is *that* service and answers:
+Kafka a metadata request, Redis ``PING``, Nessie ``GET /config`` checked to be a REST API v2. A probe
+never waits longer than its ``timeout_s`` and tells apart
+
+* ``down``: nothing listens there, or it does not answer in time (start it, or fix the host/port);
+* ``wrong``: something answered, but not as that service does (the URL points at something else).
+
+``causeway doctor``, the CLI's start-up check and the worker's ``/health`` all use these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from monitoring.health import Health
+from sinks.errors import NessieNotAnApi, NessieUnavailable
+from sinks.nessie import Config, NessieClient, RetryPolicy
+from streams.security import kafka_client_options, nessie_http_options, redis_options
+from streams.settings import Settings
+
+Verdict = Literal["ok", "down", "wrong"]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    service: str
+    verdict: Verdict
+    detail: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+
+class NotNessieV2(NessieNotAnApi):
+    """The URL is a Nessie server, but not its REST API v2 (e.g. ``/api/v1``)."""
+
+
+async def nessie_config(settings: Settings, timeout_s: float) -> Config:
+    """``GET /config``, checked to be Nessie's REST API v2; raises NessieNotAnApi or NessieUnavailable."""
+    client = NessieClient(
+        settings.nessie_url, timeout=timeout_s, retry=RetryPolicy(attempts=1), **nessie_http_options(settings)
+    )
+    async with client:
+        config = await client.config()
+    if config.api_version != 2 or not config.no_ancestor_hash:
+        raise NotNessieV2(
+            f"/config has no REST v2 fields (actualApiVersion {config.api_version}, "
+            f"noAncestorHash {config.no_ancestor_hash or 'missing'}); point the URL at .../api/v2"
+        )
+    return config
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` on one line (without repeating the type when the message starts with it)."""
+    text = " ".join(str(exc).split())
+    name = type(exc).__name__
+    return text if text.startswith(name) else f"{name}: {text}" if text else name
+
+
+def _refused(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        if isinstance(seen, OSError) and seen.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH):
+            return True
+        text = str(seen)
+        if "Connect call failed" in text or "Connection refused" in text or "Unable to bootstrap" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+async def _timed(service: str, timeout_s: float, probe: asyncio.Future[str] | asyncio.Task[str]) -> ProbeResult:
+    started = time.perf_counter()
+    try:
+        detail = await asyncio.wait_for(probe, timeout_s)
+    except TimeoutError:
+        return ProbeResult(service, "down", f"no answer within {timeout_s:g}s", time.perf_counter() - started)
+    except NessieNotAnApi as exc:
+        detail = " ".join(f"not a Nessie REST v2 API: {exc}".split())
+        return ProbeResult(service, "wrong", detail, time.perf_counter() - started)
+    except NessieUnavailable as exc:
+        verdict: Verdict = "down" if _refused(exc) or "unreachable" in str(exc) else "wrong"
+        return ProbeResult(service, verdict, " ".join(str(exc).split()), time.perf_counter() - started)
+    except Exception as exc:  # noqa: BLE001 - a probe reports every failure as its verdict
+        verdict = "down" if _refused(exc) else "wrong"
+        return ProbeResult(service, verdict, describe(exc), time.perf_counter() - started)
+    return ProbeResult(service, "ok", detail, time.perf_counter() - started)
+
+
+async def _kafka(bootstrap: str, timeout_s: float, kafka_options: dict[str, Any] | None = None) -> str:
+    from aiokafka.client import AIOKafkaClient
+
+    client = AIOKafkaClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000), **(kafka_options or {})
+    )
+    try:
+        await client.bootstrap()
+        brokers = client.cluster.brokers()
+        return f"{len(brokers)} broker(s) in the metadata"
+    finally:
+        await client.close()
+
+
+async def _redis(url: str, timeout_s: float, **options: Any) -> str:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
+    try:
+        if not await client.ping():
+            raise RuntimeError("PING did not answer PONG")
+        return "PING answered"
+    finally:
+        await client.aclose()
+
+
+async def _nessie(settings: Settings, timeout_s: float) -> str:
+    config = await nessie_config(settings, timeout_s)
+    return f"REST API v{config.api_version}, spec {config.spec_version}, default branch {config.default_branch}"
+
+
+async def probe_kafka(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
+    return await _timed(
+        "kafka",
+        timeout_s,
+        asyncio.ensure_future(_kafka(settings.kafka_bootstrap, timeout_s, kafka_client_options(settings))),
+    )
+
+
+async def probe_redis(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
+    return await _timed(
+        "redis", timeout_s, asyncio.ensure_future(_redis(settings.redis_url, timeout_s, **redis_options(settings)))
+    )
+
+
+async def probe_nessie(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
+    return await _timed("nessie", timeout_s, asyncio.ensure_future(_nessie(settings, timeout_s)))
+
+
+def dependency_watcher(
+    health: Health,
+    settings: Settings,
+    stopping: Callable[[], bool],
+    interval_s: float = 5.0,
+    timeout_s: float = 3.0,
+) -> Callable[[], Awaitable[None]]:
+    """Register Kafka, Redis and Nessie in ``health`` (``unknown`` until probed) now, and return the
+    loop that probes them every ``interval_s`` into it until ``stopping()``."""
+    services = ("kafka", "redis", "nessie")
+    for name in services:
+        health.register_dependency(name)
+
+    async def watch() -> None:
+        while not stopping():
+            for result in await probe_all(settings, services, timeout_s):
+                detail = "" if result.ok else f"{result.verdict}: {result.detail}"
+                health.set_dependency(result.service, result.ok, detail)
+            await asyncio.sleep(interval_s)
+
+    return watch
+
+
+async def probe_all(settings: Settings, services: tuple[str, ...], timeout_s: float = 5.0) -> list[ProbeResult]:
+    """The named probes (kafka, redis, nessie) concurrently; at most ``timeout_s`` in all."""
+    probes = {"kafka": probe_kafka, "redis": probe_redis, "nessie": probe_nessie}
+    return list(await asyncio.gather(*(probes[s](settings, timeout_s) for s in services)))

@@ -1,0 +1,172 @@
+"""A small synchronous Python client of the world manager API.
+
+    from api.client import WorldClient
+    with WorldClient("127.0.0.1:50051", token="cwy_...") as c:
+        c.create_world("whatif-001")
+        for commit in c.history("whatif-001", limit=20):
+            print(commit.hash, commit.message)
+
+Writes get a fresh idempotency key unless one is given: pass your own key to make a retry safe
+(the same key returns the first call's outcome; it never acts twice). Streaming reads follow the
+page tokens for you. Errors are ``grpc.RpcError`` with ``.code()`` and ``.details()``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Self
+
+import grpc
+
+from api import world_manager_pb2 as pb
+from api import world_manager_pb2_grpc as pb_grpc
+from streams.settings import Settings
+
+
+class WorldClient:
+    def __init__(self, target: str, token: str = "", *, ca_file: str = "", timeout_s: float = 60.0) -> None:
+        if ca_file:
+            creds = grpc.ssl_channel_credentials(Path(ca_file).read_bytes())
+            self.channel = grpc.secure_channel(target, creds)
+        else:
+            self.channel = grpc.insecure_channel(target)
+        self.stub = pb_grpc.WorldManagerServiceStub(self.channel)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.timeout_s = timeout_s
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        return cls(settings.api_url, settings.api_token.reveal(), ca_file=settings.api_tls_ca)
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, method: str, request: Any) -> Any:
+        """Call a unary RPC by name with this client's token (used by tests and the CLI)."""
+        return getattr(self.stub, method)(request, metadata=self._metadata, timeout=self.timeout_s)
+
+    def stream(self, method: str, request: Any) -> Iterator[Any]:
+        """Every page of a streaming RPC; resumes with the last page token if the stream breaks."""
+        return getattr(self.stub, method)(request, metadata=self._metadata, timeout=self.timeout_s)
+
+    @staticmethod
+    def key(given: str | None) -> str:
+        return given or uuid.uuid4().hex
+
+    # --- worlds ----------------------------------------------------------------------------------
+
+    def create_world(self, world_id: str, *, idempotency_key: str | None = None) -> pb.WorldResponse:
+        return self.call(
+            "CreateWorld", pb.CreateWorldRequest(world_id=world_id, idempotency_key=self.key(idempotency_key))
+        )
+
+    def fork_world(
+        self, source: str, new_world: str, *, release: str = "", idempotency_key: str | None = None
+    ) -> pb.WorldResponse:
+        req = pb.ForkWorldRequest(
+            source_world_id=source,
+            new_world_id=new_world,
+            source_release=release,
+            idempotency_key=self.key(idempotency_key),
+        )
+        return self.call("ForkWorld", req)
+
+    def get_world(self, world_id: str) -> pb.World:
+        return self.call("GetWorld", pb.GetWorldRequest(world_id=world_id)).world
+
+    def list_worlds(self, page_size: int = 0) -> list[pb.World]:
+        out: list[pb.World] = []
+        token = ""
+        while True:
+            page = self.call("ListWorlds", pb.ListWorldsRequest(page_size=page_size, page_token=token))
+            out.extend(page.worlds)
+            token = page.next_page_token
+            if not token:
+                return out
+
+    def delete_world(self, world_id: str, *, expected_hash: str = "", idempotency_key: str | None = None) -> bool:
+        req = pb.DeleteWorldRequest(
+            world_id=world_id, expected_hash=expected_hash, idempotency_key=self.key(idempotency_key)
+        )
+        return bool(self.call("DeleteWorld", req).deleted)
+
+    # --- releases, history, diff, audit, time travel ---------------------------------------------
+
+    def create_release(
+        self, world_id: str, name: str, description: str = "", *, idempotency_key: str | None = None
+    ) -> pb.ReleaseResponse:
+        req = pb.CreateReleaseRequest(
+            world_id=world_id, release_name=name, description=description, idempotency_key=self.key(idempotency_key)
+        )
+        return self.call("CreateRelease", req)
+
+    def list_releases(self, world_id: str = "", page_size: int = 0) -> list[pb.Release]:
+        out: list[pb.Release] = []
+        token = ""
+        while True:
+            page = self.call(
+                "ListReleases", pb.ListReleasesRequest(world_id=world_id, page_size=page_size, page_token=token)
+            )
+            out.extend(page.releases)
+            token = page.next_page_token
+            if not token:
+                return out
+
+    def history(self, world_id: str, *, limit: int = 0, page_size: int = 0, **filters: str) -> Iterator[pb.Commit]:
+        req = pb.CommitHistoryRequest(world_id=world_id, limit=limit, page_size=page_size, **filters)
+        for page in self.stream("GetCommitHistory", req):
+            yield from page.commits
+
+    def diff(self, from_ref: str, to_ref: str, page_size: int = 0) -> Iterator[pb.EntityChange]:
+        for page in self.stream("GetDiff", pb.DiffRequest(from_ref=from_ref, to_ref=to_ref, page_size=page_size)):
+            yield from page.changes
+
+    def audit(self, ref: str, entity_type: str, pk: str, kind: str = "object") -> Iterator[pb.AuditEntry]:
+        req = pb.EntityAuditRequest(ref=ref, entity_type=entity_type, pk=pk, kind=kind)
+        for page in self.stream("GetEntityAudit", req):
+            yield from page.entries
+
+    def query_at(
+        self, ref: str, entity_type: str = "", pk: str = "", page_size: int = 0
+    ) -> Iterator[pb.QueryAtResponse]:
+        req = pb.QueryAtRequest(ref=ref, entity_type=entity_type, pk=pk, page_size=page_size)
+        yield from self.stream("QueryAt", req)
+
+    # --- rewind, direct writes -------------------------------------------------------------------
+
+    def rollback(
+        self,
+        world_id: str,
+        to_ref: str,
+        *,
+        expected_hash: str = "",
+        force: bool = False,
+        idempotency_key: str | None = None,
+    ) -> pb.RollbackResponse:
+        req = pb.RollbackRequest(
+            world_id=world_id,
+            to_ref=to_ref,
+            expected_hash=expected_hash,
+            force=force,
+            idempotency_key=self.key(idempotency_key),
+        )
+        return self.call("Rollback", req)
+
+    def apply_changes(
+        self, world_id: str, events_json: list[str], *, deadline_ms: int = 0, idempotency_key: str | None = None
+    ) -> pb.ApplyChangesResponse:
+        req = pb.ApplyChangesRequest(
+            world_id=world_id,
+            events_json=events_json,
+            deadline_ms=deadline_ms,
+            idempotency_key=self.key(idempotency_key),
+        )
+        return self.call("ApplyChanges", req)

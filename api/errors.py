@@ -1,0 +1,119 @@
+"""Errors of the API and the one place where any error becomes a gRPC status code and message.
+
+Lower layers raise their own errors (``sinks.errors``, ``worlds.errors``, ``worlds.manager``,
+``models.worlds``); :func:`status_for` maps each to a code a client can act on. The worlds API has a
+single ``WorldsError`` for every refusal, so its kind is read from its message (see docs/api.md).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from models.worlds import InvalidWorldId
+from sinks.errors import (
+    NessieAuthError,
+    NessieBadRequest,
+    NessieConflict,
+    NessieNotFound,
+    NessieReferenceAlreadyExists,
+    NessieUnavailable,
+)
+from worlds.errors import WorldsError
+from worlds.manager import WorldError
+from worlds.refs import InvalidRef
+
+
+class ApiError(Exception):
+    """Root of the API's own errors; ``code`` is the gRPC status it is answered with."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+class InvalidRequest(ApiError):
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFound(ApiError):
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class HeadMoved(ApiError):
+    """An ``expected_hash`` no longer matches the world's head."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class KeyReused(ApiError):
+    """An idempotency key already used (or in flight) for a different request."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class InFlight(ApiError):
+    """Another call holds the idempotency key and did not finish within the wait: retry with the same key."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class Unauthenticated(ApiError):
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(ApiError):
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+#: Outcomes worth storing under an idempotency key: definitive answers, not transient failures.
+DEFINITIVE = frozenset(
+    {
+        grpc.StatusCode.OK,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.UNIMPLEMENTED,
+    }
+)
+
+_WORLDS_MESSAGE = (
+    ("does not exist", grpc.StatusCode.NOT_FOUND),
+    ("is not on world", grpc.StatusCode.NOT_FOUND),
+    ("is not on branch", grpc.StatusCode.NOT_FOUND),
+    ("has no commit", grpc.StatusCode.NOT_FOUND),
+    ("is not in the history", grpc.StatusCode.NOT_FOUND),
+    ("invalid world id", grpc.StatusCode.INVALID_ARGUMENT),
+    ("invalid release name", grpc.StatusCode.INVALID_ARGUMENT),
+    ("not a world ref", grpc.StatusCode.INVALID_ARGUMENT),
+    ("not a time", grpc.StatusCode.INVALID_ARGUMENT),
+    ("releases are immutable", grpc.StatusCode.ALREADY_EXISTS),
+    ("moved", grpc.StatusCode.FAILED_PRECONDITION),
+)
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and message for an error raised while serving a call."""
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, ApiError):
+        return exc.code, message
+    if isinstance(exc, InvalidWorldId | InvalidRef):
+        return grpc.StatusCode.INVALID_ARGUMENT, message
+    if isinstance(exc, WorldsError | WorldError):
+        low = message.lower()
+        for needle, code in _WORLDS_MESSAGE:
+            if needle in low:
+                return code, message
+        return grpc.StatusCode.FAILED_PRECONDITION, message
+    if isinstance(exc, NessieReferenceAlreadyExists):
+        return grpc.StatusCode.ALREADY_EXISTS, message
+    if isinstance(exc, NessieConflict):
+        return grpc.StatusCode.FAILED_PRECONDITION, f"the world's head moved: {message}"
+    if isinstance(exc, NessieNotFound):
+        return grpc.StatusCode.NOT_FOUND, message
+    if isinstance(exc, NessieBadRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT, message
+    if isinstance(exc, NessieAuthError):
+        return grpc.StatusCode.INTERNAL, "the API server's own Nessie credentials were refused"
+    if isinstance(exc, NessieUnavailable):
+        return grpc.StatusCode.UNAVAILABLE, message
+    return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__}); see the server log"

@@ -1,0 +1,82 @@
+"""The CLI's world commands over the API: the ``WorldManager`` interface, backed by ``api.client``.
+
+``cli.worlds`` uses it when ``CAUSEWAY_API_URL`` is set, so operators go through the API's
+authentication, roles, idempotency and audit log instead of writing Nessie directly.
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+import grpc
+
+from api.client import WorldClient
+from api.world_manager_pb2 import World as PbWorld
+from streams.settings import Settings
+from worlds.manager import ForkSource, World, WorldError
+from worlds.refs import parse_release_tag
+
+
+def _world(w: PbWorld) -> World:
+    return World(w.world_id, w.branch, w.head_hash)
+
+
+def _error(exc: grpc.RpcError) -> WorldError:
+    return WorldError(f"API {exc.code().name}: {exc.details()}")
+
+
+class RemoteWorldManager:
+    def __init__(self, client: WorldClient) -> None:
+        self.client = client
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        return cls(WorldClient.from_settings(settings))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+    async def get(self, world_id: str) -> World | None:
+        try:
+            return _world(self.client.get_world(world_id))
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise _error(exc) from exc
+
+    async def list(self) -> list[World]:
+        try:
+            return [_world(w) for w in self.client.list_worlds()]
+        except grpc.RpcError as exc:
+            raise _error(exc) from exc
+
+    async def create(self, world_id: str, source: ForkSource | None = None) -> tuple[World, bool]:
+        source = source or ForkSource()
+        try:
+            if source.commit:
+                raise WorldError(
+                    "--from-commit is not offered by the API; unset CAUSEWAY_API_URL to use Nessie directly"
+                )
+            if source.tag:
+                parsed = parse_release_tag(source.tag)
+                if parsed is None:
+                    raise WorldError(
+                        f"over the API --from-tag takes a release tag release/WORLD/NAME, not {source.tag!r}"
+                    )
+                answer = self.client.fork_world(parsed[0], world_id, release=parsed[1])
+            elif source.world:
+                answer = self.client.fork_world(source.world, world_id)
+            else:
+                answer = self.client.create_world(world_id)
+        except grpc.RpcError as exc:
+            raise _error(exc) from exc
+        return _world(answer.world), answer.created
+
+    async def delete(self, world_id: str, expected_hash: str | None = None) -> bool:
+        try:
+            return self.client.delete_world(world_id, expected_hash=expected_hash or "")
+        except grpc.RpcError as exc:
+            raise _error(exc) from exc

@@ -1,0 +1,489 @@
+"""The WorldManagerService servicer: authenticate, authorize, run (idempotently for writes), map errors.
+
+Every call follows one path (:meth:`WorldService._call`): the bearer token is checked, the role is
+checked against the method and the target world id taken from the request (no lookup, so a refusal
+never tells whether a world exists), then the action runs. A mutating call runs through the
+idempotent executor under the caller's idempotency key and is written to the audit log.
+
+Reads use ``worlds.api.Worlds`` (blocking: pyiceberg) in worker threads, one instance per thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import datetime
+from typing import Any, TypeVar
+
+import grpc
+import orjson
+from google.protobuf.message import Message
+
+from api import paging
+from api import world_manager_pb2 as pb
+from api import world_manager_pb2_grpc as pb_grpc
+from api.audit_log import AuditLog
+from api.auth import Principal, authenticate, authorize, bearer
+from api.errors import ApiError, HeadMoved, InvalidRequest, NotFound, status_for
+from api.idempotency import IdempotentExecutor, fingerprint
+from models.worlds import WorldNaming
+from sinks.nessie import NessieClient
+from streams.settings import Settings
+from worlds.api import Worlds
+from worlds.manager import ForkSource, World, WorldManager
+from worlds.refs import WorldRef, parse_time, release_tag
+
+M = TypeVar("M", bound=Message)
+MERGE_PENDING = (
+    "MergeWorld is not available yet: the three-way merge (world merge issue) has not landed on this "
+    "server. Nothing was changed."
+)
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+def _world(w: World) -> pb.World:
+    return pb.World(world_id=w.world_id, branch=w.branch, head_hash=w.hash)
+
+
+def _release(r: Any) -> pb.Release:
+    return pb.Release(
+        world_id=r.world,
+        name=r.name,
+        tag=r.tag,
+        hash=r.hash,
+        released_hash=r.released_hash,
+        message=r.message,
+        created_at=r.created_at.isoformat() if r.created_at else "",
+    )
+
+
+def _time(text: str) -> datetime | None:
+    return parse_time(text) if text else None
+
+
+class WorldService(pb_grpc.WorldManagerServiceServicer):
+    def __init__(
+        self,
+        settings: Settings,
+        nessie: NessieClient,
+        executor: IdempotentExecutor,
+        tokens: dict[str, Principal],
+        audit: AuditLog,
+        apply_changes: Callable[[pb.ApplyChangesRequest], Awaitable[pb.ApplyChangesResponse]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.naming = WorldNaming(settings.prod_world, settings.main_branch)
+        self.manager = WorldManager(nessie, self.naming)
+        self.executor = executor
+        self.tokens = tokens
+        self.audit = audit
+        self.apply_changes = apply_changes
+        self._local = threading.local()
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def _worlds(self) -> Worlds:
+        w = getattr(self._local, "worlds", None)
+        if w is None:
+            w = self._local.worlds = Worlds(self.settings)
+        return w
+
+    async def _blocking(self, fn: Callable[[Worlds], Any]) -> Any:
+        return await asyncio.to_thread(lambda: fn(self._worlds()))
+
+    def _principal(self, context: grpc.aio.ServicerContext, method: str, world: str | None) -> Principal:
+        principal = authenticate(self.tokens, bearer(context.invocation_metadata()))
+        authorize(principal, method, world or None, self.settings.prod_world)
+        return principal
+
+    def _who(self, context: grpc.aio.ServicerContext) -> str:
+        """The caller's token name for the audit log ("-" without a valid token)."""
+        try:
+            return authenticate(self.tokens, bearer(context.invocation_metadata())).name
+        except ApiError:
+            return "-"
+
+    async def _read(
+        self, method: str, world: str | None, context: grpc.aio.ServicerContext, action: Callable[[], Awaitable[M]]
+    ) -> M:
+        try:
+            self._principal(context, method, world)
+            return await action()
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            code, message = status_for(exc)
+        await context.abort(code, message)
+        raise AssertionError("unreachable")
+
+    async def _write(
+        self,
+        method: str,
+        world: str | None,
+        request: Message,
+        context: grpc.aio.ServicerContext,
+        response_type: type[M],
+        action: Callable[[], Awaitable[M]],
+    ) -> M:
+        key = getattr(request, "idempotency_key", "")
+        who = self._who(context)
+        try:
+            self._principal(context, method, world)
+            if not key:
+                raise InvalidRequest(f"{method} needs an idempotency_key (any unique string, e.g. a UUID)")
+            if len(key) > 200:
+                raise InvalidRequest("idempotency_key is longer than 200 characters")
+            bare = type(request)()
+            bare.CopyFrom(request)
+            bare.ClearField("idempotency_key")  # type: ignore[arg-type]
+            fp = fingerprint(method, bare.SerializeToString(deterministic=True))
+
+            async def run() -> bytes:
+                return (await action()).SerializeToString()
+
+            outcome = await self.executor.run(who, key, fp, run)
+            code, message, replayed = outcome.code, outcome.message, outcome.replayed
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            (code, message), replayed = status_for(exc), False
+        self.audit.write(who, method, world, key, code.name, message, replayed)
+        if code != grpc.StatusCode.OK:
+            await context.abort(code, message)
+        return response_type.FromString(outcome.response)
+
+    async def _stream(
+        self,
+        method: str,
+        world: str | None,
+        context: grpc.aio.ServicerContext,
+        pages: Callable[[Worlds], Iterator[M]],
+    ) -> AsyncIterator[M]:
+        """Run a blocking page generator in a thread and stream its pages as they come.
+
+        At most a few pages wait in memory; if the client goes away the thread stops at its next page.
+        """
+        try:
+            self._principal(context, method, world)
+            queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=4)
+            loop = asyncio.get_running_loop()
+            done, stop = object(), threading.Event()
+
+            def produce() -> None:
+                def put(item: Any) -> None:
+                    asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+
+                try:
+                    for page in pages(self._worlds()):
+                        if stop.is_set():
+                            return
+                        put(page)
+                    put(done)
+                except BaseException as exc:  # noqa: BLE001 - handed to the stream
+                    if not stop.is_set():
+                        put(exc)
+
+            producer = loop.run_in_executor(None, produce)
+            try:
+                while (item := await queue.get()) is not done:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+            finally:
+                stop.set()
+                while not queue.empty():  # free a producer blocked on a full queue
+                    queue.get_nowait()
+            await producer
+            return
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+            code, message = status_for(exc)
+        await context.abort(code, message)
+
+    # --- worlds ----------------------------------------------------------------------------------
+
+    async def CreateWorld(self, request: pb.CreateWorldRequest, context: Any) -> pb.WorldResponse:  # noqa: N802
+        async def act() -> pb.WorldResponse:
+            world, created = await self.manager.create(request.world_id, ForkSource())
+            return pb.WorldResponse(world=_world(world), created=created)
+
+        return await self._write("CreateWorld", request.world_id, request, context, pb.WorldResponse, act)
+
+    async def ForkWorld(self, request: pb.ForkWorldRequest, context: Any) -> pb.WorldResponse:  # noqa: N802
+        async def act() -> pb.WorldResponse:
+            src = request.source_world_id or self.settings.prod_world
+            self.naming.branch(src)
+            source = (
+                ForkSource(tag=release_tag(src, request.source_release))
+                if request.source_release
+                else ForkSource(world=src)
+            )
+            world, created = await self.manager.create(request.new_world_id, source)
+            return pb.WorldResponse(world=_world(world), created=created)
+
+        return await self._write("ForkWorld", request.new_world_id, request, context, pb.WorldResponse, act)
+
+    async def GetWorld(self, request: pb.GetWorldRequest, context: Any) -> pb.WorldResponse:  # noqa: N802
+        async def act() -> pb.WorldResponse:
+            world = await self.manager.get(request.world_id)
+            if world is None:
+                raise NotFound(f"world {request.world_id!r} does not exist")
+            return pb.WorldResponse(world=_world(world))
+
+        return await self._read("GetWorld", request.world_id, context, act)
+
+    async def ListWorlds(self, request: pb.ListWorldsRequest, context: Any) -> pb.ListWorldsResponse:  # noqa: N802
+        async def act() -> pb.ListWorldsResponse:
+            size = paging.page_size(request.page_size)
+            state = paging.decode(request.page_token, "worlds") or {}
+            rest = paging.after(await self.manager.list(), lambda w: w.world_id, state.get("after"))
+            page = rest[:size]
+            token = paging.encode("worlds", after=page[-1].world_id) if len(rest) > size else ""
+            return pb.ListWorldsResponse(worlds=[_world(w) for w in page], next_page_token=token)
+
+        return await self._read("ListWorlds", None, context, act)
+
+    async def DeleteWorld(self, request: pb.DeleteWorldRequest, context: Any) -> pb.DeleteWorldResponse:  # noqa: N802
+        async def act() -> pb.DeleteWorldResponse:
+            if request.expected_hash:
+                world = await self.manager.get(request.world_id)
+                if world is not None and world.hash != request.expected_hash:
+                    raise HeadMoved(
+                        f"world {request.world_id!r} is at {world.hash[:16]}, not {request.expected_hash[:16]}"
+                    )
+            deleted = await self.manager.delete(request.world_id, request.expected_hash or None)
+            return pb.DeleteWorldResponse(deleted=deleted)
+
+        return await self._write("DeleteWorld", request.world_id, request, context, pb.DeleteWorldResponse, act)
+
+    async def MergeWorld(self, request: pb.MergeWorldRequest, context: Any) -> pb.MergeResponse:  # noqa: N802
+        who = self._who(context)
+        try:
+            self._principal(context, "MergeWorld", request.target_world_id)
+            code, message = grpc.StatusCode.UNIMPLEMENTED, MERGE_PENDING
+        except ApiError as exc:
+            code, message = status_for(exc)
+        self.audit.write(who, "MergeWorld", request.target_world_id, request.idempotency_key, code.name, message)
+        await context.abort(code, message)
+        raise AssertionError("unreachable")
+
+    # --- releases --------------------------------------------------------------------------------
+
+    async def CreateRelease(self, request: pb.CreateReleaseRequest, context: Any) -> pb.ReleaseResponse:  # noqa: N802
+        async def act() -> pb.ReleaseResponse:
+            release, created = await self._blocking(
+                lambda w: w.create_release(request.world_id, request.release_name, request.description)
+            )
+            return pb.ReleaseResponse(release=_release(release), created=created)
+
+        return await self._write("CreateRelease", request.world_id, request, context, pb.ReleaseResponse, act)
+
+    async def ListReleases(self, request: pb.ListReleasesRequest, context: Any) -> pb.ListReleasesResponse:  # noqa: N802
+        async def act() -> pb.ListReleasesResponse:
+            size = paging.page_size(request.page_size)
+            state = paging.decode(request.page_token, "releases") or {}
+            if request.world_id:
+                self.naming.branch(request.world_id)
+            found = await self._blocking(lambda w: w.list_releases(request.world_id or None))
+            ordered = sorted(found, key=lambda r: r.tag)
+            rest = paging.after(ordered, lambda r: r.tag, state.get("after"))
+            page = rest[:size]
+            token = paging.encode("releases", after=page[-1].tag) if len(rest) > size else ""
+            return pb.ListReleasesResponse(releases=[_release(r) for r in page], next_page_token=token)
+
+        return await self._read("ListReleases", request.world_id or None, context, act)
+
+    # --- history, diff, audit, time travel (server streaming) ------------------------------------
+
+    async def GetCommitHistory(
+        self, request: pb.CommitHistoryRequest, context: Any
+    ) -> AsyncIterator[pb.CommitHistoryResponse]:  # noqa: N802
+        def pages(w: Worlds) -> Iterator[pb.CommitHistoryResponse]:
+            size = paging.page_size(request.page_size)
+            state = paging.decode(request.page_token, "history") or {}
+            resume_after, seen = state.get("after"), int(state.get("seen", 0))
+            until = parse_time(state["until"]) if state.get("until") else _time(request.until)
+            limit = request.limit - seen if request.limit else None
+            if limit is not None and limit <= 0:
+                return
+            records = w.history(
+                request.world_id,
+                since=_time(request.since),
+                until=until,
+                author=request.author or None,
+                limit=None if resume_after else limit,
+                page_size=size,
+            )
+            if resume_after:  # skip the commits (of the resume time) up to and including the last one sent
+                records = _skip_through(records, lambda r: r.hash, resume_after)
+            sent = 0
+            for chunk in paging.chunks(records, size):
+                if limit is not None:
+                    chunk = chunk[: limit - sent]
+                sent += len(chunk)
+                last = chunk[-1]
+                more = limit is None or sent < limit
+                token = (
+                    paging.encode("history", after=last.hash, until=last.time.isoformat(), seen=seen + sent)
+                    if more
+                    else ""
+                )
+                yield pb.CommitHistoryResponse(commits=[_commit(r) for r in chunk], next_page_token=token)
+                if not more:
+                    return
+
+        async for page in self._stream("GetCommitHistory", request.world_id, context, pages):
+            yield page
+
+    async def GetDiff(self, request: pb.DiffRequest, context: Any) -> AsyncIterator[pb.DiffResponse]:  # noqa: N802
+        def pages(w: Worlds) -> Iterator[pb.DiffResponse]:
+            size = paging.page_size(request.page_size)
+            state = paging.decode(request.page_token, "diff")
+            a, b = (state["a"], state["b"]) if state else (_pin(w, request.from_ref), _pin(w, request.to_ref))
+            offset = int(state["off"]) if state else 0
+            diff = w.diff(a, b)
+            changes = diff.changes
+            for start in range(offset, max(len(changes), offset + 1), size):
+                chunk = changes[start : start + size]
+                token = paging.encode("diff", a=a, b=b, off=start + size) if start + size < len(changes) else ""
+                yield pb.DiffResponse(
+                    from_hash=diff.a.hash,
+                    to_hash=diff.b.hash,
+                    changes=[
+                        pb.EntityChange(
+                            kind=c.kind, entity_type=c.entity_type, pk=c.pk, change=c.change, json=_json(c.to_json())
+                        )
+                        for c in chunk
+                    ],
+                    next_page_token=token,
+                )
+
+        world = request.from_ref.partition("@")[0].partition("/")[0]
+        async for page in self._stream("GetDiff", world, context, pages):
+            yield page
+
+    async def GetEntityAudit(
+        self, request: pb.EntityAuditRequest, context: Any
+    ) -> AsyncIterator[pb.EntityAuditResponse]:  # noqa: N802
+        def pages(w: Worlds) -> Iterator[pb.EntityAuditResponse]:
+            size = paging.page_size(request.page_size)
+            state = paging.decode(request.page_token, "audit")
+            ref = state["ref"] if state else _pin(w, request.ref)
+            offset = int(state["off"]) if state else 0
+            if not request.entity_type or not request.pk:
+                raise InvalidRequest("GetEntityAudit needs entity_type and pk")
+            entries = w.audit(
+                ref,
+                request.entity_type,
+                request.pk,
+                kind=request.kind or "object",
+                since=_time(request.since),
+                until=_time(request.until),
+            )
+            hash_ = ref.partition("@")[2]
+            for start in range(offset, max(len(entries), offset + 1), size):
+                chunk = entries[start : start + size]
+                token = paging.encode("audit", ref=ref, off=start + size) if start + size < len(entries) else ""
+                yield pb.EntityAuditResponse(
+                    hash=hash_,
+                    entries=[
+                        pb.AuditEntry(
+                            event_id=e.event_id,
+                            change_type=e.change_type,
+                            version=e.version,
+                            commit_hash=e.commit_hash or "",
+                            json=_json(e.to_json()),
+                        )
+                        for e in chunk
+                    ],
+                    next_page_token=token,
+                )
+
+        async for page in self._stream(
+            "GetEntityAudit", request.ref.partition("@")[0].partition("/")[0], context, pages
+        ):
+            yield page
+
+    async def QueryAt(self, request: pb.QueryAtRequest, context: Any) -> AsyncIterator[pb.QueryAtResponse]:  # noqa: N802
+        def pages(w: Worlds) -> Iterator[pb.QueryAtResponse]:
+            size = paging.page_size(request.page_size)
+            state = paging.decode(request.page_token, "query")
+            ref = state["ref"] if state else _pin(w, request.ref)
+            offset = int(state["off"]) if state else 0
+            snap = w.show(
+                ref,
+                entity_type=request.entity_type or None,
+                pk=request.pk or None,
+                include_deleted=request.include_deleted,
+            )
+            rows = [("o", r) for r in snap.objects.to_pylist()] + [("l", r) for r in snap.links.to_pylist()]
+            for start in range(offset, max(len(rows), offset + 1), size):
+                chunk = rows[start : start + size]
+                token = paging.encode("query", ref=ref, off=start + size) if start + size < len(rows) else ""
+                yield pb.QueryAtResponse(
+                    hash=snap.resolved.hash,
+                    objects_json=[_json(r) for k, r in chunk if k == "o"],
+                    links_json=[_json(r) for k, r in chunk if k == "l"],
+                    next_page_token=token,
+                )
+
+        async for page in self._stream("QueryAt", request.ref.partition("@")[0].partition("/")[0], context, pages):
+            yield page
+
+    # --- rewind and direct writes ----------------------------------------------------------------
+
+    async def Rollback(self, request: pb.RollbackRequest, context: Any) -> pb.RollbackResponse:  # noqa: N802
+        def act_blocking(w: Worlds) -> pb.RollbackResponse:
+            if request.expected_hash:
+                head = w.head(request.world_id)
+                if head.hash != request.expected_hash:
+                    raise HeadMoved(
+                        f"world {request.world_id!r} is at {head.hash[:16]}, not {request.expected_hash[:16]}"
+                    )
+            out = w.rollback(request.world_id, request.to_ref, force=request.force)
+            return pb.RollbackResponse(
+                commit_hash=out.hash or "",
+                noop=out.hash is None,
+                rolled_back_commits=len(out.plan.rolled_back),
+                target_hash=out.plan.target,
+            )
+
+        async def act() -> pb.RollbackResponse:
+            return await self._blocking(act_blocking)
+
+        return await self._write("Rollback", request.world_id, request, context, pb.RollbackResponse, act)
+
+    async def ApplyChanges(self, request: pb.ApplyChangesRequest, context: Any) -> pb.ApplyChangesResponse:  # noqa: N802
+        async def act() -> pb.ApplyChangesResponse:
+            if self.apply_changes is None:
+                raise ApiError("ApplyChanges is not configured on this server")
+            return await self.apply_changes(request)
+
+        return await self._write("ApplyChanges", request.world_id, request, context, pb.ApplyChangesResponse, act)
+
+
+def _pin(w: Worlds, ref: str) -> str:
+    """``ref`` resolved once to ``WORLD@HASH``, so every page reads the same commit."""
+    resolved = w.resolve(ref)
+    return str(WorldRef(resolved.ref.world, hash=resolved.hash))
+
+
+def _skip_through(items: Iterator[Any], key: Callable[[Any], str], last: str) -> Iterator[Any]:
+    buffered = []
+    for item in items:
+        buffered.append(item)
+        if key(item) == last:
+            yield from items
+            return
+    yield from buffered  # the last commit sent is gone (rolled back?): resend from the resume time
+
+
+def _commit(r: Any) -> pb.Commit:
+    return pb.Commit(
+        hash=r.hash,
+        time=r.time.isoformat(),
+        author=r.author,
+        message=r.message,
+        kind=r.kind,
+        event_count=-1 if r.event_count is None else r.event_count,
+        json=_json(r.to_json()),
+    )

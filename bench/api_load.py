@@ -1,0 +1,242 @@
+"""The world manager API under load, and the API server as a real process (tests use it too).
+
+``python -m bench.api_load --clients 50 --seconds 60`` starts ``causeway serve`` on a unique prod
+branch, then runs N client threads mixing reads (GetWorld, ListWorlds, GetCommitHistory,
+ListReleases) and writes (CreateWorld sent twice with one idempotency key, CreateRelease,
+DeleteWorld). It reports requests/s, p50/p99 latency per kind, errors (must be zero), and checks
+the audit log: no idempotency key ran its action more than once. Everything it creates is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from api.auth import Role, new_token, token_line
+from api.client import WorldClient
+from bench.procs import PYTHON, ROOT, free_port, worker_env
+from sinks.nessie import Reference, SyncNessieClient
+from streams.settings import Settings
+
+
+@dataclass
+class ApiProcess:
+    """``causeway serve`` as a subprocess, with one token per role."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    tokens: dict[str, str]  # role name → token
+    settings: Settings
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def client(self, role: str | None = "admin", token: str | None = None) -> WorldClient:
+        """A client with the role's token (or ``token``), over TLS when the server has a certificate."""
+        token = token if token is not None else self.tokens.get(role or "", "")
+        return WorldClient(self.target, token, ca_file=self.settings.api_tls_cert)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def audit(self) -> list[dict[str, object]]:
+        path = Path(self.settings.api_audit_log)
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def write_tokens(path: Path) -> dict[str, str]:
+    tokens = {r.name: new_token() for r in Role}
+    path.write_text("".join(token_line(f"test-{role}", Role[role], tok) + "\n" for role, tok in tokens.items()))
+    return tokens
+
+
+def start_api(
+    settings: Settings,
+    tmp: Path,
+    *,
+    tokens: dict[str, str] | None = None,
+    fault: str | None = None,
+    port: int | None = None,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+) -> ApiProcess:
+    """Start ``causeway serve`` configured by ``settings`` and wait until health checking says SERVING."""
+    tokens_file = tmp / "api-tokens"
+    if tokens is None:
+        tokens = write_tokens(tokens_file)
+    settings = settings.replace(api_tokens_file=str(tokens_file), api_audit_log=str(tmp / "api-audit.jsonl"))
+    port = port or free_port()
+    env = worker_env(settings)
+    env.update(extra_env or {})
+    if fault:
+        env["CAUSEWAY_FAULT"] = fault
+    log = tmp / f"api-{port}-{uuid.uuid4().hex[:4]}.log"
+    argv = [PYTHON, "-m", "cli.main", "serve", "--bind", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    server = ApiProcess(proc, port, log, tokens, settings)
+    deadline = time.monotonic() + timeout
+    cert = settings.api_tls_cert
+    creds = grpc.ssl_channel_credentials(Path(cert).read_bytes()) if cert else None
+    with grpc.secure_channel(server.target, creds) if creds else grpc.insecure_channel(server.target) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            if not server.alive():
+                raise RuntimeError(f"API server exited at start-up; log:\n{log.read_text()[-3000:]}")
+            try:
+                if (
+                    stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status
+                    == health_pb2.HealthCheckResponse.SERVING
+                ):
+                    return server
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"API server not serving in {timeout:.0f}s; log:\n{log.read_text()[-3000:]}")
+
+
+@dataclass
+class Tally:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: Counter[str] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, kind: str, seconds: float) -> None:
+        with self.lock:
+            self.latencies[kind].append(seconds)
+
+    def error(self, kind: str, exc: Exception) -> None:
+        with self.lock:
+            self.errors[f"{kind}: {exc.code().name if isinstance(exc, grpc.RpcError) else type(exc).__name__}"] += 1
+
+
+def _timed(tally: Tally, kind: str, fn):  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+    except Exception as exc:  # noqa: BLE001 - counted
+        tally.error(kind, exc)
+        return None
+    tally.record(kind, time.perf_counter() - t0)
+    return out
+
+
+def _client_loop(server: ApiProcess, n: int, stop_at: float, run: str, tally: Tally, read_world: str) -> None:
+    rnd = random.Random(n)
+    with server.client("admin") as c:
+        i = 0
+        while time.monotonic() < stop_at:
+            i += 1
+            if rnd.random() < 0.8:
+                op = rnd.choice(("GetWorld", "ListWorlds", "GetCommitHistory", "ListReleases"))
+                if op == "GetWorld":
+                    _timed(tally, "read", lambda: c.get_world(read_world))
+                elif op == "ListWorlds":
+                    _timed(tally, "read", lambda: c.list_worlds())
+                elif op == "GetCommitHistory":
+                    _timed(tally, "read", lambda: list(c.history(read_world, limit=5)))
+                else:
+                    _timed(tally, "read", lambda: c.list_releases(read_world))
+                continue
+            world = f"lt{run}-{n}-{i}"
+            key = f"lt-{run}-{n}-{i}"
+            for _ in range(2):  # the retry must answer from the stored outcome, not act again
+                _timed(tally, "write", lambda w=world, k=key: c.create_world(w, idempotency_key=k + "-c"))
+            _timed(tally, "write", lambda w=world, k=key: c.create_release(w, "r1", idempotency_key=k + "-r"))
+            _timed(tally, "write", lambda w=world, k=key: c.delete_world(w, idempotency_key=k + "-d"))
+
+
+def run_load(settings: Settings, tmp: Path, clients: int, seconds: float) -> dict[str, object]:
+    run = uuid.uuid4().hex[:6]
+    nessie = SyncNessieClient.from_settings(settings)
+    main = f"main-lt{run}"
+    nessie.create_branch(main, Reference("main", "BRANCH", nessie.config().no_ancestor_hash))
+    settings = settings.replace(main_branch=main, api_redis_prefix=f"causeway:api-lt{run}", api_idempotency_ttl_s=3600)
+    server = start_api(settings, tmp)
+    tally = Tally()
+    load_before = os.getloadavg()
+    try:
+        with server.client("admin") as c:
+            c.create_world(f"lt{run}-read", idempotency_key=f"lt-{run}-read")
+        stop_at = time.monotonic() + seconds
+        threads = [
+            threading.Thread(target=_client_loop, args=(server, n, stop_at, run, tally, f"lt{run}-read"))
+            for n in range(clients)
+        ]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - t0
+        load_after = os.getloadavg()
+    finally:
+        server.stop()
+        for ref in nessie.list_references():
+            if run in ref.name:
+                try:
+                    nessie.delete_reference(ref.name, ref.hash, ref.type)
+                except Exception:  # noqa: BLE001 - cleanup only
+                    pass
+        nessie.close()
+    ran = Counter(str(e["idempotency_key"]) for e in server.audit() if not e["replayed"] and e["result"] == "OK")
+    twice = {k: v for k, v in ran.items() if v > 1}
+    total = sum(len(v) for v in tally.latencies.values())
+    report: dict[str, object] = {
+        "clients": clients,
+        "seconds": round(elapsed, 1),
+        "requests": total,
+        "requests_per_s": round(total / elapsed, 1),
+        "errors": dict(tally.errors),
+        "actions_run": len(ran),
+        "actions_run_twice": twice,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+    }
+    for kind, values in sorted(tally.latencies.items()):
+        q = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
+        report[kind] = {"count": len(values), "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1)}
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--out", default="", help="Also write the JSON report here.")
+    args = parser.parse_args()
+    tmp = ROOT / ".causeway" / "run" / f"api-load-{uuid.uuid4().hex[:6]}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    report = run_load(Settings.from_env(), tmp, args.clients, args.seconds)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
