@@ -22,7 +22,13 @@ from typing import Any, Literal
 from monitoring.health import Health
 from sinks.errors import NessieNotAnApi, NessieUnavailable
 from sinks.nessie import Config, NessieClient, RetryPolicy
-from streams.security import kafka_client_options, nessie_http_options, redis_options
+from streams.security import (
+    KafkaFailureLog,
+    kafka_client_options,
+    nessie_http_options,
+    redis_options,
+    security_reason,
+)
 from streams.settings import Settings
 
 Verdict = Literal["ok", "down", "wrong"]
@@ -91,10 +97,13 @@ async def _timed(service: str, timeout_s: float, probe: asyncio.Future[str] | as
         return ProbeResult(service, "wrong", detail, time.perf_counter() - started)
     except NessieUnavailable as exc:
         verdict: Verdict = "down" if _refused(exc) or "unreachable" in str(exc) else "wrong"
-        return ProbeResult(service, verdict, " ".join(str(exc).split()), time.perf_counter() - started)
+        result = ProbeResult(service, verdict, " ".join(str(exc).split()), time.perf_counter() - started)
+        return _with_reason(result, _chain_text(exc))
     except Exception as exc:  # noqa: BLE001 - a probe reports every failure as its verdict
         verdict = "down" if _refused(exc) else "wrong"
-        return ProbeResult(service, verdict, describe(exc), time.perf_counter() - started)
+        return _with_reason(
+            ProbeResult(service, verdict, describe(exc), time.perf_counter() - started), _chain_text(exc)
+        )
     return ProbeResult(service, "ok", detail, time.perf_counter() - started)
 
 
@@ -129,12 +138,33 @@ async def _nessie(settings: Settings, timeout_s: float) -> str:
     return f"REST API v{config.api_version}, spec {config.spec_version}, default branch {config.default_branch}"
 
 
+def _with_reason(result: ProbeResult, text: str) -> ProbeResult:
+    """Name a refused password, user, certificate or token first in a failed probe's detail."""
+    reason = security_reason(f"{text} {result.detail}") if result.verdict != "ok" else ""
+    if not reason or result.detail.startswith(reason):
+        return result
+    return ProbeResult(result.service, result.verdict, f"{reason} ({result.detail})", result.seconds)
+
+
+def _chain_text(exc: BaseException) -> str:
+    parts, seen = [], exc
+    for _ in range(8):
+        parts.append(f"{type(seen).__name__}: {seen}")
+        nxt = seen.__cause__ or seen.__context__
+        if nxt is None:
+            break
+        seen = nxt
+    return " ".join(parts)
+
+
 async def probe_kafka(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
-    return await _timed(
-        "kafka",
-        timeout_s,
-        asyncio.ensure_future(_kafka(settings.kafka_bootstrap, timeout_s, kafka_client_options(settings))),
-    )
+    with KafkaFailureLog() as kafka_log:  # aiokafka logs the cause and raises only "Unable to bootstrap"
+        result = await _timed(
+            "kafka",
+            timeout_s,
+            asyncio.ensure_future(_kafka(settings.kafka_bootstrap, timeout_s, kafka_client_options(settings))),
+        )
+    return _with_reason(result, kafka_log.last)
 
 
 async def probe_redis(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:

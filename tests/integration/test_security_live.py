@@ -162,7 +162,10 @@ async def test_pipeline_and_every_client_tool_over_tls_and_sasl(secured: SecureS
         ):
             done = causeway(env, *args)
             outputs += [done.stdout, done.stderr]
-            assert done.returncode == 0 or args == ("doctor",), f"{args}: {done.stdout}{done.stderr}"
+            # doctor fails on the Prometheus check alone when other helpers' targets are down; a dry-run
+            # redrive exits 3 ("incomplete") when its letters are still invalid, as these are.
+            ok_codes = {"doctor": (0, 1, 69), "dlq": (0, 3)}.get(args[0], (0,))
+            assert done.returncode in ok_codes, f"{args}: {done.returncode} {done.stdout}{done.stderr}"
             assert "Traceback" not in done.stderr, done.stderr
             doctor = doctor or done.stdout
         for service, mode in (("kafka", "SASL_SSL, SCRAM-SHA-512"), ("redis", "TLS"), ("nessie", "OAuth2")):
@@ -360,5 +363,5 @@ def test_worker_with_a_wrong_kafka_password_stops_with_one_line(stack: SecureSta
     done = causeway(env, "worker", "--web-port", str(free_port()), timeout=120)
     assert done.returncode != 0
     assert "Traceback" not in done.stdout + done.stderr
-    assert "Error: kafka: authentication failed" in done.stderr, done.stderr[-2000:]
+    assert "authentication failed" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert BAD not in done.stdout + done.stderr
