@@ -125,7 +125,7 @@ def _probed(settings: Settings, service: str, round_trip: Callable[[], str]) -> 
         # A refused password, user, certificate or token is neither "not running" nor "not that service".
         refused = result.verdict != "ok" and security_reason(f"{kafka_log.last} {result.detail}")
         if refused:
-            raise _Refused(f"{refused} ({result.detail})")
+            raise _Refused(result.detail if result.detail.startswith(refused) else f"{refused} ({result.detail})")
         if result.verdict == "down":
             raise _Down(f"not running at {mask_url(url_of(settings, service))}: {result.detail}")
         if result.verdict == "wrong":

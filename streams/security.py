@@ -440,7 +440,7 @@ _REASONS = (
 
 def security_reason(text: str) -> str:
     """What a failure's text says about credentials or TLS, in plain words; ``""`` when nothing."""
-    return next((why for key, why in _REASONS if key in text), "")
+    return next((why for key, why in _REASONS if key in text or why in text), "")
 
 
 def explain_failure(exc: BaseException, settings: Settings, detail: str = "") -> str:
