@@ -80,6 +80,7 @@ def _register_optional_groups() -> None:
         ("cli.ops", "offsets"),
         ("cli.ops", "rebuild"),
         ("cli.reconcile", "reconcile"),
+        ("cli.tables", "tables"),
     ):
         try:
             mod = importlib.import_module(module)

@@ -105,16 +105,17 @@ from models.worlds import WorldNaming
 from sinks import projection
 from sinks.catalog import NessieCatalog
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
+from sinks.layout import key_filter
+from sinks.logcompact import compact_log
 from sinks.nessie import SyncNessieClient
 from sinks.offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.rowdelta import (
     FileCache,
     RowDelta,
     TableState,
-    new_delete_location,
     positions,
     read_state,
-    write_position_deletes,
+    write_partition_deletes,
 )
 from sinks.rows import Source, events_arrow, projection_arrow
 from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, contracts, table_properties
@@ -397,6 +398,7 @@ class BatchCommitter:
                 (ns, tdef.name),
                 tdef.schema,
                 partition_spec=tdef.spec,
+                sort_order=tdef.sort_order,
                 properties=table_properties(self.settings.target_file_bytes),
             )
 
@@ -415,13 +417,14 @@ class BatchCommitter:
         tx = table.transaction()
         tx.set_properties({OFFSETS_PROPERTY: dumps_map(offsets)})
         if items:
-            arrow = events_arrow(items, batch.batch_id, now, stale_ids)
+            arrow = events_arrow(items, batch.batch_id, now, stale_ids, table.schema().as_arrow())
             tx.append(arrow)
             stats.rows_written = arrow.num_rows
             snap = tx.table_metadata.current_snapshot()
             if snap is not None and snap.summary is not None:
                 stats.bytes_written = int(snap.summary.get("added-files-size", "0") or 0)
                 stats.files_added = int(snap.summary.get("added-data-files", "0") or 0)
+            compact_log(tx, self.settings.target_file_bytes, stats)  # within the partitions just written
         self._expire(tx)
         tx.commit_transaction()
         return stats
@@ -439,6 +442,7 @@ class BatchCommitter:
             [type_col, pk_col, "version", "properties"],
             lambda t: pc.is_in(t.column(pk_col), value_set=pks),
             None,
+            key_filter(type_col, pk_col, pks.to_pylist()),
         )
         if state.index is None:
             return
@@ -466,7 +470,8 @@ class BatchCommitter:
                 mask = pc.or_(mask, pc.is_in(t.column(type_col), value_set=type_values))
             return mask
 
-        state = read_state(table, [type_col, pk_col, "version", "deleted"], match, self.file_cache)
+        scan = key_filter(type_col, pk_col, pks.to_pylist(), types)  # prunes to the touched buckets
+        state = read_state(table, [type_col, pk_col, "version", "deleted"], match, self.file_cache, scan)
         stats = FlushStats(bytes_read=state.bytes_read)
         stored: dict[projection.Key, projection.Stored] = {}
         where: dict[projection.Key, list[tuple[str, int]]] = {}
@@ -545,15 +550,15 @@ class BatchCommitter:
                 obsolete.append(state.delete_files[d])
         rd.remove(obsolete)
         stats.files_removed += len(obsolete)
-        if survivors:
-            dfile = write_position_deletes(table.io, new_delete_location(table), survivors)  # type: ignore[arg-type]
-            if dfile is not None:
-                rd.add([dfile])
-                stats.files_added += 1
-                stats.bytes_written += dfile.file_size_in_bytes
-                if merge:  # the share of the file that carries positions already stored
-                    carried_pos = sum(state.delete_files[d].record_count for d in merge)
-                    stats.bytes_rewritten += dfile.file_size_in_bytes * carried_pos // max(1, dfile.record_count)
+        if survivors:  # one delete file per partition: deletes never cross a partition
+            dfiles = write_partition_deletes(table, state.files, survivors)  # type: ignore[arg-type]
+            rd.add(dfiles)
+            stats.files_added += len(dfiles)
+            written = sum(d.file_size_in_bytes for d in dfiles)
+            stats.bytes_written += written
+            if merge and dfiles:  # the share of the files that carries positions already stored
+                carried_pos = sum(state.delete_files[d].record_count for d in merge)
+                stats.bytes_rewritten += written * carried_pos // max(1, sum(d.record_count for d in dfiles))
         if not rd.empty:
             rd.commit()
         self._expire(tx)
@@ -692,12 +697,11 @@ def stage_replacement(
         stats.files_added += len(files)
         stats.bytes_written += sum(f.file_size_in_bytes for f in files)
     if any(deletes.values()):
-        dfile = write_position_deletes(table.io, new_delete_location(table), {p: list(v) for p, v in deletes.items()})
-        if dfile is not None:
-            rd.add([dfile])
-            stats.rows_deleted = dfile.record_count
-            stats.files_added += 1
-            stats.bytes_written += dfile.file_size_in_bytes
+        dfiles = write_partition_deletes(table, None, {p: list(v) for p, v in deletes.items()})
+        rd.add(dfiles)
+        stats.rows_deleted = sum(d.record_count for d in dfiles)
+        stats.files_added += len(dfiles)
+        stats.bytes_written += sum(d.file_size_in_bytes for d in dfiles)
     if not rd.empty:
         rd.commit()
     return stats
