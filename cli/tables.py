@@ -8,7 +8,8 @@ import orjson
 from models.worlds import InvalidWorldId
 from sinks.errors import NessieError
 from sinks.layout import LayoutError, format_sort, format_spec, parse_sort, parse_spec
-from sinks.layout_run import EvolveResult, TableLayoutError, TableLayouts, TableReport
+from sinks.layout_run import EvolveResult, TableLayoutError, TableLayouts, TableMissing, TableReport
+from sinks.tables import ALL_TABLES
 from streams.settings import Settings
 
 
@@ -91,7 +92,8 @@ def _print_report(r: TableReport, max_partitions: int) -> None:
 def evolve(
     settings: Settings, world: str, table: str, spec: str | None, sort: str | None, dry_run: bool, as_json: bool
 ) -> None:
-    """Evolve TABLE's partition spec and/or sort order on WORLD's branch, in one Nessie commit.
+    """Evolve TABLE's partition spec and/or sort order on WORLD's branch, in one Nessie commit
+    per table (TABLE 'all': each of the three tables, e.g. to migrate a world to the defaults).
 
     Iceberg partition evolution: files already written keep their spec, new writes use the new
     one, reads and projections stay correct across the change; nothing is rewritten. Also sets
@@ -99,21 +101,34 @@ def evolve(
 
     \b
     Examples:
+      causeway tables evolve prod all --spec default --sort default --dry-run
       causeway tables evolve prod entity_common --spec default --dry-run
       causeway tables evolve prod entity_common --spec 'identity(object_type_id), bucket(32, object_pk)'
       causeway tables evolve whatif-001 entity_events --spec 'day(occurred_at)' --sort default
     """
     if spec is None and sort is None:
         raise click.UsageError("give --spec and/or --sort (use 'default' for the standard layout)")
-    try:
-        new_spec = parse_spec(spec, table) if spec is not None else None
-        new_sort = parse_sort(sort, table) if sort is not None else None
-        result = _layouts(settings).evolve(world, table, new_spec, new_sort, dry_run=dry_run)
-    except (LayoutError, TableLayoutError, InvalidWorldId, NessieError) as exc:
-        raise _fail(settings, exc) from exc
-    if as_json:
-        click.echo(orjson.dumps(_result_json(result)))
-        return
+    names = [t.name for t in ALL_TABLES] if table == "all" else [table]
+    layouts = _layouts(settings)
+    for name in names:
+        try:
+            new_spec = parse_spec(spec, name) if spec is not None else None
+            new_sort = parse_sort(sort, name) if sort is not None else None
+            result = layouts.evolve(world, name, new_spec, new_sort, dry_run=dry_run)
+        except TableMissing as exc:
+            if table != "all":
+                raise _fail(settings, exc) from exc
+            click.echo(f"{exc}: skipped")
+            continue
+        except (LayoutError, TableLayoutError, InvalidWorldId, NessieError) as exc:
+            raise _fail(settings, exc) from exc
+        if as_json:
+            click.echo(orjson.dumps(_result_json(result)))
+        else:
+            _print_result(result, dry_run)
+
+
+def _print_result(result: EvolveResult, dry_run: bool) -> None:
     evo = result.evolution
     click.echo(f"table {result.table} of world {result.world} (branch {result.branch})")
     click.echo(f"  spec: {format_spec(evo.old.spec)}  ->  {format_spec(evo.new.spec)}")

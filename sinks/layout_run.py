@@ -50,6 +50,10 @@ class TableLayoutError(Exception):
     """A table or world that cannot be shown or evolved (one line for the CLI)."""
 
 
+class TableMissing(TableLayoutError):
+    """The table does not exist on the branch yet (the first commit creates it with its layout)."""
+
+
 def table_def(name: str) -> TableDef:
     for tdef in ALL_TABLES:
         if tdef.name == name:
@@ -197,7 +201,7 @@ class TableLayouts:
         try:
             return cat.load_table((self.settings.namespace, name))
         except NoSuchTableError:
-            raise TableLayoutError(
+            raise TableMissing(
                 f"table {name} does not exist on {cat.branch} yet (it is created by the first commit)"
             ) from None
 

@@ -42,6 +42,8 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 
+from sinks.layout import KeyScan
+
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
 
@@ -119,14 +121,14 @@ def read_state(
     columns: Iterable[str],
     match: Matcher | None = None,
     cache: FileCache | None = None,
-    row_filter: BooleanExpression | None = None,
+    row_filter: BooleanExpression | KeyScan | None = None,
 ) -> TableState:
     """Read the live rows' ``columns`` with their ``(_file, _pos)``, keeping rows ``match`` selects.
 
     ``match`` returns a boolean mask over a file's columns (for example: key in the batch's keys),
-    so memory follows the batch, not the table. ``row_filter`` (an Iceberg expression that selects
-    at least every row ``match`` selects, see ``sinks.layout.key_filter``) prunes whole files by
-    partition and column statistics before anything is read: the state then covers only the
+    so memory follows the batch, not the table. ``row_filter`` (an Iceberg expression, or a
+    ``sinks.layout.KeyScan``, that selects at least every row ``match`` selects) prunes whole
+    files by partition (bucket) and column statistics before anything is read: the state then covers only the
     files that may hold matching rows, and their delete files. ``cache`` keeps parsed files
     between flushes.
     """
@@ -136,7 +138,12 @@ def read_state(
     state = TableState()
     if table.current_snapshot() is None:
         return state
-    tasks = list(table.scan(row_filter=row_filter or AlwaysTrue()).plan_files())
+    if isinstance(row_filter, KeyScan):
+        schema, specs = table.schema(), table.specs()
+        planned = table.scan(row_filter=row_filter.expression).plan_files()
+        tasks = [t for t in planned if row_filter.keeps(t.file.partition, specs[t.file.spec_id or 0], schema)]
+    else:
+        tasks = list(table.scan(row_filter=row_filter or AlwaysTrue()).plan_files())
     io = table.io
     cache = cache or FileCache(0)
     deletes: dict[str, list[pa.Array]] = {}

@@ -295,6 +295,12 @@ def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
     assert "none  ->  identity(object_type_id), bucket(16, object_pk)" in dry.output
     assert "dry run" in dry.output
 
+    every = runner.invoke(
+        cli, ["tables", "evolve", world, "all", "--spec", "default", "--sort", "default", "--dry-run"]
+    )
+    assert every.exit_code == 0, every.output
+    assert every.output.count("dry run: nothing committed") == 3 and "add column batch_seq" in every.output
+
     done = runner.invoke(cli, ["tables", "evolve", world, "entity_common", "--spec", "default", "--sort", "default"])
     assert done.exit_code == 0 and "committed" in done.output, done.output
 

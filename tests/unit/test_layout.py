@@ -6,10 +6,14 @@ from datetime import UTC, datetime
 
 import pytest
 from pyiceberg.expressions import AlwaysTrue, EqualTo, In, Or
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.typedef import Record
+from pyiceberg.types import StringType
 
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks.layout import (
     DEFAULT_LAYOUTS,
+    MAX_IN_KEYS,
     Layout,
     LayoutError,
     PartField,
@@ -84,10 +88,27 @@ def test_evolution_keeps_shared_fields_and_names_the_rest() -> None:
 
 
 def test_key_filter_selects_the_batch_keys_and_truncated_types() -> None:
-    assert key_filter("t", "pk", ["a"]) == EqualTo("pk", "a")
-    assert key_filter("t", "pk", ["a", "b"]) == In("pk", {"a", "b"})
-    assert key_filter("t", "pk", ["a"], ["T"]) == Or(EqualTo("pk", "a"), EqualTo("t", "T"))
-    assert key_filter("t", "pk", []) == AlwaysTrue()
+    assert key_filter("t", "pk", ["a"]).expression == EqualTo("pk", "a")
+    assert key_filter("t", "pk", ["a", "b"]).expression == In("pk", {"a", "b"})
+    assert key_filter("t", "pk", ["a"], ["T"]).expression == Or(EqualTo("pk", "a"), EqualTo("t", "T"))
+    assert key_filter("t", "pk", []).expression == AlwaysTrue()
+    many = [f"k{i}" for i in range(MAX_IN_KEYS + 1)]
+    assert key_filter("t", "pk", many).expression == AlwaysTrue()  # pruned by bucket instead
+
+
+def test_key_scan_keeps_only_the_buckets_its_keys_fall_in() -> None:
+    spec = partition_spec(parse_spec("identity(object_type_id), bucket(16, object_pk)"), COMMON.schema)
+    pks = [f"p-{i}" for i in range(500)]
+    scan = key_filter("object_type_id", "object_pk", pks[:3], ["Gone"])
+    want = {BucketTransform(16).transform(StringType())(pk) for pk in pks[:3]}
+    for b in range(16):
+        assert scan.keeps(Record("person", b), spec, COMMON.schema) == (b in want)
+        assert scan.keeps(Record("Gone", b), spec, COMMON.schema)  # truncated: every file of the type
+    unpartitioned = partition_spec((), COMMON.schema)
+    assert scan.keeps(Record(), unpartitioned, COMMON.schema)  # old-spec files cannot be pruned
+    assert all(
+        key_filter("object_type_id", "object_pk", pks).keeps(Record("x", b), spec, COMMON.schema) for b in range(16)
+    )
 
 
 def test_log_compaction_merges_a_full_tier_of_one_partition_only() -> None:
