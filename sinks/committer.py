@@ -57,8 +57,9 @@ Rewrites are bounded by policy, not by table size: a data file is rewritten (its
 into the flush's new file) only once at least ``compact_below`` (half) of its rows are deleted, so
 each rewritten row was paid for by at least one deleted row; a flush rewrites at most
 ``compact_budget`` (2) × the rows it changes, or one file when a single sparse file is larger
-(``target_file_bytes`` caps that); once more than ``max_small_files`` files are small (each flush
-adds one), the smallest are bin-packed under the same budget. Delete files are merged tiered (the
+(``target_file_bytes`` caps that); once more than ``max_small_files`` files of one partition and
+size tier are small (each flush adds one per partition it touches), they are bin-packed under the
+same budget. Delete files are merged tiered (the
 smaller half, when there are more than ``max_delete_files``), and delete files that name no live
 data file are dropped. The price is a read: each flush reads the key/version columns of the
 projection to build the index; parsed columns of the immutable files are kept in a bounded LRU
@@ -106,7 +107,7 @@ from sinks import projection
 from sinks.catalog import NessieCatalog
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
 from sinks.layout import key_filter
-from sinks.logcompact import compact_log
+from sinks.logcompact import choose, compact_log, small_file
 from sinks.nessie import SyncNessieClient
 from sinks.offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.rowdelta import (
@@ -209,7 +210,7 @@ class BatchCommitter:
         compact_below: float = 0.5,
         compact_budget: float = 2.0,
         max_delete_files: int = 8,
-        max_small_files: int = 32,
+        max_small_files: int = 8,
         index_cache_bytes: int = 256 * 1024 * 1024,
         on_retry: Callable[[str, str], None] | None = None,
     ) -> None:
@@ -571,8 +572,9 @@ class BatchCommitter:
         """Pick data files to rewrite and return their live rows.
 
         Candidates are files this flush deletes from whose live fraction falls below
-        ``compact_below``, emptiest first; then, when more than ``max_small_files`` files are
-        smaller than a quarter of ``target_file_bytes``, the smallest of them (each flush adds one).
+        ``compact_below``, emptiest first; then, in a partition whose size tier holds more than
+        ``max_small_files`` files under a quarter of ``target_file_bytes``, those files (each flush
+        adds one per partition it touches; see ``sinks.logcompact``).
         A flush rewrites at most ``compact_budget`` × the rows it deletes — but always at least one
         sparse file, so the bound is also "one file", which ``target_file_bytes`` caps. Without the
         budget, files written together would cross the threshold together and one flush would
@@ -597,15 +599,12 @@ class BatchCommitter:
                 break
             chosen.append((path, dead_set))
             rows += live_rows
-        # Small files (one per flush) are bin-packed under the same budget once there are many.
-        small_limit = self.settings.target_file_bytes // 4
-        small = sorted(
-            (live.data_file.file_size_in_bytes, path)
-            for path, live in state.files.items()
-            if live.data_file.file_size_in_bytes < small_limit and path not in {c for c, _ in chosen}
-        )
-        if len(small) > self.max_small_files:
-            for _, path in small:
+        # Small files (one per flush and partition) are bin-packed under the same budget, per
+        # partition and size tier, once a tier holds more than max_small_files of them.
+        taken = {c for c, _ in chosen}
+        small = [small_file(p, live.data_file) for p, live in state.files.items() if p not in taken]
+        for group in choose(small, self.settings.target_file_bytes // 4, self.max_small_files + 1):
+            for path in group:
                 live = state.files[path]
                 dead_set = set(new_deletes.get(path, ())) | set(live.deleted.to_pylist())
                 live_rows = live.data_file.record_count - len(dead_set)

@@ -40,18 +40,30 @@ class Candidate:
     size: int
 
 
+def small_file(path: str, df: Any) -> Candidate:
+    """A data file as a compaction candidate, grouped by its spec and partition."""
+    from sinks.rowdelta import spec_of
+
+    return Candidate(path, (spec_of(df, -1), tuple(df.partition or ())), df.file_size_in_bytes)
+
+
 def tier(size: int) -> int:
     """The size tier of a file of ``size`` bytes."""
     return 0 if size <= TIER_BASE_BYTES else int(math.log(size / TIER_BASE_BYTES, FANOUT))
 
 
-def choose(files: list[Candidate], target_file_bytes: int, fanout: int = FANOUT) -> list[list[str]]:
-    """Groups of files to merge: per (partition, tier) with at least ``fanout`` small files (pure)."""
+def choose(files: list[Candidate], small_below: int, fanout: int = FANOUT) -> list[list[str]]:
+    """Groups of files to merge: per (partition, tier), at least ``fanout`` files under ``small_below`` bytes.
+
+    Pure. Emptiest tiers first, so a budget spent in order goes to the smallest files.
+    """
     by: dict[tuple[Any, ...], list[Candidate]] = {}
     for f in files:
-        if f.size < target_file_bytes // 2:
+        if f.size < small_below:
             by.setdefault((f.group, tier(f.size)), []).append(f)
-    return [sorted(c.path for c in group) for _, group in sorted(by.items(), key=repr) if len(group) >= fanout]
+    full = [(key, group) for key, group in by.items() if len(group) >= fanout]
+    full.sort(key=lambda kg: (kg[0][1], repr(kg[0][0])))
+    return [sorted(c.path for c in group) for _, group in full]
 
 
 def cut(table: pa.Table, target_file_bytes: int) -> list[pa.Table]:
@@ -72,7 +84,7 @@ def compact_log(tx: Any, target_file_bytes: int, stats: Any | None = None, fanou
     from pyiceberg.table import DataScan
 
     from sinks.committer import read_data_file
-    from sinks.rowdelta import RowDelta, spec_of
+    from sinks.rowdelta import RowDelta
     from sinks.rows import EVENTS_SORT
 
     metadata = tx.table_metadata
@@ -81,11 +93,7 @@ def compact_log(tx: Any, target_file_bytes: int, stats: Any | None = None, fanou
     table = tx._table
     tasks = DataScan(metadata, table.io).plan_files()
     files = {t.file.file_path: t.file for t in tasks}
-    candidates = [
-        Candidate(p, (spec_of(df, metadata.default_spec_id), tuple(df.partition or ())), df.file_size_in_bytes)
-        for p, df in files.items()
-    ]
-    merges = choose(candidates, target_file_bytes, fanout)
+    merges = choose([small_file(p, df) for p, df in files.items()], target_file_bytes // 2, fanout)
     if not merges:
         return 0
     rd = RowDelta(tx, {"causeway.compaction": "log"})
