@@ -425,7 +425,8 @@ class BatchCommitter:
             if snap is not None and snap.summary is not None:
                 stats.bytes_written = int(snap.summary.get("added-files-size", "0") or 0)
                 stats.files_added = int(snap.summary.get("added-data-files", "0") or 0)
-            compact_log(tx, self.settings.target_file_bytes, stats)  # within the partitions just written
+            row_bytes = arrow.nbytes / arrow.num_rows
+            compact_log(tx, self.settings.target_file_bytes, stats, row_bytes=row_bytes)  # inside each partition
         self._expire(tx)
         tx.commit_transaction()
         return stats

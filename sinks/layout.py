@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pyiceberg.expressions import AlwaysFalse, AlwaysTrue, BooleanExpression, In, Or
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
@@ -308,43 +307,25 @@ def plan_evolution(old: Layout, new: Layout) -> Evolution:
 
 # --- pruning ----------------------------------------------------------------------------------------
 
-#: Above this many keys a scan is pruned by bucket here, not by an Iceberg ``In`` expression:
-#: pyiceberg plans a large ``In`` slowly (measured: 20k keys, 32 files, 115 s of planning) and its
-#: column statistics stop pruning past 200 literals anyway.
-MAX_IN_KEYS = 200
-
 
 @dataclass(frozen=True)
 class KeyScan:
     """Which files may hold the rows of some keys (plus every row of some types: a truncate).
 
-    ``expression`` is the Iceberg filter a scan plans with (partition and min/max pruning; for
-    few keys only); :meth:`keeps` then prunes planned files by bucket: a file whose spec buckets
-    the pk column is kept only if its bucket is one a key falls in. Both only ever keep more
-    than the rows asked for, never less.
+    Pruning is by partition only: a file whose spec buckets the pk column is kept when its
+    bucket is one a key falls in (or its type is truncated); files of specs without such a
+    bucket are always kept. Never by column statistics: a flush merges and drops delete files,
+    and a delete file may name any data file of its partition, so every data file of a kept
+    partition must be in the flush's state (a delete file merged without the positions of a
+    data file pruned by min/max would bring that file's deleted rows back). Pruning whole
+    partitions through pyiceberg is not an option either: it plans a large ``In`` very slowly
+    (20k keys against 32 files: 115 s of planning).
     """
 
     type_col: str
     pk_col: str
     pks: frozenset[str]
     types: frozenset[str] = frozenset()
-
-    @property
-    def expression(self) -> BooleanExpression:
-        if not self.pks and not self.types:
-            return AlwaysTrue()
-        if len(self.pks) > MAX_IN_KEYS:
-            return AlwaysTrue()
-        expr: BooleanExpression = AlwaysFalse()
-        if self.pks:
-            expr = _in(self.pk_col, self.pks)
-        if self.types:
-            expr = (
-                _in(self.type_col, self.types)
-                if isinstance(expr, AlwaysFalse)
-                else Or(expr, _in(self.type_col, self.types))
-            )
-        return expr
 
     def keeps(self, partition: Any, spec: PartitionSpec, schema: Schema) -> bool:
         """Whether a data file with ``partition`` (under ``spec``) may hold a selected row."""
@@ -372,13 +353,6 @@ class KeyScan:
 def key_filter(type_col: str, pk_col: str, pks: Iterable[str], types: Iterable[str] = ()) -> KeyScan:
     """The files that may hold the rows of ``pks`` plus every row of ``types`` (see :class:`KeyScan`).
 
-    With a bucket spec on the pk a flush's scan covers only the buckets its keys fall in; with few
-    keys, min/max statistics prune further inside them.
+    With a bucket spec on the pk a flush's scan covers only the buckets its keys fall in.
     """
     return KeyScan(type_col, pk_col, frozenset(pks), frozenset(types))
-
-
-def _in(col: str, values: frozenset[str]) -> BooleanExpression:
-    from pyiceberg.expressions import EqualTo
-
-    return In(col, set(values)) if len(values) > 1 else EqualTo(col, next(iter(values)))

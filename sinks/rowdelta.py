@@ -140,7 +140,7 @@ def read_state(
         return state
     if isinstance(row_filter, KeyScan):
         schema, specs = table.schema(), table.specs()
-        planned = table.scan(row_filter=row_filter.expression).plan_files()
+        planned = table.scan().plan_files()
         tasks = [t for t in planned if row_filter.keeps(t.file.partition, specs[t.file.spec_id or 0], schema)]
     else:
         tasks = list(table.scan(row_filter=row_filter or AlwaysTrue()).plan_files())

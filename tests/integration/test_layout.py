@@ -328,3 +328,25 @@ def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
         r = runner.invoke(cli, args)
         assert r.exit_code != 0 and needle in r.output, r.output
         assert "Traceback" not in r.output
+
+
+def test_a_flush_never_loses_deletes_of_a_file_it_does_not_touch(client, sink_settings) -> None:
+    """Deletes of one partition are merged with every data file of that partition in view.
+
+    Keys of one bucket land in several files; a delete file then names two of them. A later flush
+    touching keys of only one file merges delete files (max_delete_files=1): had the flush pruned
+    the other file by min/max statistics, its deleted rows would have come back.
+    """
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client, max_delete_files=1, compact_below=0.0)
+    same = [pk for pk in (f"k{i:05d}" for i in range(3000)) if bucket_of(pk) == 3]
+    low, high = same[:20], same[-20:]
+    committer.commit_batch(batch(world, "low", [obj(world, pk, "CREATE", 1) for pk in low], 0))
+    committer.commit_batch(batch(world, "high", [obj(world, pk, "CREATE", 1) for pk in high], 100))
+    both = [obj(world, low[0], "UPDATE", 2), obj(world, high[0], "UPDATE", 2)]
+    committer.commit_batch(batch(world, "both", both, 200))
+    for n, pk in enumerate(low[1:4]):
+        committer.commit_batch(batch(world, f"only-low-{n}", [obj(world, pk, "UPDATE", 2)], 300 + n))
+    rows = objects(cat_of(committer, world))  # raises on a duplicate live row
+    assert rows[high[0]][0] == 2 and rows[low[0]][0] == 2
+    assert len(rows) == len(low) + len(high)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from pyiceberg.expressions import AlwaysTrue, EqualTo, In, Or
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import StringType
@@ -13,7 +12,6 @@ from pyiceberg.types import StringType
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks.layout import (
     DEFAULT_LAYOUTS,
-    MAX_IN_KEYS,
     Layout,
     LayoutError,
     PartField,
@@ -85,15 +83,6 @@ def test_evolution_keeps_shared_fields_and_names_the_rest() -> None:
     assert evo.add == (PartField("bucket", "object_pk", 32),)
     assert evo.spec_changed and not evo.sort_changed
     assert not plan_evolution(new, new).changed
-
-
-def test_key_filter_selects_the_batch_keys_and_truncated_types() -> None:
-    assert key_filter("t", "pk", ["a"]).expression == EqualTo("pk", "a")
-    assert key_filter("t", "pk", ["a", "b"]).expression == In("pk", {"a", "b"})
-    assert key_filter("t", "pk", ["a"], ["T"]).expression == Or(EqualTo("pk", "a"), EqualTo("t", "T"))
-    assert key_filter("t", "pk", []).expression == AlwaysTrue()
-    many = [f"k{i}" for i in range(MAX_IN_KEYS + 1)]
-    assert key_filter("t", "pk", many).expression == AlwaysTrue()  # pruned by bucket instead
 
 
 def test_key_scan_keeps_only_the_buckets_its_keys_fall_in() -> None:
