@@ -121,9 +121,10 @@ def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_s
 
 
 def test_audit_trail_and_time_window_reads_prune_the_log(client, sink_settings) -> None:
-    # A small target file size stands in for a large log: compaction then cuts each day's sorted
-    # events into several files with disjoint key ranges, as 64 MiB targets do on a big world.
-    settings = sink_settings.replace(target_file_bytes=64 * 1024)
+    # A small target file size stands in for a large log: each flush's file is a fraction of the
+    # target (as 10k-event flushes are of 64 MiB), so compaction merges a day's flush files and
+    # cuts the sorted result into several files with disjoint key ranges.
+    settings = sink_settings.replace(target_file_bytes=192 * 1024)
     world = new_world(client)
     committer = BatchCommitter(settings, client)
     versions: dict[str, int] = {}
@@ -139,13 +140,12 @@ def test_audit_trail_and_time_window_reads_prune_the_log(client, sink_settings) 
         committer.commit_batch(batch(world, f"b{b}", evs, b * 1000))
     log = cat_of(committer, world).load_table(("onto", EVENTS.name))
     total = list(log.scan().plan_files())
-    assert len(total) >= 12, f"compaction should leave several sorted files per day, got {len(total)}"
-    assert len(total) < 24 * 3, "compaction did not run"
+    assert 6 <= len(total) < 24, f"compaction should leave a few sorted files per day, got {len(total)}"
 
     pk = "p-0123"
     trail = log.scan(row_filter=And(EqualTo("entity_type", "person"), EqualTo("entity_pk", pk)))
     read = list(trail.plan_files())
-    assert len(read) <= len(total) / 3, f"audit trail read {len(read)} of {len(total)} files"
+    assert len(read) <= len(total) / 2, f"audit trail read {len(read)} of {len(total)} files"
     rows = trail.to_arrow()
     assert rows.num_rows == expected[pk]
     assert sorted(rows.column("version").to_pylist()) == list(range(1, expected[pk] + 1))
