@@ -125,7 +125,9 @@ DEFAULT_LAYOUTS: dict[str, Layout] = {
 
 
 def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "(":
             depth += 1

@@ -259,7 +259,10 @@ def write_partition_deletes(
     for path, pos in deletes.items():
         df = files[path].data_file
         partition = df.partition if df.partition is not None else Record()
-        key = (spec_of(df, table.metadata.default_spec_id), tuple(partition))
+        key: tuple[int, tuple[object, ...]] = (
+            spec_of(df, table.metadata.default_spec_id),
+            tuple(partition[i] for i in range(len(partition))),
+        )
         groups.setdefault(key, (partition, {}))[1][path] = pos
     out: list[DataFile] = []
     for (spec_id, _), (partition, group) in sorted(groups.items(), key=lambda kv: repr(kv[0])):
