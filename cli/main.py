@@ -122,6 +122,7 @@ def _register_optional_groups() -> None:
         ("cli.reconcile", "reconcile"),
         ("cli.serve", "serve"),
         ("cli.serve", "api_token"),
+        ("cli.tables", "tables"),
     ):
         try:
             mod = importlib.import_module(module)
