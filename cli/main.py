@@ -73,6 +73,8 @@ def _register_optional_groups() -> None:
 
     for module, attr in (
         ("cli.worlds", "worlds"),
+        ("cli.world_history", "worlds"),
+        ("cli.gc", "gc"),
         ("cli.worker", "worker"),
         ("cli.demo", "demo"),
         ("cli.ops", "replay"),

@@ -212,8 +212,20 @@ EOF
 start_nessie() {
   local java; java="$(java21)" || die "nessie: needs Java 21+ (set CAUSEWAY_NESSIE_JAVA_HOME)"
   mkdir -p "$RUN_DIR/nessie-data"
+  # Nessie's Iceberg REST catalog (/iceberg) for other engines: a default warehouse on an object store
+  # (it refuses file://); S3 keys reach it as env vars (Quarkus maps CAUSEWAY_S3_NAME to causeway.s3.name).
+  local catalog=(-Dnessie.catalog.default-warehouse=causeway
+    -Dnessie.catalog.warehouses.causeway.location="${CAUSEWAY_NESSIE_WAREHOUSE:-s3://causeway/warehouse}"
+    -Dnessie.catalog.object-stores.health-check.enabled=false
+    -Dnessie.catalog.service.s3.default-options.region="${CAUSEWAY_S3_REGION:-us-east-1}"
+    -Dnessie.catalog.service.s3.default-options.path-style-access=true)
+  if [[ -n "${CAUSEWAY_S3_ENDPOINT:-}" ]]; then
+    catalog+=(-Dnessie.catalog.service.s3.default-options.endpoint="$CAUSEWAY_S3_ENDPOINT"
+      -Dnessie.catalog.service.s3.default-options.access-key=urn:nessie-secret:quarkus:causeway.s3)
+    export CAUSEWAY_S3_NAME="${CAUSEWAY_S3_ACCESS_KEY:-}" CAUSEWAY_S3_SECRET="${CAUSEWAY_S3_SECRET_KEY:-}"
+  fi
   # shellcheck disable=SC2086
-  launch nessie "$java" $NESSIE_HEAP -Dcauseway.run.dir="$RUN_DIR" \
+  launch nessie "$java" $NESSIE_HEAP -Dcauseway.run.dir="$RUN_DIR" "${catalog[@]}" \
     -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$NESSIE_PORT" \
     -Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port="$NESSIE_MGMT_PORT" \
     -Dnessie.version.store.type=ROCKSDB \

@@ -117,6 +117,4 @@ class WorldManager:
 
 def world_ids(refs: list[Reference], naming: WorldNaming) -> list[str]:
     """The worlds among ``refs`` (branches whose name maps back to a world id), sorted."""
-    return sorted(
-        w for ref in refs if ref.type.upper() == "BRANCH" and (w := naming.world(ref.name)) is not None
-    )
+    return sorted(w for ref in refs if ref.type.upper() == "BRANCH" and (w := naming.world(ref.name)) is not None)
