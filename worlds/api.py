@@ -116,6 +116,13 @@ class Worlds(ReleaseOps, RollbackOps):
                 if limit is not None and seen >= limit:
                     return
 
+    def _previous_snapshot(self, meta: dict[str, Any]) -> tuple[int | None, int | None]:
+        """The current snapshot id and sequence number of the metadata version ``meta`` replaced."""
+        prev_loc = hist.previous_metadata_location(meta)
+        prev = self.metadata(prev_loc) if prev_loc else {}
+        old_id = prev.get("current-snapshot-id")
+        return old_id, hist.snapshot_sequence(prev, old_id)
+
     def _commit_changes(self, operations: tuple[Operation, ...]) -> dict[str, dict[str, int]]:
         """Count the rows of the ``entity_events`` files this commit's snapshot added (not a table scan)."""
         for op in operations:
@@ -125,8 +132,13 @@ class Worlds(ReleaseOps, RollbackOps):
                 continue
             meta = self.metadata(op.content.metadata_location)
             snap = next((s for s in meta.get("snapshots") or () if s["snapshot-id"] == op.content.snapshot_id), None)
-            if snap is None:
-                return {}
+            old_id, old_seq = self._previous_snapshot(meta)
+            if (
+                snap is None
+                or snap["snapshot-id"] == old_id
+                or int(snap.get("sequence-number") or 0) <= (old_seq or -1)
+            ):
+                return {}  # the commit made no new log snapshot (a schema change, a rollback)
             io = load_file_io(self.catalog.properties, op.content.metadata_location)
             kinds: list[str] = []
             types: list[str] = []
@@ -153,10 +165,7 @@ class Worlds(ReleaseOps, RollbackOps):
             if tuple(op.key[:-1]) != (self.settings.namespace,):
                 continue
             meta = self.metadata(op.content.metadata_location)
-            prev_loc = hist.previous_metadata_location(meta)
-            prev = self.metadata(prev_loc) if prev_loc else {}
-            old_id = prev.get("current-snapshot-id")
-            old_seq = hist.snapshot_sequence(prev, old_id)
+            old_id, old_seq = self._previous_snapshot(meta)
             out[op.key[-1]] = hist.new_snapshot_counts(meta, op.content.snapshot_id, old_id, old_seq)
         return out
 

@@ -51,8 +51,10 @@ def test_rollback_restores_tables_keeps_history_offsets_and_marks_path(
     assert out.hash is not None and out.attempts == 1
     assert _state(world_settings, written.branch) == target_state
     # History kept: the rollback is a new commit on top of the old head, recording the range.
-    rec = next(iter(api.history(w, limit=1)))
+    rec = next(iter(api.history(w, limit=1, changes=True)))
     assert rec.kind == "rollback" and rec.properties["causeway.rollback.to"] == target
+    # Going back to older snapshots adds no rows and appends no events.
+    assert dict(rec.changes) == {} and not any(c.added_rows for c in rec.tables.values())
     assert (
         rec.properties["causeway.rollback.from"] == before_head
         and rec.properties["causeway.rollback.batches"] == "b3,b2"
