@@ -242,3 +242,35 @@ def test_merge_racing_a_live_committer(pair, api: Worlds) -> None:
     assert all(("object", f"m{i}") in got for i in range(40))
     assert all(("object", f"w{i}") in got for i in range(len(written_ids)))
     assert sum(1 for e in evs if (e["source"] or "").startswith("merge:")) == 40
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_target_moving_between_plan_and_commit(pair, api: Worlds, monkeypatch, overlap: bool) -> None:
+    """A writer commits right after the first plan: on other keys the planned commit still lands
+    (rebased over it); on a merged key the merge plans again against the new head."""
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="src", team="core"), obj(s, "p2", "UPDATE", 2, name="s2")])
+    plan = api.plan_merge
+    calls = []
+
+    def racing_plan(*a: Any, **kw: Any):
+        out = plan(*a, **kw)
+        calls.append(out.target_head)
+        if len(calls) == 1:
+            pk = "p1" if overlap else "p5"
+            target.commit("race", [obj(t, pk, "UPDATE", 2, name="writer" if pk == "p5" else "n1", team="tgt")])
+        return out
+
+    monkeypatch.setattr(api, "plan_merge", racing_plan)
+    out = api.merge_worlds(s, t, "FIELD_LEVEL")
+    assert out.status == "merged" and out.attempts == (2 if overlap else 1)
+    got = state(api, t)
+    assert got[("object", "p2")]["name"] == "s2"
+    if overlap:  # planned again: the writer's team and the source's name merge property-wise
+        assert (got[("object", "p1")]["name"], got[("object", "p1")]["team"]) == ("src", "tgt")
+        assert calls[1] != calls[0]
+    else:
+        assert got[("object", "p5")]["name"] == "writer" and got[("object", "p1")]["name"] == "src"
+    ids = Counter(e["event_id"] for e in events(api, t))
+    assert all(n == 1 for n in ids.values())
