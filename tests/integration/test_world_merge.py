@@ -274,3 +274,29 @@ def test_target_moving_between_plan_and_commit(pair, api: Worlds, monkeypatch, o
         assert got[("object", "p5")]["name"] == "writer" and got[("object", "p1")]["name"] == "src"
     ids = Counter(e["event_id"] for e in events(api, t))
     assert all(n == 1 for n in ids.values())
+
+
+def _add_column(written: WrittenWorld, name: str, typ: Any) -> None:
+    cat = written.committer.catalog(written.branch)
+    cat.begin()
+    try:
+        table = cat.load_table((written.committer.settings.namespace, "entity_common"))
+        tx = table.transaction()
+        with tx.update_schema() as update:
+            update.add_column(name, typ)
+        tx.commit_transaction()
+        cat.publish(f"test: add {name}", {})
+    finally:
+        cat.discard()
+
+
+def test_schema_conflict_blocks_every_strategy(pair, api: Worlds) -> None:
+    from pyiceberg.types import LongType, StringType
+
+    target, source = pair
+    _add_column(source, "level", LongType())
+    _add_column(target, "level", StringType())
+    for strategy in ("NORMAL", "THEIRS"):
+        out = api.merge_worlds(source.world, target.world, strategy)
+        assert out.status == "conflicts"
+        assert [(c["table"], c["column"]) for c in out.schema] == [("entity_common", "level")]
