@@ -36,6 +36,8 @@ def _print(out: MergeOutcome, as_json: bool) -> None:
         "pending": f"MANUAL merge pending: `causeway worlds conflicts resolve {out.target} ID --take ...`, "
         f"then `causeway worlds merge --continue --into {out.target}`",
     }[out.status]
+    if out.dry_run and out.status == "conflicts":
+        verb = "dry run: the merge would stop on conflicts (nothing written)"
     click.echo(verb)
     taken = out.result.taken
     _summary(
@@ -56,9 +58,18 @@ def _print(out: MergeOutcome, as_json: bool) -> None:
             ("conflicts", _counts(out.result.conflict_counts, len(out.schema))),
             ("resolved", _counts(out.result.resolved_counts, 0)),
             ("commit", out.committed or "-"),
+            *((f"read {side}", _read(out.read.get(side, {}))) for side in ("source", "target")),
             ("attempts", out.attempts),
         ],
     )
+
+
+def _read(stats: dict[str, dict[str, int]]) -> str:
+    files = sum(s["data_files_read"] for s in stats.values())
+    skipped = sum(s["data_files_skipped"] for s in stats.values())
+    deletes = sum(s["delete_files_read"] for s in stats.values())
+    size = sum(s["bytes_read"] for s in stats.values())
+    return f"{files} data files ({skipped} shared, skipped), {deletes} delete files, {size:,} bytes"
 
 
 def _counts(counts: dict[str, int], schema: int) -> str:

@@ -339,3 +339,12 @@ def test_field_level_only_conflicts_on_same_property(w) -> None:
                     name = f[2:]
                     bv, sv, tv = (x.props.get(name, "∅") for x in (c.base, c.source, c.target))
                     assert sv != bv and tv != bv and sv != tv
+
+
+def test_a_merge_commit_is_of_kind_merge_in_history() -> None:
+    from worlds.history import commit_kind
+    from worlds.merge_read import PROP_MERGE_SOURCE
+
+    # A merge goes through the batch committer (it carries a batch id) and may have any message.
+    props = {PROP_MERGE_SOURCE: "whatif", "causeway.batch_id": "merge-1"}
+    assert commit_kind(props, "reviewed by ops") == "merge"
