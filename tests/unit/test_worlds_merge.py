@@ -348,3 +348,28 @@ def test_a_merge_commit_is_of_kind_merge_in_history() -> None:
     # A merge goes through the batch committer (it carries a batch id) and may have any message.
     props = {PROP_MERGE_SOURCE: "whatif", "causeway.batch_id": "merge-1"}
     assert commit_kind(props, "reviewed by ops") == "merge"
+
+
+def test_pending_store_round_trip(tmp_path) -> None:
+    from worlds.merge_run import MergeOutcome, PendingStore
+
+    base = {P: A1}
+    res, _ = run(base, {P: A2}, {P: A3}, "MANUAL")
+    out = MergeOutcome("src", "tgt", "s" * 64, "t" * 64, "b" * 64, Strategies(Strategy.parse("MANUAL")), res)
+    store = PendingStore(tmp_path)
+    store.save(out)
+    doc = store.load("tgt")
+    assert [(c["id"], c["conflict"], c["pk"]) for c in doc["conflicts"]] == [(1, "MODIFY_MODIFY", "p1")]
+    with pytest.raises(MergeError):
+        store.resolve("tgt", 1, "value=[1]")
+    with pytest.raises(MergeError):
+        store.resolve("tgt", 2, "source")
+    store.resolve("tgt", 1, 'value={"a": 9}')
+    resolutions = PendingStore.resolutions(store.load("tgt"))
+    _, merged = run(base, {P: A2}, {P: A3}, "MANUAL", resolutions=resolutions)
+    assert merged[P].props == {"a": 9}
+    store.save(out)  # planned again: the choice made is kept
+    assert PendingStore.resolutions(store.load("tgt")) == resolutions
+    store.drop("tgt")  # --abort
+    with pytest.raises(MergeError, match="no pending merge"):
+        store.load("tgt")
