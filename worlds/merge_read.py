@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
@@ -131,7 +132,34 @@ def _changed(kind: str, d: TableDiff, type_col: str, pk_col: str, prefix: str) -
     live_cols = {"b_live", f"{prefix}live"}
     for c in live_cols:
         joined = joined.set_column(joined.column_names.index(c), c, pc.fill_null(joined.column(c), False))
-    return joined.select(schema.names).cast(schema)
+    return _content_changed(joined.select(schema.names).cast(schema), prefix)
+
+
+def _content_changed(t: pa.Table, prefix: str) -> pa.Table:
+    """Drop keys whose content (presence, properties, endpoints) is the base's: a row rewritten with
+    another version only (a merge back, a replay) is no change to merge. Vectorized first; only
+    rows whose property text differs while both are live are parsed (key order may differ)."""
+    if t.num_rows == 0:
+        return t
+
+    def same(col: str) -> pa.Array:
+        a, b = t.column("b_" + col), t.column(prefix + col)
+        return pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+
+    live_same = pc.equal(t.column("b_live"), t.column(prefix + "live"))
+    ends_same = pc.and_(same("from"), same("to"))
+    both_dead = pc.and_(live_same, pc.invert(t.column("b_live")))
+    equal = pc.or_(both_dead, pc.and_(pc.and_(live_same, ends_same), same("props")))
+    maybe = pc.and_(pc.and_(live_same, ends_same), pc.and_(t.column("b_live"), pc.invert(same("props"))))
+    if pc.any(maybe).as_py():
+        idx = pc.indices_nonzero(maybe).to_pylist()
+        b_props = t.column("b_props").take(idx).to_pylist()
+        s_props = t.column(prefix + "props").take(idx).to_pylist()
+        flags = equal.to_pylist()
+        for i, x, y in zip(idx, b_props, s_props, strict=True):
+            flags[i] = orjson.loads(x or "{}") == orjson.loads(y or "{}")
+        equal = pa.array(flags, pa.bool_())
+    return t.filter(pc.invert(equal))
 
 
 def _state_columns(rows: pa.Table | None, type_col: str, pk_col: str, p: str) -> pa.Table:

@@ -300,3 +300,20 @@ def test_schema_conflict_blocks_every_strategy(pair, api: Worlds) -> None:
         out = api.merge_worlds(source.world, target.world, strategy)
         assert out.status == "conflicts"
         assert [(c["table"], c["column"]) for c in out.schema] == [("entity_common", "level")]
+
+
+def test_merging_back_uses_the_earlier_merge_as_base(pair, api: Worlds) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="n1", team="ops")])
+    target.commit("t1", [obj(t, "p2", "UPDATE", 2, name="n2", team="platform"), obj(t, "p3", "DELETE", 2)])
+    first = api.merge_worlds(s, t, "NORMAL")
+    assert first.status == "merged"
+    back = api.merge_worlds(t, s, "NORMAL")  # base: the source state the first merge took
+    assert back.status == "merged" and back.base == first.source_hash and not back.result.conflicts
+
+    def content(world: str) -> dict:
+        return {k: {p: v for p, v in props.items() if p != "_v"} for k, props in state(api, world).items()}
+
+    assert content(s) == content(t)
+    assert api.merge_worlds(s, t, "NORMAL").status == "nothing-to-merge"
