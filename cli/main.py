@@ -74,6 +74,7 @@ def _register_optional_groups() -> None:
     for module, attr in (
         ("cli.worlds", "worlds"),
         ("cli.world_history", "worlds"),
+        ("cli.world_merge", "worlds"),
         ("cli.gc", "gc"),
         ("cli.worker", "worker"),
         ("cli.demo", "demo"),
