@@ -83,6 +83,7 @@ def _register_optional_groups() -> None:
         ("cli.ops", "offsets"),
         ("cli.ops", "rebuild"),
         ("cli.reconcile", "reconcile"),
+        ("cli.publish", "publish"),
     ):
         try:
             mod = importlib.import_module(module)

@@ -41,10 +41,6 @@ class Verdict(StrEnum):
     UP_TO_DATE = "up-to-date"
 
 
-#: exit codes of ``causeway publish audit``
-EXIT_CODES = {Verdict.ELIGIBLE: 0, Verdict.UP_TO_DATE: 3, Verdict.BLOCKED: 4}
-
-
 class Check(StrEnum):
     DRIFT = "drift"
     TABLES = "tables"
@@ -112,6 +108,19 @@ class CheckResult:
     value: int
     limit: int | None
     detail: str
+
+
+#: exit codes of ``causeway publish audit``: 0 eligible, 3 up to date, 10+ blocked (first failing check)
+EXIT_ELIGIBLE, EXIT_UP_TO_DATE = 0, 3
+EXIT_BLOCKED = {Check.DRIFT: 10, Check.TABLES: 11, Check.ENTITIES: 12, Check.CONFLICTS: 13}
+
+
+def exit_code(record: AuditRecord) -> int:
+    if record.verdict is Verdict.ELIGIBLE:
+        return EXIT_ELIGIBLE
+    if record.verdict is Verdict.UP_TO_DATE:
+        return EXIT_UP_TO_DATE
+    return EXIT_BLOCKED[Check(record.blocked_by[0])]
 
 
 def plan_id(heads: Heads, thresholds: Thresholds) -> str:

@@ -153,3 +153,13 @@ def test_plan_status_reports_the_first_published_run() -> None:
     record, by, outcome, published = plan_status(e, pid)
     assert record is not None and by == "bo" and outcome == "published" and published["commit"] == "c1"  # type: ignore[index]
     assert plan_status(e, "pl-none")[0] is None
+
+
+def test_exit_codes_name_the_first_failing_check() -> None:
+    from worlds.publish import exit_code
+
+    assert exit_code(audit(FF, CHANGED, Thresholds(), "a", T0)) == 0
+    assert exit_code(audit(FF, Observed(drift=0), Thresholds(), "a", T0)) == 3
+    t = Thresholds(max_tables=1)
+    assert exit_code(audit(DIV, Observed(drift=0, tables_added=("a", "b")), t, "a", T0)) == 11
+    assert exit_code(audit(DIV, Observed(drift=30, tables_added=("a", "b")), t, "a", T0)) == 10

@@ -1,0 +1,170 @@
+"""Write-Audit-Publish gate against the real Nessie: audits, approval, run, moved heads, twice, kill -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from sinks.errors import NessieNotFound
+from sinks.nessie import Reference, SyncNessieClient
+from streams.settings import Settings
+from tests.integration import worlds_fixtures as fx
+from tests.integration.test_committer import obj
+from tests.integration.worlds_fixtures import WrittenWorld
+from worlds.api import Worlds
+from worlds.publish import Thresholds, Verdict
+from worlds.publish_run import Publisher
+
+pytestmark = pytest.mark.integration
+world_settings, wclient, written, api = fx.world_settings, fx.wclient, fx.written, fx.api
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def gate(api: Worlds, unique: str, wclient: SyncNessieClient) -> Iterator[Publisher]:
+    p = Publisher(api, log_branch=f"publish-log-{unique}")
+    yield p
+    fx.cleanup_refs(wclient, unique)
+
+
+def fork(written: WrittenWorld, api: Worlds, name: str) -> WrittenWorld:
+    head = api.head(written.world)
+    api.client.create_branch(f"world-{name}", Reference(head.name, "BRANCH", head.hash))
+    return WrittenWorld(name, f"world-{name}", written.committer, written.client, next_offset=100_000)
+
+
+@pytest.fixture
+def pair(written: WrittenWorld, api: Worlds) -> tuple[WrittenWorld, WrittenWorld]:
+    """(target, source): target holds p1..p4; source forked from it."""
+    w = written.world
+    written.commit("base", [obj(w, f"p{i}", "CREATE", 1, name=f"n{i}") for i in range(1, 5)])
+    return written, fork(written, api, f"{w}-etl")
+
+
+def _objects(api: Worlds, world: str) -> dict[str, str]:
+    snap = api.show(world)
+    return {r["object_pk"]: orjson.loads(r["properties"])["name"] for r in snap.objects.to_pylist()}
+
+
+def _source_gone(api: Worlds, world: str) -> bool:
+    try:
+        api.client.get_reference(api.branch(world))
+        return False
+    except NessieNotFound:
+        return True
+
+
+def test_eligible_fast_forward_approve_run_verify_delete_and_twice(pair, api: Worlds, gate: Publisher) -> None:
+    target, source = pair
+    s = source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl"), obj(s, "p9", "CREATE", 1, name="new")])
+    rec = gate.audit(s, target.world, Thresholds(), by="ana")
+    assert rec.verdict is Verdict.ELIGIBLE and rec.fast_forward
+    assert rec.observed.entities == {"added": 1, "removed": 0, "modified": 1}
+    assert rec.observed.drift == 0 and rec.observed.tables >= 2
+    # the same heads and thresholds give the same plan
+    assert gate.audit(s, target.world, Thresholds(), by="bo").plan_id == rec.plan_id
+
+    assert gate.run(rec.plan_id, execute=True).reason.startswith("not approved")
+    gate.approve(rec.plan_id, "ana")
+    dry = gate.run(rec.plan_id)
+    assert dry.outcome == "planned" and api.head(target.world).hash == rec.heads.target_hash
+
+    out = gate.run(rec.plan_id, execute=True)
+    assert out.outcome == "published" and out.path == "fast-forward" and out.verified and out.source_deleted
+    assert api.head(target.world).hash == rec.heads.source_hash
+    assert _objects(api, target.world) == {"p1": "etl", "p2": "n2", "p3": "n3", "p4": "n4", "p9": "new"}
+    assert _source_gone(api, s)
+
+    again = gate.run(rec.plan_id, execute=True)
+    assert again.action == "done" and again.commit == out.commit
+    runs = [e for e in gate.log.entries(rec.plan_id) if e["kind"] == "run"]
+    assert [r["outcome"] for r in runs] == ["refused", "published"]  # the second run wrote nothing
+    st = gate.status()[s]
+    assert st.last_plan == rec.plan_id and st.outcome == "published" and st.first_seen <= st.last_audit
+
+
+def test_blocked_by_drift_and_by_table_count(pair, api: Worlds, gate: Publisher) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    for i in range(3):
+        target.commit(f"t{i}", [obj(t, "p2", "UPDATE", 2 + i, name=f"t{i}")])
+    rec = gate.audit(s, t, Thresholds(max_drift=2), by="ana")
+    assert rec.verdict is Verdict.BLOCKED and rec.blocked_by == ["drift"] and rec.observed.drift == 3
+    rec2 = gate.audit(s, t, Thresholds(max_drift=5, max_tables=1))
+    assert rec2.blocked_by == ["tables"] and rec2.plan_id != rec.plan_id
+    with pytest.raises(Exception, match="cannot approve"):
+        gate.approve(rec.plan_id, "ana")
+    assert gate.run(rec.plan_id, execute=True).reason == "blocked by drift"
+
+
+def test_blocked_by_conflicts_then_diverged_publish_by_merge(pair, api: Worlds, gate: Publisher) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    target.commit("t1", [obj(t, "p1", "UPDATE", 2, name="prod")])
+    rec = gate.audit(s, t, Thresholds())
+    assert rec.blocked_by == ["conflicts"] and rec.observed.conflicts[0]["conflict"] == "MODIFY_MODIFY"
+
+    # a disjoint change instead: the target moved, no conflict -> published by the three-way merge
+    source.commit("s2", [obj(s, "p1", "UPDATE", 3, name="prod"), obj(s, "p3", "UPDATE", 2, name="etl3")])
+    rec = gate.audit(s, t, Thresholds())
+    assert rec.verdict is Verdict.ELIGIBLE and not rec.fast_forward, rec.to_json()
+    gate.approve(rec.plan_id, "ana")
+    out = gate.run(rec.plan_id, execute=True, keep_source=True)
+    assert out.outcome == "published" and out.path == "merge" and out.verified, out.to_json()
+    assert api.head(t).hash == out.commit and not _source_gone(api, s)
+    assert _objects(api, t)["p3"] == "etl3"
+
+
+def test_run_refused_when_the_target_moved_after_approval(pair, api: Worlds, gate: Publisher) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    rec = gate.audit(s, t, Thresholds())
+    gate.approve(rec.plan_id, "ana")
+    moved = target.commit("t1", [obj(t, "p4", "UPDATE", 2, name="late")])
+    out = gate.run(rec.plan_id, execute=True)
+    assert out.outcome == "refused" and out.reason.endswith("re-audit")
+    assert api.head(t).hash == moved and not _source_gone(api, s)
+
+
+def test_kill_between_publish_and_delete_is_completed_once(
+    pair, api: Worlds, gate: Publisher, world_settings: Settings
+) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p2", "UPDATE", 2, name="etl")])
+    rec = gate.audit(s, t, Thresholds())
+    gate.approve(rec.plan_id, "ana")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "CAUSEWAY_WAREHOUSE": world_settings.warehouse,
+        "CAUSEWAY_NESSIE_URL": world_settings.nessie_url,
+        "CAUSEWAY_PUBLISH_LOG_BRANCH": gate.log.branch,
+        "CAUSEWAY_FAULT": "publish-after-commit:1",
+    }
+    cmd = [sys.executable, "-m", "cli.main", "publish", "run", rec.plan_id, "--execute", "--json"]
+    died = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert api.head(t).hash == rec.heads.source_hash  # published ...
+    assert not _source_gone(api, s)  # ... but not cleaned up nor logged
+    assert not [e for e in gate.log.entries(rec.plan_id) if e["kind"] == "run"]
+
+    env.pop("CAUSEWAY_FAULT")
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = orjson.loads(done.stdout)
+    assert out["outcome"] == "published" and out["action"] == "complete" and out["source_deleted"]
+    assert api.head(t).hash == rec.heads.source_hash and _source_gone(api, s)
+    runs = [e for e in gate.log.entries(rec.plan_id) if e["kind"] == "run"]
+    assert [r["outcome"] for r in runs] == ["published"]
