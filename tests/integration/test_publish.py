@@ -8,16 +8,18 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
 from sinks.errors import NessieNotFound
 from sinks.nessie import Reference, SyncNessieClient
-from streams.settings import Settings
+from streams.settings import Secret, Settings
 from tests.integration import worlds_fixtures as fx
 from tests.integration.test_committer import obj
 from tests.integration.worlds_fixtures import WrittenWorld
+from tests.unit.test_publish_notify import serve_hook
 from worlds.api import Worlds
 from worlds.publish import Thresholds, Verdict
 from worlds.publish_run import Publisher
@@ -32,6 +34,12 @@ def gate(api: Worlds, unique: str, wclient: SyncNessieClient) -> Iterator[Publis
     p = Publisher(api, log_branch=f"publish-log-{unique}")
     yield p
     fx.cleanup_refs(wclient, unique)
+
+
+@pytest.fixture
+def local_hook() -> Iterator[tuple[str, Any]]:
+    with serve_hook() as h:
+        yield h
 
 
 def fork(written: WrittenWorld, api: Worlds, name: str) -> WrittenWorld:
@@ -63,6 +71,7 @@ def _source_gone(api: Worlds, world: str) -> bool:
 
 def test_eligible_fast_forward_approve_run_verify_delete_and_twice(pair, api: Worlds, gate: Publisher) -> None:
     target, source = pair
+    gate.settings = gate.settings.replace(publish_webhook_url=Secret("http://127.0.0.1:1/down"))  # never fails it
     s = source.world
     source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl"), obj(s, "p9", "CREATE", 1, name="new")])
     rec = gate.audit(s, target.world, Thresholds(), by="ana")
@@ -125,15 +134,19 @@ def test_blocked_by_conflicts_then_diverged_publish_by_merge(pair, api: Worlds, 
     assert _objects(api, t)["p3"] == "etl3"
 
 
-def test_run_refused_when_the_target_moved_after_approval(pair, api: Worlds, gate: Publisher) -> None:
+def test_run_refused_when_the_target_moved_after_approval(pair, api: Worlds, gate: Publisher, local_hook) -> None:
     target, source = pair
     t, s = target.world, source.world
     source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
     rec = gate.audit(s, t, Thresholds())
     gate.approve(rec.plan_id, "ana")
     moved = target.commit("t1", [obj(t, "p4", "UPDATE", 2, name="late")])
+    url, hook = local_hook
+    gate.settings = gate.settings.replace(publish_webhook_url=Secret(url))
     out = gate.run(rec.plan_id, execute=True)
     assert out.outcome == "refused" and out.reason.endswith("re-audit")
+    (note,) = hook.received
+    assert note["text"].startswith("causeway publish blocked") and "re-audit" in note["attachments"][0]["text"]
     assert api.head(t).hash == moved and not _source_gone(api, s)
 
 
