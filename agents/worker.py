@@ -87,6 +87,9 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
 
     schema_sync.attach(app, settings, metrics)
     reconcile.attach(app, settings, metrics, served=lambda: set(applier._known_worlds))  # noqa: SLF001
+    from worlds import publish_timer  # periodic drift audit of worlds into prod (off by default)
+
+    publish_timer.attach(app, settings, metrics.registry)
     topic = change_topics(app, settings)
     metrics.dead_letter_series(topic.topics)
     streams: list[Any] = []

@@ -103,7 +103,13 @@ class Publisher:
     # --- audit -------------------------------------------------------------------------------------
 
     def audit(
-        self, source: str, target: str | None = None, thresholds: Thresholds | None = None, by: str = ""
+        self,
+        source: str,
+        target: str | None = None,
+        thresholds: Thresholds | None = None,
+        by: str = "",
+        *,
+        notify: bool = True,
     ) -> AuditRecord:
         """Resolve both heads, measure, check, log and return the audit record."""
         target = target or self.settings.prod_world
@@ -149,7 +155,7 @@ class Publisher:
                 "source_changed": changed.isoformat() if changed else None,
             }
         )
-        if record.verdict is Verdict.BLOCKED:
+        if notify and record.verdict is Verdict.BLOCKED:
             self._notify("blocked", record, reason="blocked by " + ", ".join(record.blocked_by))
         return record
 

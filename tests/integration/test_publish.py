@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,27 @@ def test_kill_between_publish_and_delete_is_completed_once(
     assert api.head(t).hash == rec.heads.source_hash and _source_gone(api, s)
     runs = [e for e in gate.log.entries(rec.plan_id) if e["kind"] == "run"]
     assert [r["outcome"] for r in runs] == ["published"]
+
+
+def test_drift_timer_audits_a_pending_world_and_exports_its_series(
+    pair, api: Worlds, gate: Publisher, world_settings: Settings, unique: str
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from worlds.publish_timer import PublishGauges, audit_once
+
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    for i in range(3):
+        target.commit(f"t{i}", [obj(t, "p2", "UPDATE", 2 + i, name=f"t{i}")])
+    # the target plays prod; the log branch is the test's own
+    settings = world_settings.replace(
+        prod_world=f"prod{unique}", main_branch=target.branch, publish_log_branch=gate.log.branch, publish_max_drift=2
+    )
+    reg = CollectorRegistry()
+    assert audit_once(settings, PublishGauges(reg), only=unique, now=datetime.now(UTC) + timedelta(days=2)) == [s]
+    assert reg.get_sample_value("causeway_world_drift_commits", {"world": s}) == 3
+    assert reg.get_sample_value("causeway_publish_blocked", {"world": s, "check": "drift"}) == 1
+    assert reg.get_sample_value("causeway_world_staleness_seconds", {"world": s}) > 86_400
+    assert gate.status()[s].last_verdict == "blocked"
