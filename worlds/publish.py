@@ -305,14 +305,14 @@ def decide(
     """
     if outcome == "published":
         return Decision(Action.DONE, "already published")
-    if landed:
-        return Decision(Action.COMPLETE, "the publish commit is on the target; finishing verify, cleanup and log")
     if record.verdict is Verdict.UP_TO_DATE:
         return Decision(Action.REFUSE, "nothing to publish: the target is up to date")
     if record.verdict is Verdict.BLOCKED:
         return Decision(Action.REFUSE, f"blocked by {', '.join(record.blocked_by)}")
     if not approved:
         return Decision(Action.REFUSE, f"not approved: run `causeway publish approve {record.plan_id} --by NAME`")
+    if landed:  # only an approved, eligible plan can have been published by an interrupted run
+        return Decision(Action.COMPLETE, "the publish commit is on the target; finishing verify, cleanup and log")
     moved = []
     if source_hash != record.heads.source_hash:
         moved.append(

@@ -262,7 +262,7 @@ class Publisher:
             target_hash=t_now,
             landed=commit is not None,
         )
-        if declined and d.action in (Action.FAST_FORWARD, Action.MERGE, Action.REFUSE) and commit is None:
+        if declined and d.action is Action.REFUSE and d.reason.startswith("not approved"):
             d = type(d)(Action.REFUSE, "declined by the approver")
         out = RunOutcome(plan_id, str(d.action), "planned", d.reason, execute)
         if d.action is Action.REFUSE:

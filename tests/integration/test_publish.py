@@ -206,3 +206,34 @@ def test_drift_timer_audits_a_pending_world_and_exports_its_series(
     assert reg.get_sample_value("causeway_publish_blocked", {"world": s, "check": "drift"}) == 1
     assert reg.get_sample_value("causeway_world_staleness_seconds", {"world": s}) > 86_400
     assert gate.status()[s].last_verdict == "blocked"
+
+
+def test_cli_exit_codes_json_record_decline_and_status(pair, api: Worlds, gate: Publisher, world_settings) -> None:
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl"), obj(s, "p8", "CREATE", 1, name="x")])
+    env = {
+        "CAUSEWAY_WAREHOUSE": world_settings.warehouse,
+        "CAUSEWAY_PUBLISH_LOG_BRANCH": gate.log.branch,
+    }
+    runner = CliRunner()
+    res = runner.invoke(cli, ["publish", "audit", s, "--into", t, "--max-changed-entities", "1", "--json"], env=env)
+    assert res.exit_code == 12, res.output
+    doc = orjson.loads(res.output)
+    assert doc["blocked_by"] == ["entities"] and doc["diff"]["entities_changed"] == 2
+    res = runner.invoke(cli, ["publish", "audit", s, "--into", t, "--by", "ana"], env=env)
+    assert res.exit_code == 0 and res.output.startswith("ELIGIBLE"), res.output
+    pid = res.output.split("plan ")[1].split()[0]
+    assert runner.invoke(cli, ["publish", "approve", pid, "--by", "bo", "--decline"], env=env).exit_code == 0
+    res = runner.invoke(cli, ["publish", "run", pid, "--execute"], env=env)
+    assert res.exit_code == 5 and "declined" in res.output
+    res = runner.invoke(cli, ["publish", "run", "pl-0000000000000000"], env=env)
+    assert res.exit_code == 1 and "unknown plan" in res.output
+    res = runner.invoke(cli, ["publish", "status", "--json"], env=env)
+    (row,) = [r for r in orjson.loads(res.output) if r["source"] == s]
+    assert row["plan_id"] == pid and row["verdict"] == "eligible" and row["outcome"] == "refused"
+    assert api.head(t).hash == gate.record(pid)[0].heads.target_hash  # nothing published

@@ -163,3 +163,14 @@ def test_exit_codes_name_the_first_failing_check() -> None:
     t = Thresholds(max_tables=1)
     assert exit_code(audit(DIV, Observed(drift=0, tables_added=("a", "b")), t, "a", T0)) == 11
     assert exit_code(audit(DIV, Observed(drift=30, tables_added=("a", "b")), t, "a", T0)) == 10
+
+
+def test_a_landed_state_never_completes_a_plan_that_could_not_publish() -> None:
+    """An up-to-date (or unapproved) plan whose source hash is on the target was never published by the
+    gate: `run` must refuse rather than 'complete' it (which would delete the source branch)."""
+    same = Heads("etl", "prod", "b" * 64, "t" * 64, "b" * 64)
+    up = audit(same, CHANGED, Thresholds(), "a", T0)
+    assert _decide(up, landed=True, approved=False) is Action.REFUSE
+    ff = audit(FF, CHANGED, Thresholds(), "a", T0)
+    assert _decide(ff, landed=True, approved=False) is Action.REFUSE
+    assert _decide(ff, landed=True) is Action.COMPLETE
