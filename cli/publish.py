@@ -41,10 +41,10 @@ def _print_record(r: AuditRecord) -> None:
     click.echo(f"{word}{extra}: {r.heads.source} -> {r.heads.target}  plan {r.plan_id}")
     for c in r.checks:
         click.echo(f"  [{'ok' if c.ok else 'FAIL':>4}] {c.check:<9} {c.detail}")
-    for c in r.observed.conflicts[:20]:
+    for k in r.observed.conflicts[:20]:
         click.echo(
-            f"  ! {c.get('conflict')} {c.get('kind', '')} "
-            f"{c.get('type', c.get('table', ''))}/{c.get('pk', c.get('column', ''))}"
+            f"  ! {k.get('conflict')} {k.get('kind', '')} "
+            f"{k.get('type', k.get('table', ''))}/{k.get('pk', k.get('column', ''))}"
         )
     o = r.observed
     _summary(

@@ -160,7 +160,9 @@ class Publisher:
         return record
 
     def _table_diff(self, a: str, b: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-        added, updated, removed = [], [], []
+        added: list[str] = []
+        updated: list[str] = []
+        removed: list[str] = []
         for d in self.client.diff(a, b):
             if not isinstance(d.from_content or d.to_content, IcebergTable):
                 continue
