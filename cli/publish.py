@@ -19,8 +19,10 @@ from worlds.publish_run import Publisher, RunOutcome
 
 @contextmanager
 def _publisher(settings: Settings) -> Iterator[Publisher]:
+    from agents import faults
+
     with _api(settings) as api:
-        yield Publisher(api)
+        yield Publisher(api, after_publish=lambda: faults.reached("publish-after-commit"))
 
 
 @click.group()

@@ -5,9 +5,10 @@ The decisions are ``worlds.publish``'s; this module reads Nessie and the warehou
 expected hash, or the three-way merge of ``worlds.merge_run`` pinned at the audited hashes) and
 appends every step to :class:`worlds.publish_log.PublishLog`.
 
-Order of a run: decide → publish (one atomic Nessie operation on the target) → fault point
-``publish-after-commit`` → verify (the target's head holds the publish and its diff against the
-audited target touches exactly / only the audited tables) → delete the source (expecting the
+Order of a run: decide → publish (one atomic Nessie operation on the target) → ``after_publish``
+(the CLI wires the fault point ``publish-after-commit`` there) → verify (the target's head holds
+the publish and its diff against the audited target touches exactly / only the audited tables) →
+delete the source (expecting the
 audited source hash) unless kept → log the outcome → notify. A crash anywhere after the publish
 leaves the publish findable on the target (:meth:`Publisher.landed`), so the next ``run`` of the
 plan finishes verify, cleanup and log without publishing again.
@@ -16,11 +17,11 @@ plan finishes verify, cleanup and log without publishing again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agents import faults
 from sinks.errors import NessieConflict, NessieNotFound
 from sinks.nessie import IcebergTable, Reference
 from worlds.api import Worlds
@@ -83,8 +84,12 @@ class RunOutcome:
 class Publisher:
     """The gate over one :class:`Worlds` API; ``log`` defaults to the settings' log branch."""
 
-    def __init__(self, worlds: Worlds, log_branch: str | None = None) -> None:
+    def __init__(
+        self, worlds: Worlds, log_branch: str | None = None, after_publish: Callable[[], None] | None = None
+    ) -> None:
+        """``after_publish``: called right after the publish lands (the CLI's kill -9 fault point)."""
         self.worlds = worlds
+        self.after_publish = after_publish
         self.settings = worlds.settings
         self.client = worlds.client
         self.log = PublishLog(self.client, log_branch or self.settings.publish_log_branch, self.settings.commit_author)
@@ -292,7 +297,8 @@ class Publisher:
             self._finish(record, out, by)
             return out
         out.commit = commit
-        faults.reached("publish-after-commit")
+        if self.after_publish is not None:
+            self.after_publish()
         problems = self.verify(record, commit)
         out.verified = not problems
         if problems:
