@@ -8,10 +8,9 @@ appends every step to :class:`worlds.publish_log.PublishLog`.
 Order of a run: decide → publish (one atomic Nessie operation on the target) → ``after_publish``
 (the CLI wires the fault point ``publish-after-commit`` there) → verify (the target's head holds
 the publish and its diff against the audited target touches exactly / only the audited tables) →
-delete the source (expecting the
-audited source hash) unless kept → log the outcome → notify. A crash anywhere after the publish
-leaves the publish findable on the target (:meth:`Publisher.landed`), so the next ``run`` of the
-plan finishes verify, cleanup and log without publishing again.
+delete the source (expecting the audited source hash) unless kept → log the outcome → notify.
+A crash anywhere after the publish leaves it findable on the target (:meth:`Publisher.landed`),
+so the next ``run`` of the plan finishes verify, cleanup and log without publishing again.
 """
 
 from __future__ import annotations
