@@ -124,6 +124,7 @@ def _register_optional_groups() -> None:
         ("cli.serve", "serve"),
         ("cli.serve", "api_token"),
         ("cli.tables", "tables"),
+        ("cli.publish", "publish"),
     ):
         try:
             mod = importlib.import_module(module)
