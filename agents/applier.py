@@ -24,11 +24,12 @@ import uuid
 from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from agents import faults
 from agents.batching import BatchAccumulator
-from agents.causal import CausalGate, Rejected
+from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler, UnlockedCommits
 from agents.offsets import Arrival, OffsetTracker, TopicPartition
@@ -36,13 +37,20 @@ from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
 from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome, Source
-from sinks.errors import NessieNotFound
+from sinks.errors import NessieAuthError, NessieConflict, NessieNotFound, NessieUnavailable
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_WORLD = "unknown-world"
 STALE_VERSION = "stale-version"
+COMMIT_FAILED = "commit-failed"
+
+#: Failures a flush waits out (retried with backoff for as long as they last): Nessie or the
+#: warehouse unreachable, an unknown outcome, OCC contention. Any other error is taken as a
+#: property of the batch: after ``Applier.commit_failure_attempts`` tries it is bisected and the
+#: event that cannot be committed is dead-lettered (``commit-failed``).
+TRANSIENT: tuple[type[BaseException], ...] = (NessieUnavailable, NessieConflict, NessieAuthError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,7 @@ class RawRecord:
     value: bytes | None
     headers: Sequence[tuple[str, bytes]]
     handle: Any  # what the worker acks (a Faust event); opaque here
+    generation: int | None = None  # consumer-group generation it was fetched in, when the intake knows it
 
     @property
     def tp(self) -> TopicPartition:
@@ -95,6 +104,7 @@ class Applier:
         worker_id: str | None = None,
         recent_event_ids: RecentIds | None = None,
         pipelined: bool = False,
+        commit_failure_attempts: int = 3,
     ) -> None:
         self.settings = settings
         self.marks = marks
@@ -121,6 +131,7 @@ class Applier:
         self._kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
         self.totals: dict[str, int] = defaultdict(int)
         self._recent_event_ids = recent_event_ids
+        self.commit_failure_attempts = commit_failure_attempts
         self._repaired: set[str] = set()
         # The intake's last poll was not full: buffered batches are flushed without waiting.
         self.idle = False
@@ -131,6 +142,9 @@ class Applier:
             self.flusher = FlushScheduler(
                 self._flush, self.lock, lambda: self.batches.due(self.clock(), self.idle), self.batches.worlds
             )
+        # Causes Redis does not know: when first seen unknown, and when last looked up on the branch.
+        self._cause_seen: dict[tuple[str, str], float] = {}
+        self._cause_checked: dict[tuple[str, str], float] = {}
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -141,8 +155,8 @@ class Applier:
             arrivals: list[Arrival] = []
             dead: list[DeadLetter] = []
             for rec in records:
-                if not self.tracker.consumed(rec.tp, rec.offset):
-                    continue  # a re-fetch of an offset already in hand
+                if not self.tracker.consumed(rec.tp, rec.offset, rec.generation):
+                    continue  # a re-fetch, or fetched before a rebalance that took its partition
                 self._handles[rec.tp].append((rec.offset, rec.handle))
                 self._consumed_at[rec.tp][rec.offset] = now
                 self._records[rec.tp][rec.offset] = rec
@@ -156,6 +170,7 @@ class Applier:
                 self.metrics.consumed(topic, n)  # per batch: a labels() lookup per record cost ~16% of process()
             arrivals = await self._check_worlds(arrivals, dead)
             await self._dedupe_and_gate(arrivals, now)
+            await self._look_up_causes(now)
             self._collect_gate_output(dead)
             await self._publish_dead(dead)
             await self._flush_due(now)
@@ -165,6 +180,7 @@ class Applier:
         """Periodic work: expire waits, learn causes applied elsewhere, flush old batches."""
         async with self.lock:
             now = self.clock()
+            await self._look_up_causes(now)
             self.gate.expire(now)
             if self.gate.unknown_causes():
                 await self._dedupe_and_gate([], now)
@@ -189,7 +205,7 @@ class Applier:
         async with self.lock:
             for tp in tps:
                 dropped = self.gate.revoke(tp)
-                self.tracker.revoke(tp)
+                self.tracker.revoke(tp, fence=True)  # late records of the old assignment are refused
                 self._handles.pop(tp, None)
                 self._consumed_at.pop(tp, None)
                 self._records.pop(tp, None)
@@ -294,9 +310,17 @@ class Applier:
             await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]))
         self._repaired.add(world)
 
-    def on_assigned(self, tps: Sequence[TopicPartition] | None = None) -> None:
-        """A rebalance gave us partitions: check each world's newest marks again on first touch."""
+    def on_assigned(self, tps: Sequence[TopicPartition] | None = None, generation: int | None = None) -> None:
+        """A rebalance gave us partitions: take their records again, check marks again on first touch.
+
+        ``tps``: the partitions now assigned (None: every revoked one); ``generation``: the group
+        generation they belong to, when the intake tags records with it (``RawRecord.generation``).
+        A partition revoked earlier refuses records until it is assigned here.
+        """
         self._repaired.clear()
+        for tp in self.tracker.fenced() if tps is None else tps:
+            if not self.tracker.is_tracked(tp):
+                self.tracker.assign(tp, None, generation)
 
     async def _dedupe_and_gate(self, arrivals: list[Arrival], now: float) -> None:
         unknown = self.gate.unknown_causes()
@@ -326,6 +350,38 @@ class Applier:
                 parked[a.event.world_id] += 1
         for world, n in parked.items():
             self.metrics.event_outcome(world, "parked", n)
+
+    async def _look_up_causes(self, now: float) -> None:
+        """Causes parked events wait for that Redis does not know: look them up in the branch's log.
+
+        A mark may be gone (TTL, Redis data loss) or never made (a fork inherits history, not
+        marks); the branch's event log is the source of truth (issue 12, case 5). A cause is looked
+        up once it has been unknown for a short grace (most late causes simply arrive), then again
+        at most every half causal timeout, so the last look comes before its effects time out.
+        Found causes are re-marked in Redis and released.
+        """
+        lookup = getattr(self.committer, "applied_events_async", None)
+        if lookup is None:
+            return
+        unknown = self.gate.unknown_causes()
+        for table in (self._cause_seen, self._cause_checked):
+            for ref in [r for r in table if r not in unknown]:
+                del table[ref]
+        timeout = self.settings.causal_timeout_s
+        grace, recheck = min(1.0, timeout / 4), timeout / 2
+        due: dict[str, set[str]] = defaultdict(set)
+        for ref in unknown:
+            seen = self._cause_seen.setdefault(ref, now)
+            checked = self._cause_checked.get(ref)
+            if now - seen >= grace and (checked is None or now - checked >= recheck):
+                due[ref[0]].add(ref[1])
+                self._cause_checked[ref] = now
+        for world, ids in due.items():
+            found = await self._retry(f"cause lookup in world {world}", partial(lookup, world, ids))
+            if found:
+                refs = [(world, i) for i in found]
+                await self._retry("redis mark", partial(self.marks.mark, refs))
+                self.gate.learn_applied(refs)
 
     def _collect_gate_output(self, dead: list[DeadLetter]) -> None:
         out = self.gate.drain()
@@ -376,8 +432,28 @@ class Applier:
 
     async def _flush(self, world: str) -> None:
         items = self.batches.take(world)
-        if not items:
-            return
+        if items:
+            await self._commit_items(world, items, set())
+
+    async def _commit_items(self, world: str, items: list[Arrival], failed: set[tuple[str, str]]) -> None:
+        """Commit ``items`` as one batch; a batch that fails deterministically is halved until the
+        event that cannot be committed is alone, which is dead-lettered (``commit-failed``) with the
+        effects it released (``failed`` collects them across the halves)."""
+        orphans = [a for a in items if (a.event.world_id, a.event.caused_by) in failed]
+        if orphans:
+            failed |= {a.ref for a in orphans}
+            await self._publish_dead(
+                [
+                    self._letter(
+                        a, CAUSE_MISSING, f"its cause {a.event.caused_by!r} was dead-lettered ({COMMIT_FAILED})"
+                    )
+                    for a in orphans
+                ]
+            )
+            self.gate.abandoned([a.ref for a in orphans])
+            items = [a for a in items if a.ref not in failed]
+            if not items:
+                return
         self._batch_seq += 1
         batch_id = f"{self.worker_id}-{int(time.time() * 1000)}-{self._batch_seq}"
         # Offsets below each partition's committable offset are done for every world: passing them
@@ -391,11 +467,20 @@ class Applier:
         started = time.monotonic()
         faults.reached("before-commit")
 
-        async def commit() -> CommitOutcome | None:
+        failures: list[Exception] = []
+
+        async def commit() -> CommitOutcome | Exception | None:
             try:
                 return await self.committer.commit_batch_async(batch)
             except NessieNotFound:
                 return None  # the branch is gone: retrying cannot help
+            except TRANSIENT:
+                raise  # an outage or contention: wait it out, however long
+            except Exception as exc:  # noqa: BLE001 - anything else fails the same way every time
+                failures.append(exc)
+                if len(failures) >= self.commit_failure_attempts:
+                    return exc
+                raise
 
         outcome = await self._retry(
             f"commit of {len(items)} event(s) to world {world}",
@@ -406,6 +491,19 @@ class Applier:
                 retries_exhausted=type(exc).__name__ == "RetriesExhausted",
             ),
         )
+        if isinstance(outcome, Exception):
+            if len(items) > 1:
+                half = len(items) // 2
+                await self._commit_items(world, items[:half], failed)
+                await self._commit_items(world, items[half:], failed)
+                return
+            [a] = items
+            log.error("world %s: event %s cannot be committed: %r", world, a.event.event_id, outcome)
+            failed.add(a.ref)
+            detail = f"commit failed {len(failures)} times: {type(outcome).__name__}: {outcome}"
+            await self._publish_dead([self._letter(a, COMMIT_FAILED, detail)])
+            self.gate.abandoned([a.ref])
+            return
         self.metrics.dependency("nessie", True)
         if outcome is None:
             # Deleted while its events were in flight: dead-letter them (an operator can redrive
@@ -414,6 +512,8 @@ class Applier:
             self._repaired.discard(world)
             detail = f"world {world!r} has no branch any more (deleted while its events were in flight)"
             await self._publish_dead([self._letter(a, UNKNOWN_WORLD, detail) for a in items])
+            # Not applied: they must neither count as causes nor make a redriven copy a duplicate.
+            self.gate.abandoned([a.ref for a in items])
             return
         faults.reached("after-commit")
         stale_ids = set(outcome.stale_ids)
@@ -432,14 +532,22 @@ class Applier:
                     for a in stale
                 ]
             )
-        refs = [a.ref for a in items]
+        # Dropped by a recorded offset but not on the branch: dead-lettered before (a floor covers
+        # it). Settled, never marked, and its effects are not released (issue 12, case 2).
+        absent = set(outcome.absent_ids)
+        refs = [a.ref for a in items if a.event.event_id not in absent]
         await self._retry("redis mark", lambda: self.marks.mark(refs))
         faults.reached("after-mark")
         self.gate.committed(refs)
+        self.gate.abandoned([a.ref for a in items if a.event.event_id in absent])
         for a in items:
             if a.event.event_id not in stale_ids:
                 self._settle(a)
-        applied = len(items) - len(stale)
+        dups = len([a for a in items if a.event.event_id in outcome.duplicate_ids])
+        if dups:
+            self.totals["duplicates"] += dups
+            self.metrics.event_outcome(world, "duplicate", dups)
+        applied = len(items) - len(stale) - len(absent) - dups
         self.totals["applied"] += applied
         self.totals["commits"] += 0 if outcome.already_committed else 1
         self.metrics.event_outcome(world, "applied", applied)

@@ -178,6 +178,14 @@ class CausalGate:
             self._wake(ref)
         self._run()
 
+    def abandoned(self, refs: Iterable[EventRef]) -> None:
+        """Released events that did not take effect after all (dead-lettered at commit time, or
+        found settled without being on the branch): they stop counting as causes, and a later copy
+        (a redrive) is taken as new. Their effects still waiting stay parked."""
+        for ref in refs:
+            self._pending.pop(ref, None)
+        self._run()
+
     def expire(self, now: float) -> None:
         """Dead-letter parked events still waiting for their cause ``timeout_s`` after they arrived."""
         while self._deadlines and self._deadlines[0][0] <= now:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -13,6 +14,37 @@ from aiokafka import AIOKafkaProducer
 from models.deadletter import DeadLetter
 
 log = logging.getLogger(__name__)
+
+#: A dead letter's key, value and headers together stay under this many bytes, below the broker's
+#: default 1 MB record limit even with the record batch overhead (the CDC ingest uses the same cap).
+#: A near-limit rejected record plus our headers would otherwise be refused by the broker on every
+#: attempt and stall the worker.
+MAX_LETTER_BYTES = 900_000
+
+
+def letter_size(letter: DeadLetter) -> int:
+    """Bytes of the record a letter becomes: key, value and every header."""
+    headers = sum(len(k.encode()) + len(v) for k, v in letter.headers())
+    return len(letter.key or b"") + len(letter.value or b"") + headers
+
+
+def fit(letter: DeadLetter, limit: int = MAX_LETTER_BYTES) -> DeadLetter:
+    """``letter`` itself if it fits in ``limit`` bytes, else without its value (then without the
+    producer's own headers, then its key); the detail says what was left out and where the
+    original still is, so an operator can re-read it from the source partition."""
+    if letter_size(letter) <= limit:
+        return letter
+    where = f"{letter.topic}/{letter.partition}@{letter.offset}"
+    dropped = [f"value of {len(letter.value or b'')} bytes"]
+    out = replace(letter, value=None)
+    if letter_size(out) > limit:
+        dropped.append(f"{len(out.original_headers)} original header(s)")
+        out = replace(out, original_headers=[])
+    if letter_size(out) > limit:
+        dropped.append(f"key of {len(out.key or b'')} bytes")
+        out = replace(out, key=None)
+    note = f" ({' and '.join(dropped)} omitted to fit the dead-letter topic; re-read it from {where})"
+    return replace(out, detail=out.detail[: 1000 - len(note)] + note)
 
 
 class DeadLetterPublisher:
@@ -49,6 +81,7 @@ class DeadLetterPublisher:
             return
         await self.start()
         assert self._producer is not None
+        letters = [fit(dl) for dl in letters]
         futures = [
             await self._producer.send(self.topic, value=dl.value, key=dl.key, headers=dl.headers()) for dl in letters
         ]

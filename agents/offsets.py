@@ -55,13 +55,14 @@ class Arrival:
 class _Partition:
     """In-flight offsets of one partition, in consumption (= offset) order."""
 
-    __slots__ = ("queue", "inflight", "done", "position")
+    __slots__ = ("queue", "inflight", "done", "position", "generation")
 
-    def __init__(self, position: int | None) -> None:
+    def __init__(self, position: int | None, generation: int | None = None) -> None:
         self.queue: deque[int] = deque()  # consumed offsets, ascending; front may be done
         self.inflight: set[int] = set()  # consumed and not yet done
         self.done: set[int] = set()  # done, but still in the queue behind an in-flight offset
         self.position = position  # next offset after the highest consumed (or the assigned start)
+        self.generation = generation  # the consumer-group generation it was assigned in, if known
 
 
 class OffsetTracker:
@@ -70,24 +71,59 @@ class OffsetTracker:
     Contract: per partition, offsets are consumed in ascending order (Kafka's order). ``done`` may come
     in any order. A revoked partition is forgotten; late ``done`` calls for it are ignored, because the
     new owner re-reads from the last committed offset.
+
+    Generations: a partition revoked with ``fence=True`` refuses records until it is assigned again,
+    and a partition assigned with a ``generation`` refuses records that carry another one. A record
+    fetched before a rebalance but handed over after it must never re-create the partition at its
+    (later) position: the re-read of the offsets below it would then be skipped as re-fetches, and
+    the committable offset (a floor every later flush records on its branch) would pass events that
+    were only parked (issue 12, case 1).
     """
 
     def __init__(self) -> None:
         self._parts: dict[TopicPartition, _Partition] = {}
+        self._fenced: set[TopicPartition] = set()
 
-    def assign(self, tp: TopicPartition, position: int) -> None:
-        """Start tracking ``tp`` at ``position`` (its committed offset), so it is committable at once."""
-        self._parts[tp] = _Partition(position)
+    def assign(self, tp: TopicPartition, position: int | None = None, generation: int | None = None) -> None:
+        """Start tracking ``tp`` afresh at ``position`` (its committed offset, committable at once;
+        None: the first consumed offset) in consumer-group ``generation`` (None: not checked)."""
+        self._fenced.discard(tp)
+        self._parts[tp] = _Partition(position, generation)
 
-    def revoke(self, tp: TopicPartition) -> None:
-        """Forget ``tp``: its in-flight events are re-read by the partition's next owner."""
+    def revoke(self, tp: TopicPartition, *, fence: bool = False) -> None:
+        """Forget ``tp``: its in-flight events are re-read by the partition's next owner.
+
+        ``fence``: refuse its records until ``assign`` (a rebalance took it away); without it the next
+        consumed record starts tracking it again (a consumer that rewinds itself).
+        """
         self._parts.pop(tp, None)
+        if fence:
+            self._fenced.add(tp)
 
-    def consumed(self, tp: TopicPartition, offset: int) -> bool:
-        """Record that ``offset`` was read; False if it was already seen here (a re-fetch: skip it)."""
+    def fenced(self) -> list[TopicPartition]:
+        """Partitions revoked with ``fence=True`` and not assigned since."""
+        return sorted(self._fenced)
+
+    def is_tracked(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` is tracked now (assigned or consumed, and not revoked since)."""
+        return tp in self._parts
+
+    def is_assigned(self, tp: TopicPartition, generation: int | None = None) -> bool:
+        """Whether records of ``tp`` (fetched in ``generation``, if given) are taken."""
+        if tp in self._fenced:
+            return False
+        part = self._parts.get(tp)
+        return part is None or generation is None or part.generation is None or part.generation == generation
+
+    def consumed(self, tp: TopicPartition, offset: int, generation: int | None = None) -> bool:
+        """Record that ``offset`` was read; False if it must be skipped: already seen here (a
+        re-fetch), its partition is fenced (revoked, not assigned again), or it was fetched in
+        another ``generation`` than the partition's assignment."""
+        if not self.is_assigned(tp, generation):
+            return False
         part = self._parts.get(tp)
         if part is None:
-            part = self._parts[tp] = _Partition(None)
+            part = self._parts[tp] = _Partition(None, generation)
         if part.position is not None and offset < part.position:
             return False
         part.queue.append(offset)

@@ -213,12 +213,17 @@ class Reconciler:
         if events is not None:
             scan = events.scan(
                 row_filter=f"kind = '{EntityKind.OBJECT.value}' AND applied = true",
-                selected_fields=KEY_COLUMNS,
+                selected_fields=KEY_COLUMNS + (("batch_seq",) if "batch_seq" in events.schema().column_names else ()),
             ).to_arrow()
             rows = scan.to_pylist()
             # Commit order: committed_at (taken per attempt, so a retried batch sorts after the commit
-            # it lost to), then read order, which keeps a batch's own order.
-            log_rows = [r for _, r in sorted(enumerate(rows), key=lambda ir: (ir[1]["committed_at"], ir[0]))]
+            # it lost to), then the batch's order: batch_seq, or read order for rows written without it.
+            log_rows = [
+                r
+                for _, r in sorted(
+                    enumerate(rows), key=lambda ir: (ir[1]["committed_at"], ir[1].get("batch_seq") or 0, ir[0])
+                )
+            ]
         derived = derive(log_rows)
         wanted = expected(derived)
 

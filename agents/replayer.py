@@ -148,8 +148,11 @@ class ReplayCommitter:
 
     def commit_batch(self, batch: Batch) -> CommitOutcome:
         branch = self.inner.naming.branch(batch.world_id)
-        present = self.event_ids_in_log(branch, [e.event_id for e in batch.events])
-        recorded = self.inner.committed_offsets(branch)
+        # Both reads at one pinned hash: a live commit between them would make an event look
+        # recorded but absent from the log, and it would be committed a second time.
+        pinned = f"{branch}@{self.inner.client.get_reference(branch).hash}"
+        present = self.event_ids_in_log(pinned, [e.event_id for e in batch.events])
+        recorded = self.inner.committed_offsets(pinned)
         sources = list(batch.sources) if batch.sources is not None else [None] * len(batch.events)
         events, kept_sources = [], []
         for ev, src in zip(batch.events, sources, strict=True):

@@ -109,6 +109,9 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     # The timer reads the last run back every few seconds, passes or not: a timer that stops doing so is stuck.
     stall = reconciler.readback_interval_s + LOOP_STALL_S
     health.register_loop("reconcile-timer", meter_method(reconciler, "readback").progress, stall)
+    from worlds import publish_timer  # periodic drift audit of worlds into prod (off by default)
+
+    publish_timer.attach(app, settings, metrics.registry)
     metrics.dead_letter_series([settings.objects_topic, settings.links_topic])
     attach_intake(app, ChangeIntake(settings, applier, metrics))
 

@@ -114,6 +114,7 @@ def _register_optional_groups() -> None:
     for module, attr in (
         ("cli.worlds", "worlds"),
         ("cli.world_history", "worlds"),
+        ("cli.world_merge", "worlds"),
         ("cli.gc", "gc"),
         ("cli.worker", "worker"),
         ("cli.demo", "demo"),
@@ -124,6 +125,8 @@ def _register_optional_groups() -> None:
         ("cli.reconcile", "reconcile"),
         ("cli.serve", "serve"),
         ("cli.serve", "api_token"),
+        ("cli.tables", "tables"),
+        ("cli.publish", "publish"),
     ):
         try:
             mod = importlib.import_module(module)

@@ -17,7 +17,8 @@ Order of one attempt (every decision is taken against the head it read, and take
    batch that raced that commit conflicts, reloads and is built again with the new columns).
 5. All staged table pointers are published as **one** Nessie commit expecting ``H``, with author,
    message and properties ``causeway.world``, ``causeway.batch_id``, ``causeway.event_count`` and
-   ``causeway.offsets.<topic>/<partition>`` = the batch's exact offsets (``"100-180,182-200"``).
+   ``causeway.offsets.<topic>/<partition>`` = the exact offsets of the events this commit applied
+   (``"100-180,182-200"``; offsets the branch had already recorded are not repeated).
 
 Failures: ``NessieConflict`` (a touched table moved since ``H``) → jittered exponential backoff,
 reload, re-apply from scratch, up to ``Settings.commit_retries`` retries, then the conflict is
@@ -57,8 +58,9 @@ Rewrites are bounded by policy, not by table size: a data file is rewritten (its
 into the flush's new file) only once at least ``compact_below`` (half) of its rows are deleted, so
 each rewritten row was paid for by at least one deleted row; a flush rewrites at most
 ``compact_budget`` (2) × the rows it changes, or one file when a single sparse file is larger
-(``target_file_bytes`` caps that); once more than ``max_small_files`` files are small (each flush
-adds one), the smallest are bin-packed under the same budget. Delete files are merged tiered (the
+(``target_file_bytes`` caps that); once more than ``max_small_files`` files of one partition and
+size tier are small (each flush adds one per partition it touches), they are bin-packed under the
+same budget. Delete files are merged tiered (the
 smaller half, when there are more than ``max_delete_files``), and delete files that name no live
 data file are dropped. The price is a read: each flush reads the key/version columns of the
 projection to build the index; parsed columns of the immutable files are kept in a bounded LRU
@@ -106,16 +108,17 @@ from models.worlds import WorldNaming
 from sinks import projection
 from sinks.catalog import NessieCatalog
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
+from sinks.layout import key_filter
+from sinks.logcompact import choose, compact_log, small_file
 from sinks.nessie import SyncNessieClient
 from sinks.offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.rowdelta import (
     FileCache,
     RowDelta,
     TableState,
-    new_delete_location,
     positions,
     read_state,
-    write_position_deletes,
+    write_partition_deletes,
 )
 from sinks.rows import Source, events_arrow, projection_arrow
 from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, contracts, table_properties
@@ -188,7 +191,15 @@ class CommitOutcome:
     seconds: float
     stats: dict[str, FlushStats] = field(default_factory=dict)
     #: Event ids the version rule refused (logged with applied=false); the applier dead-letters them.
+    #: Also filled when the batch was found committed already (its log rows say which were stale).
     stale_ids: frozenset[str] = frozenset()
+    #: Events dropped because the branch recorded their offset but whose id is not in its log: a
+    #: recorded offset the branch does not hold was dead-lettered (a floor covers it). Not applied:
+    #: the applier must neither mark them nor release their effects.
+    absent_ids: frozenset[str] = frozenset()
+    #: Copies of events the branch's log already holds (another offset: a producer retry whose
+    #: Redis mark was lost). Dropped as duplicates, not dead-lettered as stale.
+    duplicate_ids: frozenset[str] = frozenset()
 
 
 class RetriesExhausted(NessieConflict):
@@ -211,7 +222,7 @@ class BatchCommitter:
         compact_below: float = 0.5,
         compact_budget: float = 2.0,
         max_delete_files: int = 8,
-        max_small_files: int = 32,
+        max_small_files: int = 8,
         index_cache_bytes: int = 256 * 1024 * 1024,
         on_retry: Callable[[str, str], None] | None = None,
     ) -> None:
@@ -253,10 +264,7 @@ class BatchCommitter:
                 found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
                 if found is not None:
                     log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
-                    landed = CommitOutcome(
-                        batch.world_id, batch.batch_id, branch, found, attempt - 1, True, 0, 0, 0, 0.0
-                    )
-                    return _finish(landed, started)
+                    return _finish(self._landed(batch, branch, found, attempt - 1), started)
             cat = self.catalog(branch)
             base = cat.begin()
             first_base = first_base or base
@@ -280,8 +288,7 @@ class BatchCommitter:
         if unknown:
             found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
             if found is not None:
-                landed = CommitOutcome(batch.world_id, batch.batch_id, branch, found, retries + 1, True, 0, 0, 0, 0.0)
-                return _finish(landed, started)
+                return _finish(self._landed(batch, branch, found, retries + 1), started)
         raise RetriesExhausted(
             f"batch {batch.batch_id} for world {batch.world_id}: gave up after {retries + 1} attempts: {last}"
         ) from last
@@ -293,6 +300,23 @@ class BatchCommitter:
     def backoff(self, attempt: int) -> float:
         """Full-jitter exponential backoff: uniform(0, base * 2**(attempt-1)), capped at 5 s."""
         return random.uniform(0, min(5.0, self.settings.commit_backoff_s * 2 ** (attempt - 1)))
+
+    def applied_events(self, world_id: str, ids: set[str]) -> set[str]:
+        """Those of ``ids`` that took effect on the world's branch (its event log, applied=true).
+
+        The source of truth for "was this cause applied?" when Redis has no mark (expired, lost,
+        or inherited by a fork). Empty when the branch has no tables yet.
+        """
+        cat = self.catalog(self.naming.branch(world_id))
+        try:
+            table = cat.load_table((self.settings.namespace, EVENTS.name))
+        except NoSuchTableError:
+            return set()
+        return {i for i, applied in logged_events(table, ids).items() if applied}
+
+    async def applied_events_async(self, world_id: str, ids: set[str]) -> set[str]:
+        """``applied_events`` in a worker thread."""
+        return await asyncio.to_thread(self.applied_events, world_id, ids)
 
     def committed_offsets(self, branch: str) -> dict[TopicPartition, OffsetSet]:
         """The exact committed offsets recorded on ``branch`` (``branch@hash`` works too).
@@ -306,6 +330,30 @@ class BatchCommitter:
         except NoSuchTableError:
             return {}
         return loads_map(table.metadata.properties.get(OFFSETS_PROPERTY))
+
+    def _landed(self, batch: Batch, branch: str, found: str, attempts: int) -> CommitOutcome:
+        """The outcome of a batch found committed as ``found``: what its log rows say of each event."""
+        try:
+            table = self.catalog(f"{branch}@{found}").load_table((self.settings.namespace, EVENTS.name))
+        except NoSuchTableError:
+            logged: dict[str, bool] = {}
+        else:
+            logged = logged_events(table, {e.event_id for e in batch.events})
+        ids = {e.event_id for e in batch.events}
+        return CommitOutcome(
+            batch.world_id,
+            batch.batch_id,
+            branch,
+            found,
+            attempts,
+            True,
+            0,
+            0,
+            0,
+            0.0,
+            stale_ids=frozenset(i for i, applied in logged.items() if not applied),
+            absent_ids=frozenset(ids - set(logged)),
+        )
 
     def find_batch_commit(
         self, branch: str, batch_id: str, *, since: str | None = None, max_records: int = 2000
@@ -337,24 +385,45 @@ class BatchCommitter:
         events_table = tables[EVENTS.name]
 
         committed = loads_map(events_table.metadata.properties.get(OFFSETS_PROPERTY))
-        items = _select(batch, committed)
+        items, recorded = _split(batch, committed)
         replayed = len(batch.events) - len(items)
-        events = [ev for ev, _ in items]
+        # A recorded offset is settled, but not necessarily applied: its log row says which.
+        logged = logged_events(events_table, {e.event_id for e in recorded})
+        recorded_stale = {i for i, applied in logged.items() if not applied}
+        absent = {e.event_id for e in recorded} - set(logged)
 
         merged = merge_maps(committed, batch.offsets, batch.settled)
         if not items and dumps_map(merged) == dumps_map(committed):
             # Everything in the batch is already on the branch (a replay): nothing to commit.
-            return CommitOutcome(batch.world_id, batch.batch_id, branch, base, attempt, True, 0, 0, replayed, 0.0)
+            return CommitOutcome(
+                batch.world_id,
+                batch.batch_id,
+                branch,
+                base,
+                attempt,
+                True,
+                0,
+                0,
+                replayed,
+                0.0,
+                stale_ids=frozenset(recorded_stale),
+                absent_ids=frozenset(absent),
+            )
 
         stats: dict[str, FlushStats] = {}
         stale_ids: set[str] = set()
         for kind, tdef in ((EntityKind.OBJECT, COMMON), (EntityKind.LINK, EDGE)):
-            evs = [e for e in events if e.kind is kind]
+            evs = [ev for ev, _ in items if ev.kind is kind]
             if not evs:
                 continue
             st = self._apply_projection(tables[tdef.name], tdef, evs, batch, now)
             stats[tdef.name] = st[0]
             stale_ids |= st[1]
+        # A stale event whose id the log already holds is a copy of an applied one: a duplicate.
+        duplicates = set(logged_events(events_table, stale_ids))
+        stale_ids -= duplicates
+        items = [(ev, src) for ev, src in items if ev.event_id not in duplicates]
+        events = [ev for ev, _ in items]
 
         stats[EVENTS.name] = self._append_events(events_table, items, batch, now, stale_ids, merged)
 
@@ -363,8 +432,14 @@ class BatchCommitter:
             PROP_BATCH: batch.batch_id,
             PROP_COUNT: str(len(batch.events)),
         }
-        for tp, offsets in sorted(batch.offsets.items()):
-            properties[PROP_OFFSETS + tp_name(tp)] = offsets.format()
+        # Exactly the offsets this commit applied (its events' sources), never a floor-absorbed
+        # form: an OffsetSet folds a prefix starting at 0 into its floor, which format() leaves out.
+        applied: dict[TopicPartition, list[int]] = {}
+        for _, src in items:
+            if src is not None:
+                applied.setdefault(src.tp, []).append(src.offset)
+        for tp, offs in sorted(applied.items()):
+            properties[PROP_OFFSETS + tp_name(tp)] = format_ranges(offs)
         if self.before_publish is not None:
             self.before_publish(cat, batch, attempt)
         message = f"causeway: world {batch.world_id} batch {batch.batch_id} ({len(batch.events)} events)"
@@ -381,7 +456,9 @@ class BatchCommitter:
             replayed,
             0.0,
             stats,
-            frozenset(stale_ids),
+            frozenset(stale_ids | recorded_stale),
+            frozenset(absent),
+            frozenset(duplicates),
         )
 
     def _publish(self, cat: NessieCatalog, message: str, properties: dict[str, str]) -> str:
@@ -400,6 +477,7 @@ class BatchCommitter:
                 (ns, tdef.name),
                 tdef.schema,
                 partition_spec=tdef.spec,
+                sort_order=tdef.sort_order,
                 properties=table_properties(self.settings.target_file_bytes),
             )
 
@@ -418,13 +496,15 @@ class BatchCommitter:
         tx = table.transaction()
         tx.set_properties({OFFSETS_PROPERTY: dumps_map(offsets)})
         if items:
-            arrow = events_arrow(items, batch.batch_id, now, stale_ids)
+            arrow = events_arrow(items, batch.batch_id, now, stale_ids, table.schema().as_arrow())
             tx.append(arrow)
             stats.rows_written = arrow.num_rows
             snap = tx.table_metadata.current_snapshot()
             if snap is not None and snap.summary is not None:
                 stats.bytes_written = int(snap.summary.get("added-files-size", "0") or 0)
                 stats.files_added = int(snap.summary.get("added-data-files", "0") or 0)
+            row_bytes = arrow.nbytes / arrow.num_rows
+            compact_log(tx, self.settings.target_file_bytes, stats, row_bytes=row_bytes)  # inside each partition
         self._expire(tx)
         tx.commit_transaction()
         return stats
@@ -442,6 +522,7 @@ class BatchCommitter:
             [type_col, pk_col, "version", "properties"],
             lambda t: pc.is_in(t.column(pk_col), value_set=pks),
             None,
+            key_filter(type_col, pk_col, pks.to_pylist()),
         )
         if state.index is None:
             return
@@ -469,7 +550,8 @@ class BatchCommitter:
                 mask = pc.or_(mask, pc.is_in(t.column(type_col), value_set=type_values))
             return mask
 
-        state = read_state(table, [type_col, pk_col, "version", "deleted"], match, self.file_cache)
+        scan = key_filter(type_col, pk_col, pks.to_pylist(), types)  # prunes to the touched buckets
+        state = read_state(table, [type_col, pk_col, "version", "deleted"], match, self.file_cache, scan)
         stats = FlushStats(bytes_read=state.bytes_read)
         stored: dict[projection.Key, projection.Stored] = {}
         where: dict[projection.Key, list[tuple[str, int]]] = {}
@@ -551,15 +633,15 @@ class BatchCommitter:
                 obsolete.append(state.delete_files[d])
         rd.remove(obsolete)
         stats.files_removed += len(obsolete)
-        if survivors:
-            dfile = write_position_deletes(table.io, new_delete_location(table), survivors)  # type: ignore[arg-type]
-            if dfile is not None:
-                rd.add([dfile])
-                stats.files_added += 1
-                stats.bytes_written += dfile.file_size_in_bytes
-                if merge:  # the share of the file that carries positions already stored
-                    carried_pos = sum(state.delete_files[d].record_count for d in merge)
-                    stats.bytes_rewritten += dfile.file_size_in_bytes * carried_pos // max(1, dfile.record_count)
+        if survivors:  # one delete file per partition: deletes never cross a partition
+            dfiles = write_partition_deletes(table, state.files, survivors)  # type: ignore[arg-type]
+            rd.add(dfiles)
+            stats.files_added += len(dfiles)
+            written = sum(d.file_size_in_bytes for d in dfiles)
+            stats.bytes_written += written
+            if merge and dfiles:  # the share of the files that carries positions already stored
+                carried_pos = sum(state.delete_files[d].record_count for d in merge)
+                stats.bytes_rewritten += written * carried_pos // max(1, sum(d.record_count for d in dfiles))
         if not rd.empty:
             rd.commit()
         self._expire(tx)
@@ -572,8 +654,9 @@ class BatchCommitter:
         """Pick data files to rewrite and return their live rows.
 
         Candidates are files this flush deletes from whose live fraction falls below
-        ``compact_below``, emptiest first; then, when more than ``max_small_files`` files are
-        smaller than a quarter of ``target_file_bytes``, the smallest of them (each flush adds one).
+        ``compact_below``, emptiest first; then, in a partition whose size tier holds more than
+        ``max_small_files`` files under a quarter of ``target_file_bytes``, those files (each flush
+        adds one per partition it touches; see ``sinks.logcompact``).
         A flush rewrites at most ``compact_budget`` × the rows it deletes — but always at least one
         sparse file, so the bound is also "one file", which ``target_file_bytes`` caps. Without the
         budget, files written together would cross the threshold together and one flush would
@@ -598,15 +681,12 @@ class BatchCommitter:
                 break
             chosen.append((path, dead_set))
             rows += live_rows
-        # Small files (one per flush) are bin-packed under the same budget once there are many.
-        small_limit = self.settings.target_file_bytes // 4
-        small = sorted(
-            (live.data_file.file_size_in_bytes, path)
-            for path, live in state.files.items()
-            if live.data_file.file_size_in_bytes < small_limit and path not in {c for c, _ in chosen}
-        )
-        if len(small) > self.max_small_files:
-            for _, path in small:
+        # Small files (one per flush and partition) are bin-packed under the same budget, per
+        # partition and size tier, once a tier holds more than max_small_files of them.
+        taken = {c for c, _ in chosen}
+        small = [small_file(p, live.data_file) for p, live in state.files.items() if p not in taken]
+        for group in choose(small, self.settings.target_file_bytes // 4, self.max_small_files + 1):
+            for path in group:
                 live = state.files[path]
                 dead_set = set(new_deletes.get(path, ())) | set(live.deleted.to_pylist())
                 live_rows = live.data_file.record_count - len(dead_set)
@@ -698,12 +778,11 @@ def stage_replacement(
         stats.files_added += len(files)
         stats.bytes_written += sum(f.file_size_in_bytes for f in files)
     if any(deletes.values()):
-        dfile = write_position_deletes(table.io, new_delete_location(table), {p: list(v) for p, v in deletes.items()})
-        if dfile is not None:
-            rd.add([dfile])
-            stats.rows_deleted = dfile.record_count
-            stats.files_added += 1
-            stats.bytes_written += dfile.file_size_in_bytes
+        dfiles = write_partition_deletes(table, None, {p: list(v) for p, v in deletes.items()})
+        rd.add(dfiles)
+        stats.rows_deleted = sum(d.record_count for d in dfiles)
+        stats.files_added += len(dfiles)
+        stats.bytes_written += sum(d.file_size_in_bytes for d in dfiles)
     if not rd.empty:
         rd.commit()
     return stats
@@ -717,18 +796,45 @@ def _finish(outcome: CommitOutcome, started: float) -> CommitOutcome:
 
 def _select(batch: Batch, committed: Mapping[TopicPartition, OffsetSet]) -> list[tuple[ChangeEvent, Source | None]]:
     """The batch's events minus offsets already committed on the branch and repeated event ids."""
+    return _split(batch, committed)[0]
+
+
+def _split(
+    batch: Batch, committed: Mapping[TopicPartition, OffsetSet]
+) -> tuple[list[tuple[ChangeEvent, Source | None]], list[ChangeEvent]]:
+    """``_select``'s events, and the events dropped because the branch recorded their offset."""
     sources = list(batch.sources) if batch.sources is not None else [None] * len(batch.events)
     if len(sources) != len(batch.events):
         raise ValueError("Batch.sources must be parallel to Batch.events")
     seen: set[str] = set()
     out: list[tuple[ChangeEvent, Source | None]] = []
+    recorded: list[ChangeEvent] = []
     for ev, src in zip(batch.events, sources, strict=True):
         if ev.event_id in seen:
             continue
         if src is not None and src.tp in committed and src.offset in committed[src.tp]:
+            recorded.append(ev)
             continue
         seen.add(ev.event_id)
         out.append((ev, src))
+    return out, recorded
+
+
+def logged_events(table: Table, ids: set[str]) -> dict[str, bool]:
+    """``{event_id: applied}`` for those of ``ids`` that ``entity_events`` (as loaded) holds.
+
+    ``applied`` is false when every row of the id was refused by the version rule. Read only when
+    a batch needs it (recorded offsets, stale events), so the common flush reads nothing here.
+    """
+    if not ids:
+        return {}
+    from pyiceberg.expressions import In
+
+    wanted = In("event_id", sorted(ids))  # type: ignore[call-arg, arg-type]
+    rows = table.scan(row_filter=wanted, selected_fields=("event_id", "applied")).to_arrow()
+    out: dict[str, bool] = {}
+    for eid, applied in zip(rows.column("event_id").to_pylist(), rows.column("applied").to_pylist(), strict=True):
+        out[eid] = out.get(eid, False) or bool(applied)
     return out
 
 

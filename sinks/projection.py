@@ -130,5 +130,13 @@ def carry_unchanged(ev: ChangeEvent, previous: Mapping[str, Any]) -> ChangeEvent
 
 
 def needs_stored_properties(p: Plan) -> set[Key]:
-    """Keys whose planned row still lacks unchanged properties that only the stored row has."""
-    return {key for key, ev in p.rows.items() if ev.unchanged and ev.change_type is not ChangeType.DELETE}
+    """Keys whose planned row still lacks unchanged properties that only the stored row has.
+
+    Never a key of a type the batch truncated: its planned row came after the truncate (earlier
+    rows of the type were dropped), so the stored row it would copy from no longer exists.
+    """
+    return {
+        key
+        for key, ev in p.rows.items()
+        if ev.unchanged and ev.change_type is not ChangeType.DELETE and key[0] not in p.truncated
+    }

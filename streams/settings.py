@@ -265,6 +265,22 @@ class Settings:
         20.0, "A call whose key is in flight elsewhere waits this long for the outcome, then gets UNAVAILABLE."
     )
     api_apply_deadline_s: float = _opt(30.0, "ApplyChanges waits this long for its events to commit by default.")
+    # --- write-audit-publish gate ----------------------------------------------------------------
+    publish_log_branch: str = _opt(
+        "causeway-publish-log", "Nessie branch holding the publish gate's audit log (one commit per entry)."
+    )
+    publish_max_drift: int = _opt(10, "Publish audit: most commits the target may be ahead of the merge base.")
+    publish_max_tables: int = _opt(25, "Publish audit: most tables one publish may modify.")
+    publish_max_changed_entities: int = _opt(0, "Publish audit: most entities one publish may change (0: no limit).")
+    publish_webhook_url: Secret = _opt(
+        Secret(""), "Slack-compatible webhook called on publish success, decline, block and failure; empty: none."
+    )
+    publish_audit_interval_s: float = _opt(
+        0.0, "Worker timer auditing worlds for drift and staleness every this many seconds (0: off)."
+    )
+    publish_audit_min_age_s: float = _opt(
+        86_400.0, "The drift timer audits worlds with a pending plan or whose branch is older than this."
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -263,10 +263,8 @@ def test_writers_on_different_branches_never_conflict(
     assert len(outcomes) == 12 and all(o.attempts == 1 for o in outcomes)
 
 
-def test_unknown_outcome_after_the_commit_landed_leaves_exactly_one_commit(
-    client: SyncNessieClient, sink_settings: Settings, world: str
-) -> None:
-    branch = f"world-{world}"
+def lost_answer_on(nth: int) -> type[BatchCommitter]:
+    """A committer whose ``nth`` publish lands but answers CommitStateUnknown (a lost answer)."""
 
     class LostAnswer(BatchCommitter):
         calls = 0
@@ -274,10 +272,18 @@ def test_unknown_outcome_after_the_commit_landed_leaves_exactly_one_commit(
         def _publish(self, cat: NessieCatalog, message: str, properties: dict[str, str]) -> str:
             LostAnswer.calls += 1
             landed = super()._publish(cat, message, properties)
-            if LostAnswer.calls == 1:
+            if LostAnswer.calls == nth:
                 raise CommitStateUnknown(f"read timeout after sending (landed as {landed[:8]})")
             return landed
 
+    return LostAnswer
+
+
+def test_unknown_outcome_after_the_commit_landed_leaves_exactly_one_commit(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    branch = f"world-{world}"
+    LostAnswer = lost_answer_on(1)
     committer = LostAnswer(sink_settings, client)
     events = [obj(world, f"p{i}", "CREATE", 1) for i in range(5)]
     out = committer.commit_batch(batch(world, "u1", events, 0))
@@ -451,3 +457,88 @@ def test_unchanged_properties_keep_their_stored_values(
     state = objects(committer.catalog(f"world-{world}"))
     assert orjson.loads(state["p1"][2]) == {"a": 2, "doc": "big text"}
     assert orjson.loads(state["p2"][2]) == {"a": 3, "doc": "other"}
+
+
+# --- issue 12: what a recorded offset or a stale version really means ---------------------------
+
+
+def test_an_event_under_a_floor_that_its_branch_does_not_hold_is_reported_absent_not_applied(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """Case 2: E@10 was dead-lettered (cause missing) and a flush recorded floor 11; E comes back."""
+    committer = BatchCommitter(sink_settings, client)
+    branch = f"world-{world}"
+    other = obj(world, "p11", "CREATE", 1)
+    b1 = Batch.from_sources(world, "f1", [(other, Source(OBJ, 0, 11))], settled={(OBJ, 0): 11})
+    committer.commit_batch(b1)
+    late = obj(world, "p10", "CREATE", 1)
+    out = committer.commit_batch(Batch.from_sources(world, "f2", [(late, Source(OBJ, 0, 10))]))
+    assert out.absent_ids == {late.event_id}  # settled by the floor, yet not on the branch
+    assert late.event_id not in event_ids(committer.catalog(branch))
+
+
+def test_a_batch_found_committed_already_still_reports_its_stale_events(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """Case 3: a crash between the Nessie commit and the stale dead letter, then redelivery."""
+    committer = BatchCommitter(sink_settings, client)
+    newer, older = obj(world, "p1", "CREATE", 2), obj(world, "p1", "UPDATE", 1)
+    committer.commit_batch(batch(world, "s1", [newer], 0))
+    first = committer.commit_batch(batch(world, "s2", [older], 1))
+    assert first.stale_ids == {older.event_id}
+    again = committer.commit_batch(batch(world, "s2-redelivered", [older], 1))
+    assert again.already_committed and again.stale_ids == {older.event_id}
+    assert not again.absent_ids
+
+
+def test_a_batch_whose_unknown_outcome_is_found_landed_reports_its_stale_events(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """Case 3, the other path: the commit landed but its answer was lost."""
+    committer = lost_answer_on(2)(sink_settings, client)
+    newer, older, fresh = obj(world, "p1", "CREATE", 2), obj(world, "p1", "UPDATE", 1), obj(world, "p2", "CREATE", 1)
+    committer.commit_batch(batch(world, "l1", [newer], 0))
+    out = committer.commit_batch(batch(world, "l2", [older, fresh], 1))
+    assert out.already_committed and out.stale_ids == {older.event_id} and not out.absent_ids
+
+
+def test_a_copy_of_an_applied_event_at_another_offset_is_a_duplicate_not_a_stale_version(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """A producer retry whose Redis mark was lost in the commit→mark window reaches the committer."""
+    committer = BatchCommitter(sink_settings, client)
+    branch = f"world-{world}"
+    original = obj(world, "p1", "CREATE", 1, n=1)
+    committer.commit_batch(batch(world, "d1", [original], 0))
+    out = committer.commit_batch(batch(world, "d2", [original, obj(world, "p2", "CREATE", 1)], 7))
+    assert out.duplicate_ids == {original.event_id} and not out.stale_ids
+    ids = event_ids(committer.catalog(branch))
+    assert ids.count(original.event_id) == 1 and len(ids) == 2
+
+
+def test_truncate_then_toast_unchanged_update_in_one_batch_keeps_nothing_from_before_the_truncate(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    from dataclasses import replace
+
+    committer = BatchCommitter(sink_settings, client)
+    committer.commit_batch(batch(world, "t1", [obj(world, "k", "CREATE", 1, a=0, big="old")], 0))
+    update = replace(obj(world, "k", "UPDATE", 2, a=1), unchanged=("big",))
+    committer.commit_batch(batch(world, "t2", [obj(world, "*", "TRUNCATE", 0), update], 1))
+    version, deleted, props = objects(committer.catalog(f"world-{world}"))["k"]
+    assert (version, deleted) == (2, False) and orjson.loads(props or "{}") == {"a": 1}
+
+
+def test_commit_properties_carry_exactly_the_offsets_applied_from_offset_zero(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """Issue 24 item 9: the first commit of a run (offsets from 0) listed none of the prefix."""
+    committer = BatchCommitter(sink_settings, client)
+    events = [obj(world, f"p{i}", "CREATE", 1) for i in range(4)] + [link(world, "l0", 1, "p0", "p1")]
+    committer.commit_batch(batch(world, "z1", events, 0))
+    props = next(iter(client.history(f"world-{world}", max_records=1))).items[0].properties
+    assert props[f"causeway.offsets.{OBJ}/0"] == "0-3" and props[f"causeway.offsets.{LNK}/0"] == "4"
+    # A redelivered offset is not applied again, so it is not listed again.
+    committer.commit_batch(batch(world, "z2", [events[3], obj(world, "p9", "CREATE", 1)], 3))
+    props = next(iter(client.history(f"world-{world}", max_records=1))).items[0].properties
+    assert props[f"causeway.offsets.{OBJ}/0"] == "4"

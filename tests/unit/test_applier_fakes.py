@@ -144,3 +144,79 @@ async def test_oldest_in_flight_age_is_the_batch_real_age_not_the_flush_interval
     oldest = applier.metrics.registry.get_sample_value("causeway_inflight_oldest_timestamp_seconds", {"world": "prod"})
     assert oldest is not None
     assert 395 <= time.time() - oldest <= 420
+async def test_a_parked_event_is_re_read_after_a_revoke_despite_a_late_old_generation_record() -> None:
+    """Issue 12 case 1, through the applier: the late record must not push the partition's floor past 10."""
+    applier, committer, _, _ = make()
+    tp = ("onto.changes.objects", 0)
+    await applier.process([rec(10, event(10, caused_by="e99")), rec(11, event(11))])  # 10 parked, 11 committed
+    await applier.revoke([tp])
+    await applier.process([rec(12, event(12))])  # handed out from the old generation's buffer, too late
+    applier.on_assigned()
+    await applier.process([rec(10, event(10, caused_by="e99")), rec(11, event(11)), rec(12, event(12))])
+    assert applier.gate.is_parked(("prod", "e10"))  # back in the gate, waiting for its cause
+    other = RawRecord("onto.changes.objects", 1, 0, b"prod::p50", event(50), [], "x0")
+    await applier.process([other])  # a later flush records the floors
+    assert committer.batches[-1].settled.get(tp, 0) <= 10
+
+
+async def test_events_of_a_world_deleted_in_flight_are_not_pending_when_redriven() -> None:
+    """Issue 12 case 4: the deleted-world dead letter must not leave the event pending in the gate."""
+    from sinks.errors import NessieNotFound
+
+    applier, committer, dlq, marks = make()
+    real_commit = committer.commit_batch_async
+    calls = []
+
+    async def commit_once_gone(batch: Batch) -> CommitOutcome:
+        calls.append(batch)
+        if len(calls) == 1:
+            raise NessieNotFound("branch world-prod not found")
+        return await real_commit(batch)
+
+    committer.commit_batch_async = commit_once_gone  # type: ignore[method-assign]
+    await applier.process([rec(0, event(1))])
+    assert [d.reason for d in dlq.letters] == ["unknown-world"]
+    # An effect of e1 must wait (e1 never took effect); the redriven copy of e1 is new, not a duplicate.
+    await applier.process([rec(1, event(2, caused_by="e1"))])
+    assert applier.gate.is_parked(("prod", "e2"))
+    await applier.process([rec(2, event(1))])
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e1", "e2"]
+    assert marks.marked == {("prod", "e1"), ("prod", "e2")}
+
+
+async def test_a_batch_that_fails_to_commit_every_time_dead_letters_only_the_poison_event() -> None:
+    """Deterministic commit failures: bounded retries, then the batch is halved until the event that
+    cannot be committed is alone; it and the effects it released are dead-lettered, the rest lands."""
+    import asyncio
+
+    applier, committer, dlq, marks = make()
+    real_commit = committer.commit_batch_async
+
+    async def refuse_poison(batch: Batch) -> CommitOutcome:
+        if any(e.event_id == "e1" for e in batch.events):
+            raise ValueError("cannot cast property 'n' to int")
+        return await real_commit(batch)
+
+    committer.commit_batch_async = refuse_poison  # type: ignore[method-assign]
+    records = [rec(0, event(0)), rec(1, event(1)), rec(2, event(2, caused_by="e1")), rec(3, event(3))]
+    acks = await asyncio.wait_for(applier.process(records), timeout=30)  # today: retried forever
+    assert sorted(e.event_id for b in committer.batches for e in b.events) == ["e0", "e3"]
+    assert sorted((d.event_id, d.reason) for d in dlq.letters) == [("e1", "commit-failed"), ("e2", "cause-missing")]
+    assert "ValueError" in dlq.letters[0].detail
+    assert acks == ["h0", "h1", "h2", "h3"]
+    assert ("prod", "e1") not in marks.marked
+
+
+def test_a_dead_letter_too_big_for_the_topic_goes_without_its_value() -> None:
+    from agents.deadletters import MAX_LETTER_BYTES, fit, letter_size
+
+    small = DeadLetter("malformed-json", "bad", "t", 0, 5, b"k", b"{")
+    assert fit(small) is small
+    big = DeadLetter("malformed-json", "bad", "t", 0, 5, b"k", b"{" * MAX_LETTER_BYTES, original_headers=[("h", b"v")])
+    out = fit(big)
+    assert out.value is None and out.original_headers == [("h", b"v")] and out.key == b"k"
+    assert letter_size(out) <= MAX_LETTER_BYTES
+    assert "omitted" in out.detail and "t/0@5" in out.detail
+    headers = [("h", b"v" * MAX_LETTER_BYTES)]
+    worst = fit(DeadLetter("r", "d" * 2000, "t", 0, 5, b"k" * MAX_LETTER_BYTES, b"x", original_headers=headers))
+    assert letter_size(worst) <= MAX_LETTER_BYTES and len(worst.detail) <= 1000

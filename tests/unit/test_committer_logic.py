@@ -227,3 +227,14 @@ def test_unchanged_properties_carry_over_within_a_batch() -> None:
     assert projection.needs_stored_properties(alone) == {("T", "k")}
     assert projection.carry_unchanged(alone.rows[("T", "k")], {"big": "y"}).after == {"big": "y", "a": 9}
     assert replace(row, unchanged=()).unchanged == ()
+
+
+def test_truncate_then_toast_unchanged_update_in_one_batch_does_not_copy_pre_truncate_values() -> None:
+    from dataclasses import replace
+
+    from sinks import projection
+
+    update = replace(ev("u", "k", "UPDATE", 5, typ="T", a=1), unchanged=("big",))
+    p = projection.plan([ev("t", "*", "TRUNCATE", 0, typ="T"), update], {("T", "k"): projection.Stored(4)})
+    assert ("T", "k") in p.rows and ("T", "k") in p.remove
+    assert projection.needs_stored_properties(p) == set()  # the stored row was truncated away

@@ -1,0 +1,235 @@
+"""Exactly-once in narrow interleavings (issue 12): the applier with the real committer and Nessie.
+
+Redis marks and the dead-letter topic are in-memory stand-ins that survive a simulated crash (a
+new ``Applier`` on the same branch, marks and letters, the Kafka offsets never committed); the
+branch is the real one, so what the committer reads back is what decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agents.applier import Applier, RawRecord
+from models.deadletter import DeadLetter
+from monitoring.metrics import Metrics
+from sinks.committer import BatchCommitter
+from sinks.nessie import Reference, SyncNessieClient
+from sinks.readback import read_world
+from streams.settings import Settings
+from tests.unit.test_applier_fakes import FakeMarks as Marks
+
+pytestmark = pytest.mark.integration
+
+OBJ = "onto.changes.objects"
+
+
+class Crash(BaseException):
+    """A kill -9 at a point of the flush: nothing after it runs (BaseException escapes retries)."""
+
+
+class Dlq:
+    def __init__(self) -> None:
+        self.letters: list[DeadLetter] = []
+        self.crash_next = False
+
+    async def publish(self, letters: Sequence[DeadLetter]) -> None:
+        if self.crash_next:
+            self.crash_next = False
+            raise Crash
+        self.letters.extend(letters)
+
+
+class Worlds:
+    async def exists(self, world_id: str) -> bool:
+        return True
+
+    async def ensure(self, world_id: str) -> None:
+        raise AssertionError("worlds exist in these tests")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def world(nessie_url: str, unique: str) -> Iterator[str]:
+    with SyncNessieClient(nessie_url) as client:
+        world_id = f"eo{unique}"
+        client.create_branch(f"world-{world_id}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
+        yield world_id
+
+
+@pytest.fixture
+def eo_settings(settings: Settings, tmp_path: Path) -> Settings:
+    return settings.replace(
+        warehouse=f"file://{tmp_path}/warehouse",
+        batch_max_events=100,
+        batch_max_seconds=0.0,
+        causal_timeout_s=5.0,
+        commit_backoff_s=0.02,
+    )
+
+
+def applier(settings: Settings, marks: Marks, dlq: Dlq, clock: Clock) -> Applier:
+    return Applier(
+        settings,
+        marks=marks,
+        committer=BatchCommitter(settings),
+        dead_letters=dlq,
+        worlds=Worlds(),
+        metrics=Metrics(),
+        clock=clock,
+    )
+
+
+def rec(
+    world: str, offset: int, eid: str, pk: str, *, version: int = 1, caused_by: str | None = None, partition: int = 0
+) -> RawRecord:
+    doc = {
+        "event_id": eid,
+        "world_id": world,
+        "object_type": "T",
+        "object_pk": pk,
+        "change_type": "CREATE" if version == 1 else "UPDATE",
+        "after_properties": {"v": version},
+        "version": version,
+        "occurred_at": 0,
+        "caused_by": caused_by,
+    }
+    return RawRecord(OBJ, partition, offset, f"{world}::{pk}".encode(), orjson.dumps(doc), [], f"h{offset}")
+
+
+async def test_a_dead_lettered_event_redelivered_under_a_floor_is_not_marked_applied(
+    world: str, eo_settings: Settings
+) -> None:
+    """Case 2: E@10 times out → DLQ; a flush records floor 11; crash before the offset commit; E's
+    cause arrives; E is redelivered, released and dropped by the floor. It must not be marked
+    applied (a redrive would be skipped) and must not release its effects."""
+    marks, dlq, clock = Marks(), Dlq(), Clock()
+    first = applier(eo_settings, marks, dlq, clock)
+    await first.process([rec(world, 10, "E", "e", caused_by="C")])
+    clock.now += 10
+    await first.tick()
+    assert [d.reason for d in dlq.letters] == ["cause-missing"]
+    await first.process([rec(world, 11, "X", "x")])  # its flush records floor 11 on the branch
+    # kill -9: Kafka never got offset 10 or 11; a new worker reads them again after C arrived.
+    second = applier(eo_settings, marks, dlq, clock)
+    await second.process([rec(world, 0, "C", "c", partition=1)])
+    await second.process([rec(world, 10, "E", "e", caused_by="C"), rec(world, 11, "X", "x")])
+    await second.process([rec(world, 12, "F", "f", caused_by="E")])
+    assert (world, "E") not in marks.marked
+    assert second.gate.is_parked((world, "F"))  # E never took effect: F waits for it
+    assert set(read_world(eo_settings, world).event_ids) == {"X", "C"}
+
+
+async def test_stale_events_of_a_batch_found_committed_after_a_crash_are_dead_lettered(
+    world: str, eo_settings: Settings
+) -> None:
+    """Case 3: the commit landed, the worker died before the stale dead letter; redelivery."""
+    marks, dlq, clock = Marks(), Dlq(), Clock()
+    first = applier(eo_settings, marks, dlq, clock)
+    await first.process([rec(world, 0, "N", "p", version=2)])
+    dlq.crash_next = True
+    with pytest.raises(Crash):
+        await first.process([rec(world, 1, "O", "p", version=1)])
+    assert not dlq.letters
+    second = applier(eo_settings, marks, dlq, clock)
+    acks = await second.process([rec(world, 1, "O", "p", version=1)])
+    assert [(d.reason, d.event_id) for d in dlq.letters] == [("stale-version", "O")]
+    assert acks == ["h1"]
+
+
+async def test_a_producer_retry_of_an_applied_event_with_its_mark_lost_is_a_duplicate(
+    world: str, eo_settings: Settings
+) -> None:
+    """A copy at another offset, its mark lost in the commit→mark window: not `stale-version`."""
+    marks, dlq, clock = Marks(), Dlq(), Clock()
+    first = applier(eo_settings, marks, dlq, clock)
+    await first.process([rec(world, 0, "A", "p")])
+    marks.marked.clear()  # the crash came between the Nessie commit and the marks
+    second = applier(eo_settings, marks, dlq, clock)
+    acks = await second.process([rec(world, 5, "A", "p")])
+    assert not dlq.letters
+    assert acks == ["h5"] and second.totals["duplicates"] == 1
+    assert (world, "A") in marks.marked
+    assert read_world(eo_settings, world).event_ids["A"] == 1
+
+
+async def test_a_cause_applied_on_the_branch_but_unknown_to_redis_releases_its_effect(
+    world: str, eo_settings: Settings
+) -> None:
+    """Case 5: the cause's mark expired or was lost (or the world is a fork): the log decides."""
+    marks, dlq, clock = Marks(), Dlq(), Clock()
+    first = applier(eo_settings, marks, dlq, clock)
+    await first.process([rec(world, 0, "C", "c")])
+    marks.marked.clear()  # TTL expiry or Redis data loss
+    second = applier(eo_settings, marks, dlq, clock)
+    await second.process([rec(world, 1, "E", "e", caused_by="C")])
+    assert second.gate.is_parked((world, "E"))
+    clock.now += 1.5  # past the lookup grace, far from the causal timeout
+    acks = await second.tick()
+    assert not dlq.letters and acks == ["h1"]
+    assert (world, "C") in marks.marked  # the mark is repaired
+    assert set(read_world(eo_settings, world).event_ids) == {"C", "E"}
+
+
+async def test_a_near_limit_bad_record_is_dead_lettered_without_its_value_and_the_worker_goes_on(
+    unique: str, tmp_path: Path
+) -> None:
+    """Oversized dead letters: the record fits the topic, the record plus our headers does not."""
+    from tests.integration.pipeline import Pipeline
+
+    pipe = await Pipeline.create(unique, tmp_path, batch_max_seconds=0.2)
+    try:
+        huge = b"{" + b"x" * 1_047_700  # malformed JSON just under the broker's 1 MB record limit
+        await pipe.publish_raw(pipe.settings.objects_topic, b"prod::big", huge, [("trace", b"t" * 700)])
+        good = {
+            "event_id": f"g-{unique}",
+            "world_id": "prod",
+            "object_type": "T",
+            "object_pk": "g",
+            "change_type": "CREATE",
+            "after_properties": {},
+            "version": 1,
+            "occurred_at": 0,
+        }
+        await pipe.publish_raw(pipe.settings.objects_topic, b"prod::g", orjson.dumps(good), [])
+        pipe.start_worker()
+        await pipe.wait_drained(timeout=120)  # today: the DLQ publish is refused forever, nothing drains
+        [letter] = await pipe.dead_letters()
+        assert letter.reason == "malformed-json" and letter.value is None
+        assert "omitted" in letter.detail and f"{pipe.settings.objects_topic}/" in letter.detail
+        assert f"g-{unique}" in pipe.state("prod").event_ids
+    finally:
+        pipe.stop_all()
+
+
+def test_a_live_commit_between_the_replays_two_reads_does_not_commit_an_event_twice(
+    world: str, eo_settings: Settings
+) -> None:
+    """Replay race: the replay read the log, then a live worker committed E, then the replay read the
+    recorded offsets: E looked recorded-but-absent and was committed a second time."""
+    from agents.replayer import ReplayCommitter
+    from sinks.committer import Batch, Source
+    from tests.integration.test_committer import obj
+
+    live = BatchCommitter(eo_settings)
+    e = obj(world, "p1", "CREATE", 1)
+    item = [(e, Source(OBJ, 0, 4))]
+
+    class Racing(ReplayCommitter):
+        def event_ids_in_log(self, branch: str, ids: Sequence[str]) -> set[str]:
+            present = super().event_ids_in_log(branch, ids)
+            live.commit_batch(Batch.from_sources(world, "live-1", item))  # lands between the reads
+            return present
+
+    Racing(BatchCommitter(eo_settings)).commit_batch(Batch.from_sources(world, "replay-1", item))
+    assert read_world(eo_settings, world).event_ids[e.event_id] == 1
