@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -183,3 +184,48 @@ def test_publish_audit_approve_run_fast_forward_and_moved_head_refused(
     assert _names(api, t) == {"p1": "n1", "p2": "etl2", "p3": "n3", "p4": "late", "p8": "x"}
     runs = [e for e in log.entries(plan.plan_id) if e["kind"] == "run"]
     assert [(r["outcome"], r["by"]) for r in runs] == [("published", "test-operator")]
+
+
+def test_same_merge_key_from_two_clients_at_once_has_one_effect(pair, api: Worlds, server: ApiProcess) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p2", "UPDATE", 2, name="src")])
+    before = target.commit("t1", [obj(t, "p3", "UPDATE", 2, name="tgt")])
+    answers: list[object] = []
+
+    def merge() -> None:
+        with server.client("operator") as c:
+            try:
+                answers.append(c.merge_world(s, t, idempotency_key="merge-race"))
+            except grpc.RpcError as exc:  # kept: the assertion below shows it
+                answers.append(exc)
+
+    threads = [threading.Thread(target=merge) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert all(isinstance(a, type(answers[0])) for a in answers) and answers[0] == answers[1], answers
+    merged = answers[0]
+    assert merged.status == "merged" and merged.commit_hash == api.head(t).hash  # type: ignore[union-attr]
+    history = [c for page in api.client.history(api.branch(t), max_records=5) for c in page]
+    assert history[1].hash == before  # one merge commit on top of the planned head, not two
+    runs = [(e["result"], e["replayed"]) for e in server.audit() if e["idempotency_key"] == "merge-race"]
+    assert sorted(runs) == [("OK", False), ("OK", True)]
+
+
+def test_publish_run_by_three_way_merge_when_the_target_moved_before_the_audit(
+    pair, api: Worlds, server: ApiProcess
+) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    target.commit("t1", [obj(t, "p4", "UPDATE", 2, name="prod")])
+    with server.client("operator") as c:
+        plan = c.publish_audit(s, t)
+        assert plan.verdict == "eligible" and not plan.fast_forward
+        c.publish_approve(plan.plan_id, t)
+        out = c.publish_run(plan.plan_id, t, keep_source=True)
+        assert (out.outcome, out.path, out.verified, out.source_deleted) == ("published", "merge", True, False)
+        assert api.head(t).hash == out.commit_hash
+    assert _names(api, t) == {"p1": "etl", "p2": "n2", "p3": "n3", "p4": "prod"}
