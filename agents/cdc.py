@@ -60,6 +60,7 @@ from agents.cdc_plan import (
     unchecked_world_warning,
 )
 from agents.kafka_loop import KafkaLoop
+from streams.security import kafka_client_options
 from streams.settings import Settings, SettingsError
 from streams.topics import MESSAGE_HEADROOM_BYTES, ensure_topics, message_bytes_needed
 
@@ -117,9 +118,11 @@ class _Revoke(ConsumerRebalanceListener):  # type: ignore[misc]
         log.info("cdc ingest assigned %d partitions", len(assigned))
 
 
-async def topic_limits(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
+async def topic_limits(
+    bootstrap: str, topics: Sequence[str], kafka_options: dict[str, Any] | None = None
+) -> dict[str, int]:
     """``max.message.bytes`` of each existing topic (missing topics are left out)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(kafka_options or {}))
     await admin.start()
     try:
         wanted = [ConfigResource(ConfigResourceType.TOPIC, t, {"max.message.bytes": None}) for t in topics]
@@ -186,6 +189,7 @@ class CdcIngest(KafkaLoop):
             enable_idempotence=True,
             linger_ms=self.options.linger_ms,
             max_request_size=self.max_request_bytes,
+            **kafka_client_options(self.settings),
         )
 
     async def refresh_limits(self) -> None:
@@ -194,7 +198,7 @@ class CdcIngest(KafkaLoop):
         needed = message_bytes_needed(s)
         outputs = [s.objects_topic, s.links_topic, s.dlq_topic]
         try:
-            found = await topic_limits(s.kafka_bootstrap, outputs)
+            found = await topic_limits(s.kafka_bootstrap, outputs, kafka_client_options(s))
         except KafkaError as exc:  # e.g. no DescribeConfigs permission: fall back to the broker's refusals
             log.warning("cdc ingest: cannot read the topics' max.message.bytes: %r", exc)
             found = {}
@@ -215,6 +219,7 @@ class CdcIngest(KafkaLoop):
             metadata_max_age_ms=self.options.metadata_max_age_ms,
             isolation_level="read_committed",
             max_partition_fetch_bytes=max(1_048_576, self.settings.max_event_bytes * 2),
+            **kafka_client_options(self.settings),
         )
         await self._producer.start()
         try:

@@ -7,6 +7,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
@@ -49,8 +50,9 @@ def fit(letter: DeadLetter, limit: int = MAX_LETTER_BYTES) -> DeadLetter:
 class DeadLetterPublisher:
     """Sends DeadLetter records to the DLQ topic with their reason headers (acks=all, idempotent)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, kafka_options: dict[str, Any] | None = None) -> None:
         self.topic = topic
+        self._options = kafka_options or {}  # streams.security.kafka_client_options
         self._bootstrap = bootstrap
         self._producer: AIOKafkaProducer | None = None
 
@@ -63,6 +65,7 @@ class DeadLetterPublisher:
                 enable_idempotence=True,
                 linger_ms=5,
                 max_request_size=8 * 1024 * 1024,
+                **self._options,
             )
             await producer.start()
             self._producer = producer

@@ -30,6 +30,7 @@ from models.deadletter import DeadLetter
 from models.events import ChangeEvent, decode
 from models.worlds import InvalidWorldId, WorldNaming
 from sinks.nessie import NessieClient
+from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from worlds.manager import WorldManager
 
@@ -46,7 +47,9 @@ async def read_dlq(
     """Every letter of the DLQ topic matching ``flt``, oldest first, one per origin (copies that
     redelivery made are attached to the first, see ``agents.redrive.collapse``); and how many DLQ
     records were scanned."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
+    )
     try:
         await consumer.start()  # inside: a failed start still closes the client (no "Unclosed" noise)
         parts = consumer.partitions_for_topic(settings.dlq_topic)
@@ -110,8 +113,8 @@ async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, forc
             events[r.ref] = ev
     refs = [(ev.world_id, ev.event_id) for ev in events.values()]
     wanted = causes_wanted(records, events)
-    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s)
-    client = aioredis.Redis.from_url(settings.redis_url)
+    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
+    client = aioredis.Redis.from_url(settings.redis_url, **redis_options(settings))
     try:
         applied = await marks.applied(refs)
         causes_marked = await marks.applied(wanted) if wanted else set()
@@ -176,9 +179,13 @@ async def send(settings: Settings, decisions: Sequence[Decision], progress: Call
     if not todo:
         return 0
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True, linger_ms=5
+        bootstrap_servers=settings.kafka_bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
+        **kafka_client_options(settings),
     )
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = aioredis.Redis.from_url(settings.redis_url, **redis_options(settings))
     await producer.start()
     sent = 0
     try:

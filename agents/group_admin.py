@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -11,9 +12,9 @@ from aiokafka.structs import OffsetAndMetadata
 from agents.offsets_admin import GroupState, LagRow, Member, ResetRow, check_resettable
 
 
-async def describe_group(bootstrap: str, group: str) -> GroupState:
+async def describe_group(bootstrap: str, group: str, kafka_options: dict[str, Any] | None = None) -> GroupState:
     """The group's state and members as the group coordinator reports them."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(kafka_options or {}))
     await admin.start()
     try:
         responses = await admin.describe_consumer_groups([group])
@@ -45,11 +46,15 @@ async def _partitions(consumer: AIOKafkaConsumer, topics: Sequence[str]) -> list
 
 
 async def partition_offsets(
-    bootstrap: str, group: str, topics: Sequence[str], at_ms: int | None = None
+    bootstrap: str,
+    group: str,
+    topics: Sequence[str],
+    at_ms: int | None = None,
+    kafka_options: dict[str, Any] | None = None,
 ) -> tuple[list[LagRow], dict[tuple[str, int], int | None]]:
     """Committed/start/end per partition (and ``offsets_for_times(at_ms)`` when asked)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **(kafka_options or {}))
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **(kafka_options or {}))
     await consumer.start()
     await admin.start()
     try:
@@ -72,15 +77,19 @@ async def partition_offsets(
         await admin.close()
 
 
-async def commit_reset(bootstrap: str, group: str, rows: Sequence[ResetRow]) -> GroupState:
+async def commit_reset(
+    bootstrap: str, group: str, rows: Sequence[ResetRow], kafka_options: dict[str, Any] | None = None
+) -> GroupState:
     """Commit the planned offsets for ``group``, checking again that it has no members.
 
     The broker also refuses a commit from outside the group's generation while members are
     active, so a worker that joins between the check and the commit cannot be overwritten.
     """
-    state = await describe_group(bootstrap, group)
+    state = await describe_group(bootstrap, group, kafka_options)
     check_resettable(state)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False, **(kafka_options or {})
+    )
     await consumer.start()
     try:
         tps = [TopicPartition(r.topic, r.partition) for r in rows]

@@ -37,6 +37,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from agents.applier import Applier, RawRecord
 from agents.kafka_loop import KafkaLoop
 from monitoring.metrics import Metrics
+from streams.security import kafka_client_options
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class ChangeIntake(KafkaLoop):
             max_partition_fetch_bytes=max(4 * 1_048_576, self.settings.max_event_bytes * 2),
             session_timeout_ms=int(self.settings.session_timeout_s * 1000),
             heartbeat_interval_ms=int(max(1.0, self.settings.session_timeout_s / 5) * 1000),
+            **kafka_client_options(self.settings),
         )
         self._consumer.subscribe(topics=list(self.topics), listener=_Rebalance(self))
         await self._consumer.start()

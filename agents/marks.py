@@ -96,8 +96,9 @@ class AppliedMarks:
         self.read_legacy = read_legacy
 
     @classmethod
-    def from_url(cls, url: str, ttl_s: int, *, read_legacy: bool = True) -> AppliedMarks:
-        client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    def from_url(cls, url: str, ttl_s: int, *, read_legacy: bool = True, **options: Any) -> AppliedMarks:
+        """``options``: streams.security.redis_options (password, ACL user, TLS CA)."""
+        client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
         return cls(client, ttl_s, read_legacy=read_legacy)
 
     async def applied(self, pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:

@@ -17,11 +17,18 @@ import errno
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from monitoring.health import Health
 from sinks.errors import NessieNotAnApi, NessieUnavailable
 from sinks.nessie import Config, NessieClient, RetryPolicy
+from streams.security import (
+    KafkaFailureLog,
+    kafka_client_options,
+    nessie_http_options,
+    redis_options,
+    security_reason,
+)
 from streams.settings import Settings
 
 Verdict = Literal["ok", "down", "wrong"]
@@ -46,10 +53,7 @@ class NotNessieV2(NessieNotAnApi):
 async def nessie_config(settings: Settings, timeout_s: float) -> Config:
     """``GET /config``, checked to be Nessie's REST API v2; raises NessieNotAnApi or NessieUnavailable."""
     client = NessieClient(
-        settings.nessie_url,
-        token=settings.nessie_token.reveal(),
-        timeout=timeout_s,
-        retry=RetryPolicy(attempts=1),
+        settings.nessie_url, timeout=timeout_s, retry=RetryPolicy(attempts=1), **nessie_http_options(settings)
     )
     async with client:
         config = await client.config()
@@ -93,17 +97,22 @@ async def _timed(service: str, timeout_s: float, probe: asyncio.Future[str] | as
         return ProbeResult(service, "wrong", detail, time.perf_counter() - started)
     except NessieUnavailable as exc:
         verdict: Verdict = "down" if _refused(exc) or "unreachable" in str(exc) else "wrong"
-        return ProbeResult(service, verdict, " ".join(str(exc).split()), time.perf_counter() - started)
+        result = ProbeResult(service, verdict, " ".join(str(exc).split()), time.perf_counter() - started)
+        return _with_reason(result, _chain_text(exc))
     except Exception as exc:  # noqa: BLE001 - a probe reports every failure as its verdict
         verdict = "down" if _refused(exc) else "wrong"
-        return ProbeResult(service, verdict, describe(exc), time.perf_counter() - started)
+        return _with_reason(
+            ProbeResult(service, verdict, describe(exc), time.perf_counter() - started), _chain_text(exc)
+        )
     return ProbeResult(service, "ok", detail, time.perf_counter() - started)
 
 
-async def _kafka(bootstrap: str, timeout_s: float) -> str:
+async def _kafka(bootstrap: str, timeout_s: float, kafka_options: dict[str, Any] | None = None) -> str:
     from aiokafka.client import AIOKafkaClient
 
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    client = AIOKafkaClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000), **(kafka_options or {})
+    )
     try:
         await client.bootstrap()
         brokers = client.cluster.brokers()
@@ -112,10 +121,10 @@ async def _kafka(bootstrap: str, timeout_s: float) -> str:
         await client.close()
 
 
-async def _redis(url: str, timeout_s: float) -> str:
+async def _redis(url: str, timeout_s: float, **options: Any) -> str:
     import redis.asyncio as aioredis
 
-    client = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    client = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
     try:
         if not await client.ping():
             raise RuntimeError("PING did not answer PONG")
@@ -129,12 +138,39 @@ async def _nessie(settings: Settings, timeout_s: float) -> str:
     return f"REST API v{config.api_version}, spec {config.spec_version}, default branch {config.default_branch}"
 
 
+def _with_reason(result: ProbeResult, text: str) -> ProbeResult:
+    """Name a refused password, user, certificate or token first in a failed probe's detail."""
+    reason = security_reason(f"{text} {result.detail}") if result.verdict != "ok" else ""
+    if not reason or result.detail.startswith(reason):
+        return result
+    return ProbeResult(result.service, result.verdict, f"{reason} ({result.detail})", result.seconds)
+
+
+def _chain_text(exc: BaseException) -> str:
+    parts, seen = [], exc
+    for _ in range(8):
+        parts.append(f"{type(seen).__name__}: {seen}")
+        nxt = seen.__cause__ or seen.__context__
+        if nxt is None:
+            break
+        seen = nxt
+    return " ".join(parts)
+
+
 async def probe_kafka(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
-    return await _timed("kafka", timeout_s, asyncio.ensure_future(_kafka(settings.kafka_bootstrap, timeout_s)))
+    with KafkaFailureLog() as kafka_log:  # aiokafka logs the cause and raises only "Unable to bootstrap"
+        result = await _timed(
+            "kafka",
+            timeout_s,
+            asyncio.ensure_future(_kafka(settings.kafka_bootstrap, timeout_s, kafka_client_options(settings))),
+        )
+    return _with_reason(result, kafka_log.last)
 
 
 async def probe_redis(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
-    return await _timed("redis", timeout_s, asyncio.ensure_future(_redis(settings.redis_url, timeout_s)))
+    return await _timed(
+        "redis", timeout_s, asyncio.ensure_future(_redis(settings.redis_url, timeout_s, **redis_options(settings)))
+    )
 
 
 async def probe_nessie(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:

@@ -69,6 +69,7 @@ from sinks.nessie import SyncNessieClient
 from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
 from sinks.tables import COMMON, EVENTS, contracts
+from streams.security import kafka_client_options
 from streams.settings import Settings
 from worlds.manager import world_ids
 
@@ -212,12 +213,17 @@ class Reconciler:
         if events is not None:
             scan = events.scan(
                 row_filter=f"kind = '{EntityKind.OBJECT.value}' AND applied = true",
-                selected_fields=KEY_COLUMNS,
+                selected_fields=KEY_COLUMNS + (("batch_seq",) if "batch_seq" in events.schema().column_names else ()),
             ).to_arrow()
             rows = scan.to_pylist()
             # Commit order: committed_at (taken per attempt, so a retried batch sorts after the commit
-            # it lost to), then read order, which keeps a batch's own order.
-            log_rows = [r for _, r in sorted(enumerate(rows), key=lambda ir: (ir[1]["committed_at"], ir[0]))]
+            # it lost to), then the batch's order: batch_seq, or read order for rows written without it.
+            log_rows = [
+                r
+                for _, r in sorted(
+                    enumerate(rows), key=lambda ir: (ir[1]["committed_at"], ir[1].get("batch_seq") or 0, ir[0])
+                )
+            ]
         derived = derive(log_rows)
         wanted = expected(derived)
 
@@ -323,7 +329,9 @@ def record(metrics: Metrics, report: RunReport) -> None:
 
 async def read_control_counts(settings: Settings, timeout_s: float = 10.0) -> dict[str, dict[str, int]]:
     """The newest count checkpoint per (world, type), read from the start of the count topic to its end."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
+    )
     await consumer.start()
     try:
         parts = await consumer._client.fetch_all_metadata()  # noqa: SLF001 - no public per-topic lookup

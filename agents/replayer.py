@@ -48,6 +48,7 @@ from sinks.committer import Batch, BatchCommitter, CommitOutcome
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
 from sinks.tables import ENTITY_EVENTS
+from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from worlds.manager import ForkSource, WorldManager
 
@@ -82,7 +83,7 @@ class CheckpointStore:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CheckpointStore:
-        return cls(aioredis.Redis.from_url(settings.redis_url), settings.dedupe_ttl_s)
+        return cls(aioredis.Redis.from_url(settings.redis_url, **redis_options(settings)), settings.dedupe_ttl_s)
 
     async def load(self, replay_id: str) -> Checkpoint | None:
         raw = await self.redis.get(CHECKPOINT_PREFIX + replay_id)
@@ -214,7 +215,9 @@ Progress = Callable[[int], None]
 
 async def plan(settings: Settings, spec: ReplaySpec) -> dict[tuple[str, int], tuple[int, int]]:
     """Resolve the spec to concrete ``[start, end)`` per partition (reads the brokers only)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
+    )
     await consumer.start()
     try:
         tps: list[TopicPartition] = []
@@ -267,7 +270,7 @@ async def prepare_world(
         source = ForkSource(commit=spec.fork_from) if spec.fork_from else ForkSource(world=source_world)
         world, created = await manager.create(spec.into_world, source)
     ids = await asyncio.to_thread(_log_event_ids, settings, f"{world.branch}@{world.hash}")
-    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s)
+    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
     try:
         for i in range(0, len(ids), 5000):
             await marks.mark([(spec.into_world, e) for e in ids[i : i + 5000]])
@@ -426,10 +429,10 @@ async def _run(
     cp.runs += 1
 
     naming = WorldNaming(settings.prod_world, settings.main_branch)
-    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s)
+    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
     committer = ReplayCommitter(BatchCommitter(settings))
     clock = SkippableClock()
-    dlq = DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic)
+    dlq = DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings))
     nessie = NessieClient.from_settings(settings)
     applier = Applier(
         settings,
@@ -445,7 +448,10 @@ async def _run(
     kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
     remaining = cp.remaining()
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, max_poll_records=2000
+        bootstrap_servers=settings.kafka_bootstrap,
+        enable_auto_commit=False,
+        max_poll_records=2000,
+        **kafka_client_options(settings),
     )
     await consumer.start()
     counts = dict.fromkeys(("read", "filtered_out", "invalid_skipped"), 0)

@@ -65,6 +65,7 @@ from sinks.committer import PROP_BATCH, PROP_WORLD, BatchCommitter, read_rows, s
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
 from sinks.rows import property_value
 from sinks.tables import TableDef, contracts, evolve, projection_for, schema_property
+from streams.security import kafka_client_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from worlds.manager import world_ids
@@ -333,13 +334,16 @@ class SchemaSync(KafkaLoop):
     async def start(self) -> None:
         s = self.settings
         await ensure_topics(s, {s.schema_topic: 1, s.schema_answer_topic: 1, s.schema_intelligence_topic: 1})
-        self._producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, acks="all", enable_idempotence=True)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=s.kafka_bootstrap, acks="all", enable_idempotence=True, **kafka_client_options(s)
+        )
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=s.kafka_bootstrap,
             group_id=self.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
+            **kafka_client_options(s),
         )
         await self._producer.start()
         self._consumer.subscribe([s.schema_topic, s.schema_intelligence_topic], listener=_Revoke(self))

@@ -35,6 +35,7 @@ from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
 from streams.app import create_app
+from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from worlds.manager import WorldManager
@@ -76,10 +77,13 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     applier = Applier(
         settings,
         marks=AppliedMarks.from_url(
-            settings.redis_url, settings.dedupe_ttl_s, read_legacy=settings.dedupe_read_legacy_marks
+            settings.redis_url,
+            settings.dedupe_ttl_s,
+            read_legacy=settings.dedupe_read_legacy_marks,
+            **redis_options(settings),
         ),
         committer=BatchCommitter(settings, on_retry=metrics.commit_retry),
-        dead_letters=DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic),
+        dead_letters=DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings)),
         worlds=_Worlds(settings),
         metrics=metrics,
         worker_id=worker_id,
@@ -106,6 +110,9 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     # The timer reads the last run back every few seconds, passes or not: a timer that stops doing so is stuck.
     stall = reconciler.readback_interval_s + LOOP_STALL_S
     health.register_loop("reconcile-timer", meter_method(reconciler, "readback").progress, stall)
+    from worlds import publish_timer  # periodic drift audit of worlds into prod (off by default)
+
+    publish_timer.attach(app, settings, metrics.registry)
     metrics.dead_letter_series([settings.objects_topic, settings.links_topic])
     attach_intake(app, ChangeIntake(settings, applier, metrics))
 

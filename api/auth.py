@@ -7,9 +7,11 @@ target world id: it never looks a world up, so a refusal never tells whether the
 
 Roles (each includes the ones before it):
 
-* ``reader``: GetWorld, ListWorlds, ListReleases, GetCommitHistory, GetDiff, GetEntityAudit, QueryAt;
-* ``operator``: CreateWorld, ForkWorld, CreateRelease, MergeWorld, Rollback, ApplyChanges in
-  non-production worlds;
+* ``reader``: GetWorld, ListWorlds, ListReleases, GetCommitHistory, GetDiff, GetEntityAudit, QueryAt,
+  ListConflicts;
+* ``operator``: CreateWorld, ForkWorld, CreateRelease, MergeWorld, ResolveConflict, ContinueMerge,
+  AbortMerge, Rollback, ApplyChanges, PublishAudit, PublishApprove, PublishRun in non-production
+  worlds (merge and publish: the target world);
 * ``admin``: anything, including any write to the production world and DeleteWorld.
 """
 
@@ -40,12 +42,19 @@ METHOD_ROLE: dict[str, Role] = {
     "GetDiff": Role.reader,
     "GetEntityAudit": Role.reader,
     "QueryAt": Role.reader,
+    "ListConflicts": Role.reader,
     "CreateWorld": Role.operator,
     "ForkWorld": Role.operator,
     "CreateRelease": Role.operator,
     "MergeWorld": Role.operator,
     "Rollback": Role.operator,
     "ApplyChanges": Role.operator,
+    "ResolveConflict": Role.operator,
+    "ContinueMerge": Role.operator,
+    "AbortMerge": Role.operator,
+    "PublishAudit": Role.operator,  # checked against the source world (the audit writes only the publish log)
+    "PublishApprove": Role.operator,  # checked against the plan's target: into prod needs admin
+    "PublishRun": Role.operator,
     "DeleteWorld": Role.admin,
 }
 

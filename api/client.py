@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import grpc
+from grpc_status import rpc_status
 
 from api import world_manager_pb2 as pb
 from api import world_manager_pb2_grpc as pb_grpc
@@ -170,3 +171,99 @@ class WorldClient:
             idempotency_key=self.key(idempotency_key),
         )
         return self.call("ApplyChanges", req)
+
+    # --- merge -----------------------------------------------------------------------------------
+
+    def merge_world(
+        self,
+        source: str,
+        target: str,
+        strategy: str = "NORMAL",
+        *,
+        strategy_for: dict[str, str] | None = None,
+        dry_run: bool = False,
+        message: str = "",
+        idempotency_key: str | None = None,
+    ) -> pb.MergeResponse:
+        """Merge ``source`` into ``target``; conflicts under NORMAL raise ABORTED (see :meth:`conflicts_of`)."""
+        req = pb.MergeWorldRequest(
+            source_world_id=source,
+            target_world_id=target,
+            strategy=pb.MergeStrategy.Value(strategy),
+            strategy_for=strategy_for or {},
+            dry_run=dry_run,
+            message=message,
+            idempotency_key=self.key(idempotency_key),
+        )
+        return self.call("MergeWorld", req)
+
+    @staticmethod
+    def conflicts_of(error: grpc.RpcError) -> pb.MergeResponse | None:
+        """The conflicts an ABORTED merge carries in its rich status details, or None."""
+        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        for detail in status.details if status else ():
+            out = pb.MergeResponse()
+            if detail.Unpack(out):
+                return out
+        return None
+
+    def list_conflicts(self, target: str) -> pb.ListConflictsResponse:
+        return self.call("ListConflicts", pb.ListConflictsRequest(target_world_id=target))
+
+    def resolve_conflict(
+        self, target: str, conflict_id: int, take: str, *, idempotency_key: str | None = None
+    ) -> pb.MergeConflict:
+        req = pb.ResolveConflictRequest(
+            target_world_id=target, conflict_id=conflict_id, take=take, idempotency_key=self.key(idempotency_key)
+        )
+        return self.call("ResolveConflict", req).conflict
+
+    def continue_merge(self, target: str, message: str = "", *, idempotency_key: str | None = None) -> pb.MergeResponse:
+        req = pb.ContinueMergeRequest(
+            target_world_id=target, message=message, idempotency_key=self.key(idempotency_key)
+        )
+        return self.call("ContinueMerge", req)
+
+    def abort_merge(self, target: str, *, idempotency_key: str | None = None) -> bool:
+        req = pb.AbortMergeRequest(target_world_id=target, idempotency_key=self.key(idempotency_key))
+        return bool(self.call("AbortMerge", req).aborted)
+
+    # --- Write-Audit-Publish ---------------------------------------------------------------------
+
+    def publish_audit(
+        self, source: str, target: str = "", *, idempotency_key: str | None = None, **limits: int
+    ) -> pb.PublishAuditResponse:
+        """Audit ``source`` against ``target`` (empty: prod); ``limits``: max_drift, max_tables,
+        max_changed_entities (unset: the server's settings)."""
+        req = pb.PublishAuditRequest(
+            source_world_id=source, target_world_id=target, idempotency_key=self.key(idempotency_key), **limits
+        )
+        return self.call("PublishAudit", req)
+
+    def publish_approve(
+        self, plan_id: str, target: str = "", *, decline: bool = False, idempotency_key: str | None = None
+    ) -> pb.PublishApproveResponse:
+        req = pb.PublishApproveRequest(
+            plan_id=plan_id, target_world_id=target, decline=decline, idempotency_key=self.key(idempotency_key)
+        )
+        return self.call("PublishApprove", req)
+
+    def publish_run(
+        self,
+        plan_id: str,
+        target: str = "",
+        *,
+        strategy: str = "",
+        keep_source: bool = False,
+        dry_run: bool = False,
+        idempotency_key: str | None = None,
+    ) -> pb.PublishRunResponse:
+        req = pb.PublishRunRequest(
+            plan_id=plan_id,
+            target_world_id=target,
+            strategy=strategy,
+            keep_source=keep_source,
+            dry_run=dry_run,
+            idempotency_key=self.key(idempotency_key),
+        )
+        return self.call("PublishRun", req)

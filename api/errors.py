@@ -24,9 +24,14 @@ from worlds.refs import InvalidRef
 
 
 class ApiError(Exception):
-    """Root of the API's own errors; ``code`` is the gRPC status it is answered with."""
+    """Root of the API's own errors; ``code`` is the gRPC status it is answered with.
+
+    ``status_details``: a serialized ``google.rpc.Status`` sent as the ``grpc-status-details-bin``
+    trailer (the gRPC rich error model), stored with the outcome under an idempotency key.
+    """
 
     code = grpc.StatusCode.INTERNAL
+    status_details: bytes = b""
 
 
 class InvalidRequest(ApiError):
@@ -53,6 +58,16 @@ class InFlight(ApiError):
     """Another call holds the idempotency key and did not finish within the wait: retry with the same key."""
 
     code = grpc.StatusCode.UNAVAILABLE
+
+
+class MergeConflicts(ApiError):
+    """A merge met conflicts and wrote nothing; the conflicts are in ``status_details``."""
+
+    code = grpc.StatusCode.ABORTED
+
+    def __init__(self, message: str, status_details: bytes) -> None:
+        super().__init__(message)
+        self.status_details = status_details
 
 
 class Unauthenticated(ApiError):
@@ -88,6 +103,17 @@ _WORLDS_MESSAGE = (
     ("not a time", grpc.StatusCode.INVALID_ARGUMENT),
     ("releases are immutable", grpc.StatusCode.ALREADY_EXISTS),
     ("moved", grpc.StatusCode.FAILED_PRECONDITION),
+    ("no pending merge", grpc.StatusCode.NOT_FOUND),
+    ("no conflict ", grpc.StatusCode.NOT_FOUND),
+    ("unknown plan", grpc.StatusCode.NOT_FOUND),
+    ("are the same world", grpc.StatusCode.INVALID_ARGUMENT),
+    ("must differ", grpc.StatusCode.INVALID_ARGUMENT),
+    ("unknown merge strategy", grpc.StatusCode.INVALID_ARGUMENT),
+    ("--take wants", grpc.StatusCode.INVALID_ARGUMENT),
+    ("--strategy-for wants", grpc.StatusCode.INVALID_ARGUMENT),
+    ("value is not json", grpc.StatusCode.INVALID_ARGUMENT),
+    ("value must be a json object", grpc.StatusCode.INVALID_ARGUMENT),
+    ("thresholds:", grpc.StatusCode.INVALID_ARGUMENT),
 )
 
 

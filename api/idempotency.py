@@ -30,7 +30,7 @@ import orjson
 import redis.asyncio as aioredis
 
 from agents import faults
-from api.errors import DEFINITIVE, InFlight, KeyReused, status_for
+from api.errors import DEFINITIVE, ApiError, InFlight, KeyReused, status_for
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -50,7 +50,8 @@ return 0
 
 @dataclass(frozen=True)
 class Outcome:
-    """An action's outcome as stored: a gRPC code, a message, and the serialized response on OK."""
+    """An action's outcome as stored: a gRPC code, a message, and the serialized response on OK
+    (on a failure: the serialized ``google.rpc.Status`` details, if the error carried any)."""
 
     code: grpc.StatusCode
     message: str
@@ -138,7 +139,7 @@ class IdempotentExecutor:
                 outcome = Outcome(grpc.StatusCode.OK, "", await action())
             except Exception as exc:  # noqa: BLE001 - every failure becomes a status
                 code, message = status_for(exc)
-                outcome = Outcome(code, message)
+                outcome = Outcome(code, message, exc.status_details if isinstance(exc, ApiError) else b"")
             faults.reached("api-after-action")  # fault tests: the effect landed, the outcome is not stored
             if outcome.code in DEFINITIVE:
                 await self.redis.eval(_STORE, 2, lock_key, result_key, token, outcome.dump(fp, fence), self.ttl_s)

@@ -75,6 +75,10 @@ class RemoteWorldManager:
             raise _error(exc) from exc
         return _world(answer.world), answer.created
 
+    async def plan_delete(self, world_id: str) -> World | None:
+        """The world ``delete`` would remove (None if absent); the server refuses prod on the delete itself."""
+        return await self.get(world_id)
+
     async def delete(self, world_id: str, expected_hash: str | None = None) -> bool:
         try:
             return self.client.delete_world(world_id, expected_hash=expected_hash or "")

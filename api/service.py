@@ -27,6 +27,8 @@ from api.audit_log import AuditLog
 from api.auth import Principal, authenticate, authorize, bearer
 from api.errors import ApiError, HeadMoved, InvalidRequest, NotFound, status_for
 from api.idempotency import IdempotentExecutor, fingerprint
+from api.merge_rpcs import MergeRpcs
+from api.publish_rpcs import PublishRpcs
 from models.worlds import WorldNaming
 from sinks.nessie import NessieClient
 from streams.settings import Settings
@@ -35,10 +37,7 @@ from worlds.manager import ForkSource, World, WorldManager
 from worlds.refs import WorldRef, parse_time, release_tag
 
 M = TypeVar("M", bound=Message)
-MERGE_PENDING = (
-    "MergeWorld is not available yet: the three-way merge (world merge issue) has not landed on this "
-    "server. Nothing was changed."
-)
+STATUS_DETAILS = "grpc-status-details-bin"  # the gRPC rich error model's trailer (google.rpc.Status)
 
 
 def _json(value: Any) -> str:
@@ -65,7 +64,7 @@ def _time(text: str) -> datetime | None:
     return parse_time(text) if text else None
 
 
-class WorldService(pb_grpc.WorldManagerServiceServicer):
+class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
     def __init__(
         self,
         settings: Settings,
@@ -129,6 +128,7 @@ class WorldService(pb_grpc.WorldManagerServiceServicer):
     ) -> M:
         key = getattr(request, "idempotency_key", "")
         who = self._who(context)
+        details = b""  # rich error details (google.rpc.Status) of a refusal, e.g. a merge's conflicts
         try:
             self._principal(context, method, world)
             if not key:
@@ -145,11 +145,14 @@ class WorldService(pb_grpc.WorldManagerServiceServicer):
 
             outcome = await self.executor.run(who, key, fp, run)
             code, message, replayed = outcome.code, outcome.message, outcome.replayed
+            if code != grpc.StatusCode.OK:
+                details = outcome.response
         except Exception as exc:  # noqa: BLE001 - every failure becomes a status
             (code, message), replayed = status_for(exc), False
+            details = exc.status_details if isinstance(exc, ApiError) else b""
         self.audit.write(who, method, world, key, code.name, message, replayed)
         if code != grpc.StatusCode.OK:
-            await context.abort(code, message)
+            await context.abort(code, message, trailing_metadata=((STATUS_DETAILS, details),) if details else ())
         return response_type.FromString(outcome.response)
 
     async def _stream(
@@ -254,17 +257,6 @@ class WorldService(pb_grpc.WorldManagerServiceServicer):
             return pb.DeleteWorldResponse(deleted=deleted)
 
         return await self._write("DeleteWorld", request.world_id, request, context, pb.DeleteWorldResponse, act)
-
-    async def MergeWorld(self, request: pb.MergeWorldRequest, context: Any) -> pb.MergeResponse:  # noqa: N802
-        who = self._who(context)
-        try:
-            self._principal(context, "MergeWorld", request.target_world_id)
-            code, message = grpc.StatusCode.UNIMPLEMENTED, MERGE_PENDING
-        except ApiError as exc:
-            code, message = status_for(exc)
-        self.audit.write(who, "MergeWorld", request.target_world_id, request.idempotency_key, code.name, message)
-        await context.abort(code, message)
-        raise AssertionError("unreachable")
 
     # --- releases --------------------------------------------------------------------------------
 

@@ -13,10 +13,14 @@ class MergeStrategy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OURS: _ClassVar[MergeStrategy]
     THEIRS: _ClassVar[MergeStrategy]
     FIELD_LEVEL: _ClassVar[MergeStrategy]
+    TIMESTAMP_WINS: _ClassVar[MergeStrategy]
+    MANUAL: _ClassVar[MergeStrategy]
 NORMAL: MergeStrategy
 OURS: MergeStrategy
 THEIRS: MergeStrategy
 FIELD_LEVEL: MergeStrategy
+TIMESTAMP_WINS: MergeStrategy
+MANUAL: MergeStrategy
 
 class World(_message.Message):
     __slots__ = ("world_id", "branch", "head_hash")
@@ -101,26 +105,225 @@ class ForkWorldRequest(_message.Message):
     def __init__(self, source_world_id: _Optional[str] = ..., new_world_id: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., source_release: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class MergeWorldRequest(_message.Message):
-    __slots__ = ("source_world_id", "target_world_id", "strategy", "message", "idempotency_key")
+    __slots__ = ("source_world_id", "target_world_id", "strategy", "message", "idempotency_key", "strategy_for", "dry_run")
+    class StrategyForEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SOURCE_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FOR_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     source_world_id: str
     target_world_id: str
     strategy: MergeStrategy
     message: str
     idempotency_key: str
-    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., strategy: _Optional[_Union[MergeStrategy, str]] = ..., message: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    strategy_for: _containers.ScalarMap[str, str]
+    dry_run: bool
+    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., strategy: _Optional[_Union[MergeStrategy, str]] = ..., message: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., strategy_for: _Optional[_Mapping[str, str]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class MergeConflict(_message.Message):
+    __slots__ = ("id", "kind", "entity_type", "pk", "conflict", "resolution", "json")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ENTITY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PK_FIELD_NUMBER: _ClassVar[int]
+    CONFLICT_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    kind: str
+    entity_type: str
+    pk: str
+    conflict: str
+    resolution: str
+    json: str
+    def __init__(self, id: _Optional[int] = ..., kind: _Optional[str] = ..., entity_type: _Optional[str] = ..., pk: _Optional[str] = ..., conflict: _Optional[str] = ..., resolution: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
 class MergeResponse(_message.Message):
-    __slots__ = ("status", "commit_hash")
+    __slots__ = ("status", "commit_hash", "conflicts", "source_hash", "target_head", "base", "json")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_HASH_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_HASH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_HEAD_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
     status: str
     commit_hash: str
-    def __init__(self, status: _Optional[str] = ..., commit_hash: _Optional[str] = ...) -> None: ...
+    conflicts: _containers.RepeatedCompositeFieldContainer[MergeConflict]
+    source_hash: str
+    target_head: str
+    base: str
+    json: str
+    def __init__(self, status: _Optional[str] = ..., commit_hash: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[MergeConflict, _Mapping]]] = ..., source_hash: _Optional[str] = ..., target_head: _Optional[str] = ..., base: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
+
+class ListConflictsRequest(_message.Message):
+    __slots__ = ("target_world_id",)
+    TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    target_world_id: str
+    def __init__(self, target_world_id: _Optional[str] = ...) -> None: ...
+
+class ListConflictsResponse(_message.Message):
+    __slots__ = ("source_world_id", "target_world_id", "source_hash", "target_head", "base", "conflicts")
+    SOURCE_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_HASH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_HEAD_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    source_world_id: str
+    target_world_id: str
+    source_hash: str
+    target_head: str
+    base: str
+    conflicts: _containers.RepeatedCompositeFieldContainer[MergeConflict]
+    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., source_hash: _Optional[str] = ..., target_head: _Optional[str] = ..., base: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[MergeConflict, _Mapping]]] = ...) -> None: ...
+
+class ResolveConflictRequest(_message.Message):
+    __slots__ = ("target_world_id", "conflict_id", "take", "idempotency_key")
+    TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFLICT_ID_FIELD_NUMBER: _ClassVar[int]
+    TAKE_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    target_world_id: str
+    conflict_id: int
+    take: str
+    idempotency_key: str
+    def __init__(self, target_world_id: _Optional[str] = ..., conflict_id: _Optional[int] = ..., take: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class ResolveConflictResponse(_message.Message):
+    __slots__ = ("conflict",)
+    CONFLICT_FIELD_NUMBER: _ClassVar[int]
+    conflict: MergeConflict
+    def __init__(self, conflict: _Optional[_Union[MergeConflict, _Mapping]] = ...) -> None: ...
+
+class ContinueMergeRequest(_message.Message):
+    __slots__ = ("target_world_id", "message", "idempotency_key")
+    TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    target_world_id: str
+    message: str
+    idempotency_key: str
+    def __init__(self, target_world_id: _Optional[str] = ..., message: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class AbortMergeRequest(_message.Message):
+    __slots__ = ("target_world_id", "idempotency_key")
+    TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    target_world_id: str
+    idempotency_key: str
+    def __init__(self, target_world_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class AbortMergeResponse(_message.Message):
+    __slots__ = ("aborted",)
+    ABORTED_FIELD_NUMBER: _ClassVar[int]
+    aborted: bool
+    def __init__(self, aborted: _Optional[bool] = ...) -> None: ...
+
+class PublishAuditRequest(_message.Message):
+    __slots__ = ("source_world_id", "target_world_id", "max_drift", "max_tables", "max_changed_entities", "idempotency_key")
+    SOURCE_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_DRIFT_FIELD_NUMBER: _ClassVar[int]
+    MAX_TABLES_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHANGED_ENTITIES_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    source_world_id: str
+    target_world_id: str
+    max_drift: int
+    max_tables: int
+    max_changed_entities: int
+    idempotency_key: str
+    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., max_drift: _Optional[int] = ..., max_tables: _Optional[int] = ..., max_changed_entities: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class PublishAuditResponse(_message.Message):
+    __slots__ = ("plan_id", "verdict", "blocked_by", "fast_forward", "source_hash", "target_hash", "base", "json")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_BY_FIELD_NUMBER: _ClassVar[int]
+    FAST_FORWARD_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_HASH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_HASH_FIELD_NUMBER: _ClassVar[int]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    verdict: str
+    blocked_by: _containers.RepeatedScalarFieldContainer[str]
+    fast_forward: bool
+    source_hash: str
+    target_hash: str
+    base: str
+    json: str
+    def __init__(self, plan_id: _Optional[str] = ..., verdict: _Optional[str] = ..., blocked_by: _Optional[_Iterable[str]] = ..., fast_forward: _Optional[bool] = ..., source_hash: _Optional[str] = ..., target_hash: _Optional[str] = ..., base: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
+
+class PublishApproveRequest(_message.Message):
+    __slots__ = ("plan_id", "target_world_id", "decline", "idempotency_key")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    DECLINE_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    target_world_id: str
+    decline: bool
+    idempotency_key: str
+    def __init__(self, plan_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., decline: _Optional[bool] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class PublishApproveResponse(_message.Message):
+    __slots__ = ("plan_id", "by", "declined")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    BY_FIELD_NUMBER: _ClassVar[int]
+    DECLINED_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    by: str
+    declined: bool
+    def __init__(self, plan_id: _Optional[str] = ..., by: _Optional[str] = ..., declined: _Optional[bool] = ...) -> None: ...
+
+class PublishRunRequest(_message.Message):
+    __slots__ = ("plan_id", "target_world_id", "strategy", "keep_source", "dry_run", "idempotency_key")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    KEEP_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    target_world_id: str
+    strategy: str
+    keep_source: bool
+    dry_run: bool
+    idempotency_key: str
+    def __init__(self, plan_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., strategy: _Optional[str] = ..., keep_source: _Optional[bool] = ..., dry_run: _Optional[bool] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class PublishRunResponse(_message.Message):
+    __slots__ = ("plan_id", "action", "outcome", "reason", "commit_hash", "path", "verified", "source_deleted", "json")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_HASH_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_DELETED_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    action: str
+    outcome: str
+    reason: str
+    commit_hash: str
+    path: str
+    verified: bool
+    source_deleted: bool
+    json: str
+    def __init__(self, plan_id: _Optional[str] = ..., action: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., commit_hash: _Optional[str] = ..., path: _Optional[str] = ..., verified: _Optional[bool] = ..., source_deleted: _Optional[bool] = ..., json: _Optional[str] = ...) -> None: ...
 
 class Release(_message.Message):
     __slots__ = ("world_id", "name", "tag", "hash", "released_hash", "message", "created_at")

@@ -64,6 +64,41 @@ class WorldManagerServiceStub:
                 request_serializer=api_dot_world__manager__pb2.MergeWorldRequest.SerializeToString,
                 response_deserializer=api_dot_world__manager__pb2.MergeResponse.FromString,
                 _registered_method=True)
+        self.ListConflicts = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/ListConflicts',
+                request_serializer=api_dot_world__manager__pb2.ListConflictsRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.ListConflictsResponse.FromString,
+                _registered_method=True)
+        self.ResolveConflict = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/ResolveConflict',
+                request_serializer=api_dot_world__manager__pb2.ResolveConflictRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.ResolveConflictResponse.FromString,
+                _registered_method=True)
+        self.ContinueMerge = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/ContinueMerge',
+                request_serializer=api_dot_world__manager__pb2.ContinueMergeRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.MergeResponse.FromString,
+                _registered_method=True)
+        self.AbortMerge = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/AbortMerge',
+                request_serializer=api_dot_world__manager__pb2.AbortMergeRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.AbortMergeResponse.FromString,
+                _registered_method=True)
+        self.PublishAudit = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/PublishAudit',
+                request_serializer=api_dot_world__manager__pb2.PublishAuditRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.PublishAuditResponse.FromString,
+                _registered_method=True)
+        self.PublishApprove = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/PublishApprove',
+                request_serializer=api_dot_world__manager__pb2.PublishApproveRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.PublishApproveResponse.FromString,
+                _registered_method=True)
+        self.PublishRun = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/PublishRun',
+                request_serializer=api_dot_world__manager__pb2.PublishRunRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.PublishRunResponse.FromString,
+                _registered_method=True)
         self.CreateRelease = channel.unary_unary(
                 '/causeway.worlds.v1.WorldManagerService/CreateRelease',
                 request_serializer=api_dot_world__manager__pb2.CreateReleaseRequest.SerializeToString,
@@ -140,8 +175,53 @@ class WorldManagerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def MergeWorld(self, request, context):
-        """UNIMPLEMENTED until the three-way merge lands.
+        """A NORMAL merge that meets conflicts is refused with ABORTED; the conflicts travel in the
+        status details (google.rpc.Status in `grpc-status-details-bin`, one packed MergeResponse).
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConflicts(self, request, context):
+        """The pending MANUAL merge into a world: list its conflicts, choose per conflict, continue or abort.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveConflict(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ContinueMerge(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortMerge(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishAudit(self, request, context):
+        """Write-Audit-Publish gate: audit a world against its target, approve the plan, publish it once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishApprove(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishRun(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -227,6 +307,41 @@ def add_WorldManagerServiceServicer_to_server(servicer, server):
                     servicer.MergeWorld,
                     request_deserializer=api_dot_world__manager__pb2.MergeWorldRequest.FromString,
                     response_serializer=api_dot_world__manager__pb2.MergeResponse.SerializeToString,
+            ),
+            'ListConflicts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConflicts,
+                    request_deserializer=api_dot_world__manager__pb2.ListConflictsRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.ListConflictsResponse.SerializeToString,
+            ),
+            'ResolveConflict': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveConflict,
+                    request_deserializer=api_dot_world__manager__pb2.ResolveConflictRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.ResolveConflictResponse.SerializeToString,
+            ),
+            'ContinueMerge': grpc.unary_unary_rpc_method_handler(
+                    servicer.ContinueMerge,
+                    request_deserializer=api_dot_world__manager__pb2.ContinueMergeRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.MergeResponse.SerializeToString,
+            ),
+            'AbortMerge': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortMerge,
+                    request_deserializer=api_dot_world__manager__pb2.AbortMergeRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.AbortMergeResponse.SerializeToString,
+            ),
+            'PublishAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishAudit,
+                    request_deserializer=api_dot_world__manager__pb2.PublishAuditRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.PublishAuditResponse.SerializeToString,
+            ),
+            'PublishApprove': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishApprove,
+                    request_deserializer=api_dot_world__manager__pb2.PublishApproveRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.PublishApproveResponse.SerializeToString,
+            ),
+            'PublishRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishRun,
+                    request_deserializer=api_dot_world__manager__pb2.PublishRunRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.PublishRunResponse.SerializeToString,
             ),
             'CreateRelease': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateRelease,
@@ -431,6 +546,195 @@ class WorldManagerService:
             '/causeway.worlds.v1.WorldManagerService/MergeWorld',
             api_dot_world__manager__pb2.MergeWorldRequest.SerializeToString,
             api_dot_world__manager__pb2.MergeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConflicts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/ListConflicts',
+            api_dot_world__manager__pb2.ListConflictsRequest.SerializeToString,
+            api_dot_world__manager__pb2.ListConflictsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveConflict(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/ResolveConflict',
+            api_dot_world__manager__pb2.ResolveConflictRequest.SerializeToString,
+            api_dot_world__manager__pb2.ResolveConflictResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ContinueMerge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/ContinueMerge',
+            api_dot_world__manager__pb2.ContinueMergeRequest.SerializeToString,
+            api_dot_world__manager__pb2.MergeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortMerge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/AbortMerge',
+            api_dot_world__manager__pb2.AbortMergeRequest.SerializeToString,
+            api_dot_world__manager__pb2.AbortMergeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/PublishAudit',
+            api_dot_world__manager__pb2.PublishAuditRequest.SerializeToString,
+            api_dot_world__manager__pb2.PublishAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishApprove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/PublishApprove',
+            api_dot_world__manager__pb2.PublishApproveRequest.SerializeToString,
+            api_dot_world__manager__pb2.PublishApproveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/PublishRun',
+            api_dot_world__manager__pb2.PublishRunRequest.SerializeToString,
+            api_dot_world__manager__pb2.PublishRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,7 +47,7 @@ def latency_offsets(changes: Iterable[Change], index: Mapping[tuple[str, int], t
 
 
 async def end_offsets(bootstrap: str, topics: Sequence[str], partitions: int) -> dict[tuple[str, int], int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **_kafka_options())
     await consumer.start()
     try:
         ends = await consumer.end_offsets([TopicPartition(t, p) for t in topics for p in range(partitions)])
@@ -58,7 +58,7 @@ async def end_offsets(bootstrap: str, topics: Sequence[str], partitions: int) ->
 
 async def read_changes(bootstrap: str, starts: Mapping[tuple[str, int], int]) -> list[Change]:
     """Every record of the given partitions from ``starts`` up to their current end."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **_kafka_options())
     await consumer.start()
     out: list[Change] = []
     try:
@@ -81,3 +81,11 @@ async def read_changes(bootstrap: str, starts: Mapping[tuple[str, int], int]) ->
         return out
     finally:
         await consumer.stop()
+
+
+def _kafka_options() -> dict[str, object]:
+    """The security options of the environment's settings (this module's helpers take a bootstrap only)."""
+    from streams.security import kafka_client_options
+    from streams.settings import Settings
+
+    return kafka_client_options(Settings.from_env())

@@ -69,6 +69,7 @@ class Ceiling(Contender):
         cols["source_partition"] = [p for _, p, _, _ in rows]
         cols["source_offset"] = [o for _, _, o, _ in rows]
         cols["applied"] = [True] * n
+        cols["batch_seq"] = pa.array(range(n), pa.int32())
         return pa.table(cols, schema=self.schema)
 
     def _commit(self, world: str, rows: list[tuple[str, int, int, dict[str, Any]]]) -> None:

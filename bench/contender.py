@@ -32,6 +32,7 @@ from sinks.committer import PROP_BATCH, PROP_COUNT, PROP_OFFSETS, PROP_WORLD
 from sinks.nessie import SyncNessieClient
 from sinks.offsets import format_ranges, tp_name
 from sinks.tables import TableDef, table_properties
+from streams.security import kafka_client_options
 from streams.settings import Settings
 
 
@@ -153,6 +154,7 @@ class Contender:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=4 * 1024 * 1024,
+            **kafka_client_options(self.settings),
         )
         self._last_dump = 0.0
 

@@ -49,6 +49,7 @@ from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
+from streams.security import kafka_client_options, nessie_http_options, redis_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -176,7 +177,11 @@ class Run:
     async def _publish(self, plan: Plan, records: Sequence[Record | CdcRecord], rate: float | None = None) -> Offsets:
         """Publish ``records`` to the plan's topics (as fast as possible, or paced at ``rate``/s)."""
         producer = AIOKafkaProducer(
-            bootstrap_servers=self.base.kafka_bootstrap, linger_ms=5, max_batch_size=512 * 1024, acks=1
+            bootstrap_servers=self.base.kafka_bootstrap,
+            linger_ms=5,
+            max_batch_size=512 * 1024,
+            acks=1,
+            **kafka_client_options(self.base),
         )
         await producer.start()
         out: Offsets = {}
@@ -584,8 +589,9 @@ def versions(settings: Settings) -> dict[str, Any]:
         except PackageNotFoundError:
             out[pkg] = None
     try:
-        out["nessie"] = httpx.get(f"{settings.nessie_url}/config", timeout=5).json().get("actualApiVersion")
-        cfg = httpx.get(settings.nessie_url.replace("/api/v2", "/api/v2/config"), timeout=5).json()
+        http = nessie_http_options(settings)
+        out["nessie"] = httpx.get(f"{settings.nessie_url}/config", timeout=5, **http).json().get("actualApiVersion")
+        cfg = httpx.get(settings.nessie_url.replace("/api/v2", "/api/v2/config"), timeout=5, **http).json()
         out["nessie_server"] = cfg.get("serverVersion") or cfg.get("specVersion")
     except (httpx.HTTPError, ValueError):
         pass
@@ -594,7 +600,9 @@ def versions(settings: Settings) -> dict[str, Any]:
     try:
         import redis
 
-        out["redis_server"] = redis.Redis.from_url(settings.redis_url).info("server").get("redis_version")
+        out["redis_server"] = (
+            redis.Redis.from_url(settings.redis_url, **redis_options(settings)).info("server").get("redis_version")
+        )
     except Exception:  # noqa: BLE001 - a version is nice to have
         pass
     try:

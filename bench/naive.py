@@ -47,6 +47,7 @@ from models.events import ChangeEvent, EntityKind, Invalid, decode
 from sinks.errors import NessieConflict
 from sinks.rows import Source, events_arrow, projection_arrow
 from sinks.tables import COMMON, EDGE, EVENTS
+from streams.security import redis_options
 
 TTL_S = 7 * 24 * 3600
 
@@ -62,7 +63,7 @@ class Deferred:
 class Naive(Contender):
     def __init__(self, cfg: ContenderConfig) -> None:
         super().__init__(cfg)
-        self.redis = aioredis.Redis.from_url(cfg.redis_url)
+        self.redis = aioredis.Redis.from_url(cfg.redis_url, **redis_options(self.settings))
         self.pending: dict[str, list[tuple[ChangeEvent, Source]]] = defaultdict(list)
         self.pending_since: dict[str, float] = {}
         self.deferred: list[Deferred] = []

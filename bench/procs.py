@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from monitoring.lag import partition_lag
+from streams.security import kafka_client_options
 from streams.settings import Settings, env_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,10 +143,11 @@ class GroupWatch:
 
     def __init__(self, bootstrap: str, group: str, topics: Sequence[str], partitions: int) -> None:
         self.bootstrap = bootstrap
+        self._options = kafka_client_options(Settings.from_env())
         self.group = group
         self.tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **self._options)
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **self._options)
 
     async def __aenter__(self) -> GroupWatch:
         await self._admin.start()
@@ -221,7 +223,9 @@ class GroupWatch:
 
     async def reset_to_end(self) -> None:
         """Commit the group's offsets at the partitions' ends (skip a backlog); the group must be empty."""
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, group_id=self.group, enable_auto_commit=False, **self._options
+        )
         await consumer.start()
         try:
             consumer.assign(self.tps)

@@ -27,6 +27,7 @@ from bench.procs import GroupWatch, Sampler, service_pids, stop
 from bench.profiles import Profile
 from bench.workload import generate
 from models.events import EntityKind
+from streams.security import kafka_client_options
 
 WINDOW_S = 60.0
 SAMPLE_EVERY = 100
@@ -79,7 +80,9 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 handles.append(handle)
                 sampler.add(proc.pid)
             await watch.wait_ready(args.workers, 120, lambda: all(p.poll() is None for p in procs))
-            producer = AIOKafkaProducer(bootstrap_servers=run.base.kafka_bootstrap, linger_ms=5, acks=1)
+            producer = AIOKafkaProducer(
+                bootstrap_servers=run.base.kafka_bootstrap, linger_ms=5, acks=1, **kafka_client_options(run.base)
+            )
             await producer.start()
             try:
                 started = time.monotonic()

@@ -28,6 +28,7 @@ from monitoring.lag_probe import group_lag
 from sinks.committer import PROP_BATCH
 from sinks.nessie import NessieClient
 from sinks.readback import read_world
+from streams.security import kafka_client_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from worlds.manager import WorldManager
@@ -64,7 +65,9 @@ def _start_worker(settings: Settings, log_path: Path) -> subprocess.Popen[bytes]
 
 
 async def _publish(settings: Settings, records: list, label: str) -> float:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, linger_ms=10, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap, linger_ms=10, acks="all", **kafka_client_options(settings)
+    )
     await producer.start()
     started = time.monotonic()
     try:
@@ -84,7 +87,11 @@ async def _wait_drained(settings: Settings, total: int, limit_s: float) -> float
     last = None
     with click.progressbar(length=total, label="applying   ", show_pos=True, show_eta=True) as bar:
         while time.monotonic() - started < limit_s:
-            lag = sum((await group_lag(settings.kafka_bootstrap, settings.app_id, topics)).values())
+            lag = sum(
+                (
+                    await group_lag(settings.kafka_bootstrap, settings.app_id, topics, kafka_client_options(settings))
+                ).values()
+            )
             done = max(0, total - min(lag, total))
             bar.update(done - bar.pos)
             if lag == 0:

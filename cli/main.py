@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from cli.errors import CommandError, Exit, Guarded, OneLineFormatter
+from streams.security import install_log_redaction
 from streams.settings import Settings, SettingsError, markdown_table
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -58,6 +59,7 @@ def cli(ctx: click.Context, log_level: str | None) -> None:
     if level != "DEBUG" and ctx.invoked_subcommand != "worker":
         for handler in set(logging.getLogger().handlers) - before:  # ours only, not an embedding app's
             handler.setFormatter(OneLineFormatter(LOG_FORMAT))
+    install_log_redaction(settings)
     if level != "DEBUG":
         # Client libraries log every request at INFO; operators want causeway's own lines.
         for noisy in ("httpx", "aiokafka", "kafka"):
@@ -112,6 +114,7 @@ def _register_optional_groups() -> None:
     for module, attr in (
         ("cli.worlds", "worlds"),
         ("cli.world_history", "worlds"),
+        ("cli.world_merge", "worlds"),
         ("cli.gc", "gc"),
         ("cli.worker", "worker"),
         ("cli.demo", "demo"),
@@ -122,6 +125,8 @@ def _register_optional_groups() -> None:
         ("cli.reconcile", "reconcile"),
         ("cli.serve", "serve"),
         ("cli.serve", "api_token"),
+        ("cli.tables", "tables"),
+        ("cli.publish", "publish"),
     ):
         try:
             mod = importlib.import_module(module)

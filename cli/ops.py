@@ -23,6 +23,7 @@ from cli.errors import CommandError, Exit, Incomplete
 from cli.progress import Progress
 from cli.summary import now, summary
 from cli.worlds import commit_hash
+from streams.security import kafka_client_options
 from streams.settings import Settings
 
 REF = re.compile(r"\d+:\d+")
@@ -600,9 +601,13 @@ def offsets_show(settings: Settings, group: str | None, topics: tuple[str, ...])
     from agents.group_admin import describe_group, partition_offsets
 
     group = group or settings.app_id
-    state = asyncio.run(describe_group(settings.kafka_bootstrap, group))
+    state = asyncio.run(describe_group(settings.kafka_bootstrap, group, kafka_client_options(settings)))
     try:
-        rows, _ = asyncio.run(partition_offsets(settings.kafka_bootstrap, group, _topics(settings, topics)))
+        rows, _ = asyncio.run(
+            partition_offsets(
+                settings.kafka_bootstrap, group, _topics(settings, topics), kafka_options=kafka_client_options(settings)
+            )
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"{'topic':<32} {'part':>4} {'committed':>10} {'end':>10} {'lag':>8}")
@@ -661,10 +666,12 @@ def offsets_reset(
         raise click.UsageError("--to offset needs --offset")
     at_ms = parse_time(timestamp) if strategy == "timestamp" else None
     try:
-        state = asyncio.run(describe_group(settings.kafka_bootstrap, group))
+        state = asyncio.run(describe_group(settings.kafka_bootstrap, group, kafka_client_options(settings)))
         check_resettable(state)
         topic_list = _topics(settings, topics)
-        rows, by_time = asyncio.run(partition_offsets(settings.kafka_bootstrap, group, topic_list, at_ms))
+        rows, by_time = asyncio.run(
+            partition_offsets(settings.kafka_bootstrap, group, topic_list, at_ms, kafka_client_options(settings))
+        )
         missing = sorted(set(partitions) - {r.partition for r in rows})
         if missing:
             have = ", ".join(str(p) for p in sorted({r.partition for r in rows}))
@@ -689,7 +696,7 @@ def offsets_reset(
             delta = "-" if p.delta is None else f"{p.delta:+d}"
             click.echo(f"{p.topic:<32} {p.partition:>4} {cur:>10} {p.target:>10} {delta:>8}")
         if not dry_run:
-            asyncio.run(commit_reset(settings.kafka_bootstrap, group, plan))
+            asyncio.run(commit_reset(settings.kafka_bootstrap, group, plan, kafka_client_options(settings)))
     except ResetRefused as exc:
         raise click.ClickException(f"reset refused: {exc}") from exc
     except ValueError as exc:

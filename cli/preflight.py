@@ -39,13 +39,15 @@ def failure_line(settings: Settings, result: ProbeResult) -> str:
 def require(settings: Settings, *services: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
     """Raise CommandError (exit 4) naming the first failed service; return when all answer."""
     quiet = logging.getLogger("aiokafka")
-    level = quiet.level
+    propagate = quiet.propagate
     if not quiet.isEnabledFor(logging.DEBUG):
-        quiet.setLevel(logging.CRITICAL)  # its "Unable connect to ..." line would repeat ours
+        # Its "Unable connect to ..." line would repeat ours; not propagated, the Kafka probe still
+        # reads it (a refused password or certificate is named only there).
+        quiet.propagate = False
     try:
         results = asyncio.run(probe_all(settings, services, timeout_s))
     finally:
-        quiet.setLevel(level)
+        quiet.propagate = propagate
     failed = [r for r in results if not r.ok]
     if failed:
         raise CommandError("; ".join(failure_line(settings, r) for r in failed), Exit.UNAVAILABLE)

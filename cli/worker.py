@@ -25,7 +25,14 @@ def worker(settings: Settings, web_port: int | None) -> None:
 
     if web_port is not None:
         settings = settings.replace(web_port=web_port)
+    from aiokafka.errors import KafkaConnectionError
+
+    from streams.security import KafkaFailureLog, explain_failure
+
     try:
-        run_worker(settings)
+        with KafkaFailureLog() as kafka_log:
+            run_worker(settings)
     except MappingError as exc:
         raise click.ClickException(str(exc)) from None
+    except KafkaConnectionError as exc:  # a wrong password, user or certificate: one line, not a traceback
+        raise click.ClickException(f"kafka: {explain_failure(exc, settings, kafka_log.last)}") from None

@@ -58,7 +58,22 @@ def catalog() -> list[MetricInfo]:
     """Every metric causeway exports: the workers' (``Metrics``), then the lag exporter's new ones."""
     infos = list(Metrics().catalog)
     names = {m.name for m in infos}
-    return infos + [m for m in LagMetrics().catalog if m.name not in names]
+    infos += [m for m in LagMetrics().catalog if m.name not in names]
+    return infos + [m for m in _publish_catalog() if m.name not in names]
+
+
+def _publish_catalog() -> list[MetricInfo]:
+    """The publish gate's drift-audit gauges (``worlds.publish_timer``), read off a scratch registry."""
+    from prometheus_client import CollectorRegistry
+
+    from worlds.publish_timer import PublishGauges  # docs tooling only: the layering holds at run time
+
+    registry = CollectorRegistry()
+    gauges = PublishGauges(registry)
+    return [
+        MetricInfo(g._name, g._type, tuple(g._labelnames), g._documentation)
+        for g in (gauges.drift, gauges.staleness, gauges.blocked, gauges.failed, gauges.pending)
+    ]
 
 
 def usage() -> dict[str, tuple[list[str], list[str]]]:

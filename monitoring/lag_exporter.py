@@ -38,6 +38,7 @@ from monitoring import discovery
 from monitoring.lag import PartitionOffsets
 from monitoring.lag_probe import OffsetProbe
 from monitoring.metrics import MetricInfo, serve
+from streams.security import kafka_client_options
 from streams.settings import Settings, SettingsError
 
 log = logging.getLogger("causeway.lag_exporter")
@@ -167,7 +168,7 @@ async def poll_once(probe: OffsetProbe, watch: Watch, metrics: LagMetrics) -> di
 
 async def run(settings: Settings, watch: Watch, stop: asyncio.Event) -> None:
     """Poll every ``lag_poll_interval_s`` until ``stop`` is set."""
-    probe = OffsetProbe(settings.kafka_bootstrap)
+    probe = OffsetProbe(settings.kafka_bootstrap, kafka_options=kafka_client_options(settings))
     metrics = LagMetrics()
     server = serve(metrics, settings.lag_exporter_port, settings.web_bind)
     target = discovery.advertised_address(settings.web_bind, settings.lag_exporter_port)
@@ -239,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _once(settings: Settings, watch: Watch, *, as_json: bool) -> int:
     async def go() -> dict[str, list[PartitionOffsets]]:
-        probe = OffsetProbe(settings.kafka_bootstrap)
+        probe = OffsetProbe(settings.kafka_bootstrap, kafka_options=kafka_client_options(settings))
         try:
             return await poll(probe, watch)
         finally:

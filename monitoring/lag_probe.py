@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -33,8 +34,11 @@ FETCH_TIMEOUT_S = 2.0
 class OffsetProbe:
     """End, earliest and group-committed offsets (and oldest waiting record times) from the broker."""
 
-    def __init__(self, bootstrap: str, request_timeout_ms: int = 10_000) -> None:
+    def __init__(
+        self, bootstrap: str, request_timeout_ms: int = 10_000, kafka_options: dict[str, Any] | None = None
+    ) -> None:
         self.bootstrap = bootstrap
+        self._options = kafka_options or {}  # streams.security.kafka_client_options
         self.request_timeout_ms = request_timeout_ms
         self._consumer: AIOKafkaConsumer | None = None
         self._admin: AIOKafkaAdminClient | None = None
@@ -46,8 +50,11 @@ class OffsetProbe:
                 enable_auto_commit=False,
                 request_timeout_ms=self.request_timeout_ms,
                 max_partition_fetch_bytes=16 * 1024,  # one record's timestamp is all a fetch needs
+                **self._options,
             )
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=self.request_timeout_ms)
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self.bootstrap, request_timeout_ms=self.request_timeout_ms, **self._options
+            )
             try:
                 await consumer.start()
                 await admin.start()
@@ -140,9 +147,11 @@ def _replace_ts(row: PartitionOffsets, ts: float) -> PartitionOffsets:
     return PartitionOffsets(row.topic, row.partition, row.end, row.low, row.committed, ts)
 
 
-async def group_lag(bootstrap: str, group: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+async def group_lag(
+    bootstrap: str, group: str, topics: Iterable[str], kafka_options: dict[str, Any] | None = None
+) -> dict[tuple[str, int], int]:
     """Lag per (topic, partition) of ``topics`` for ``group`` (one-shot: opens and closes its clients)."""
-    probe = OffsetProbe(bootstrap)
+    probe = OffsetProbe(bootstrap, kafka_options=kafka_options)
     try:
         rows = await probe.offsets(group, await probe.partitions(topics))
         return {(r.topic, r.partition): r.lag for r in rows}

@@ -8,6 +8,9 @@
 #   scripts/services.sh stop [NAME...]   stop only the processes this script started
 #   scripts/services.sh env              print the connection settings as CAUSEWAY_* exports
 #   scripts/services.sh prometheus-config  print the Prometheus config that start writes
+#   scripts/services.sh --secure start|stop|status|env   the secured stack (or CAUSEWAY_SECURE=1), beside
+#                                        the plain one: Kafka SASL_SSL (SCRAM), Redis TLS + password,
+#                                        a bearer-token proxy in front of Nessie (docs/security.md)
 #
 # Every log, pid file and data folder lives under $CAUSEWAY_RUN_DIR (default: <repo>/.causeway/run).
 # Downloads are cached under $CAUSEWAY_CACHE_DIR (default: ~/.cache/causeway) and ~/.m2, so a fresh
@@ -15,6 +18,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SECURE="${CAUSEWAY_SECURE:-0}"
+if [[ "${1:-}" == "--secure" ]]; then SECURE=1; shift; fi
 RUN_DIR="${CAUSEWAY_RUN_DIR:-$ROOT/.causeway/run}"
 CACHE_DIR="${CAUSEWAY_CACHE_DIR:-$HOME/.cache/causeway}"
 
@@ -35,6 +40,21 @@ KAFKA_HEAP="${CAUSEWAY_KAFKA_HEAP:--Xms256m -Xmx768m}"
 NESSIE_HEAP="${CAUSEWAY_NESSIE_HEAP:--Xms128m -Xmx768m}"
 
 ALL_SERVICES=(redis kafka nessie prometheus lag-exporter)
+
+# Secured mode: its own run dir and ports, so it runs beside the plain stack and never touches it.
+if [[ "$SECURE" == 1 ]]; then
+  RUN_DIR="${CAUSEWAY_SECURE_RUN_DIR:-$ROOT/.causeway/run-secure}"
+  KAFKA_PORT="${CAUSEWAY_SECURE_KAFKA_PORT:-19192}"
+  KAFKA_CONTROLLER_PORT="${CAUSEWAY_SECURE_KAFKA_CONTROLLER_PORT:-19193}"
+  REDIS_PORT="${CAUSEWAY_SECURE_REDIS_PORT:-16380}"
+  NESSIE_PROXY_PORT="${CAUSEWAY_SECURE_NESSIE_PORT:-19443}"
+  # The proxy checks tokens and forwards to this (plain) Nessie.
+  NESSIE_UPSTREAM="${CAUSEWAY_SECURE_NESSIE_UPSTREAM:-http://127.0.0.1:$NESSIE_PORT}"
+  KAFKA_HEAP="${CAUSEWAY_SECURE_KAFKA_HEAP:--Xms128m -Xmx512m}"
+  TLS_DIR="$RUN_DIR/tls"
+  SECRETS_FILE="$RUN_DIR/secrets.env"
+  ALL_SERVICES=(redis kafka nessie-proxy)
+fi
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { printf '[services] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -71,6 +91,7 @@ kafka_answers() {
 }
 
 healthy() {
+  if [[ "$SECURE" == 1 ]]; then secure_healthy "$1"; return; fi
   case "$1" in
     redis) redis-cli -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG ;;
     kafka) port_open "$KAFKA_PORT" && { grep -q "Kafka Server started" "$(logfile kafka)" 2>/dev/null \
@@ -87,7 +108,7 @@ service_port() {
   case "$1" in
     redis) echo "$REDIS_PORT" ;; kafka) echo "$KAFKA_PORT" ;;
     nessie) echo "$NESSIE_PORT" ;; prometheus) echo "$PROMETHEUS_PORT" ;;
-    lag-exporter) echo "$LAG_EXPORTER_PORT" ;;
+    lag-exporter) echo "$LAG_EXPORTER_PORT" ;; nessie-proxy) echo "$NESSIE_PROXY_PORT" ;;
   esac
 }
 
@@ -304,6 +325,11 @@ start_one() {
     fi
     die "$name: port $(service_port "$name") is taken by another process; set CAUSEWAY_${name^^}_PORT"
   fi
+  if [[ "$SECURE" == 1 ]]; then secure_setup; fi
+  case "$SECURE:$name" in
+    1:redis) start_secure_redis ;; 1:kafka) start_secure_kafka ;; 1:nessie-proxy) start_nessie_proxy ;;
+  esac
+  [[ "$SECURE" == 1 ]] && return
   case "$name" in
     redis) start_redis ;; kafka) start_kafka ;; nessie) start_nessie ;; prometheus) start_prometheus ;;
     lag-exporter) start_lag_exporter ;;
@@ -326,6 +352,7 @@ cmd_start() {
 # ----------------------------------------------------------------------------------------- stop/status
 cmd_stop() {
   local names=("$@"); ((${#names[@]})) || names=(lag-exporter prometheus nessie kafka redis)
+  [[ "$SECURE" == 1 && $# -eq 0 ]] && names=(nessie-proxy kafka redis)
   local n pid i
   for n in "${names[@]}"; do
     if ! pid="$(our_pid "$n")"; then rm -f "$(pidfile "$n")"; continue; fi
@@ -356,6 +383,7 @@ cmd_status() {
 }
 
 cmd_env() {
+  if [[ "$SECURE" == 1 ]]; then secure_env; return; fi
   cat <<EOF
 export CAUSEWAY_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
 export CAUSEWAY_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
@@ -366,6 +394,9 @@ export CAUSEWAY_PROMETHEUS_SD_DIR=$SD_DIR
 EOF
 }
 
+# shellcheck source=scripts/services-secure.sh
+source "$ROOT/scripts/services-secure.sh"
+
 case "${1:-}" in
   fetch) cmd_fetch ;;
   start) shift; cmd_start "$@" ;;
@@ -374,5 +405,5 @@ case "${1:-}" in
   status) cmd_status ;;
   env) cmd_env ;;
   prometheus-config) prometheus_config ;;
-  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

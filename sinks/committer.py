@@ -58,8 +58,9 @@ Rewrites are bounded by policy, not by table size: a data file is rewritten (its
 into the flush's new file) only once at least ``compact_below`` (half) of its rows are deleted, so
 each rewritten row was paid for by at least one deleted row; a flush rewrites at most
 ``compact_budget`` (2) × the rows it changes, or one file when a single sparse file is larger
-(``target_file_bytes`` caps that); once more than ``max_small_files`` files are small (each flush
-adds one), the smallest are bin-packed under the same budget. Delete files are merged tiered (the
+(``target_file_bytes`` caps that); once more than ``max_small_files`` files of one partition and
+size tier are small (each flush adds one per partition it touches), they are bin-packed under the
+same budget. Delete files are merged tiered (the
 smaller half, when there are more than ``max_delete_files``), and delete files that name no live
 data file are dropped. The price is a read: each flush reads the key/version columns of the
 projection to build the index; parsed columns of the immutable files are kept in a bounded LRU
@@ -107,16 +108,17 @@ from models.worlds import WorldNaming
 from sinks import projection
 from sinks.catalog import NessieCatalog
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
+from sinks.layout import key_filter
+from sinks.logcompact import choose, compact_log, small_file
 from sinks.nessie import SyncNessieClient
 from sinks.offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.rowdelta import (
     FileCache,
     RowDelta,
     TableState,
-    new_delete_location,
     positions,
     read_state,
-    write_position_deletes,
+    write_partition_deletes,
 )
 from sinks.rows import Source, events_arrow, projection_arrow
 from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, contracts, table_properties
@@ -220,7 +222,7 @@ class BatchCommitter:
         compact_below: float = 0.5,
         compact_budget: float = 2.0,
         max_delete_files: int = 8,
-        max_small_files: int = 32,
+        max_small_files: int = 8,
         index_cache_bytes: int = 256 * 1024 * 1024,
         on_retry: Callable[[str, str], None] | None = None,
     ) -> None:
@@ -475,6 +477,7 @@ class BatchCommitter:
                 (ns, tdef.name),
                 tdef.schema,
                 partition_spec=tdef.spec,
+                sort_order=tdef.sort_order,
                 properties=table_properties(self.settings.target_file_bytes),
             )
 
@@ -493,13 +496,15 @@ class BatchCommitter:
         tx = table.transaction()
         tx.set_properties({OFFSETS_PROPERTY: dumps_map(offsets)})
         if items:
-            arrow = events_arrow(items, batch.batch_id, now, stale_ids)
+            arrow = events_arrow(items, batch.batch_id, now, stale_ids, table.schema().as_arrow())
             tx.append(arrow)
             stats.rows_written = arrow.num_rows
             snap = tx.table_metadata.current_snapshot()
             if snap is not None and snap.summary is not None:
                 stats.bytes_written = int(snap.summary.get("added-files-size", "0") or 0)
                 stats.files_added = int(snap.summary.get("added-data-files", "0") or 0)
+            row_bytes = arrow.nbytes / arrow.num_rows
+            compact_log(tx, self.settings.target_file_bytes, stats, row_bytes=row_bytes)  # inside each partition
         self._expire(tx)
         tx.commit_transaction()
         return stats
@@ -517,6 +522,7 @@ class BatchCommitter:
             [type_col, pk_col, "version", "properties"],
             lambda t: pc.is_in(t.column(pk_col), value_set=pks),
             None,
+            key_filter(type_col, pk_col, pks.to_pylist()),
         )
         if state.index is None:
             return
@@ -544,7 +550,8 @@ class BatchCommitter:
                 mask = pc.or_(mask, pc.is_in(t.column(type_col), value_set=type_values))
             return mask
 
-        state = read_state(table, [type_col, pk_col, "version", "deleted"], match, self.file_cache)
+        scan = key_filter(type_col, pk_col, pks.to_pylist(), types)  # prunes to the touched buckets
+        state = read_state(table, [type_col, pk_col, "version", "deleted"], match, self.file_cache, scan)
         stats = FlushStats(bytes_read=state.bytes_read)
         stored: dict[projection.Key, projection.Stored] = {}
         where: dict[projection.Key, list[tuple[str, int]]] = {}
@@ -626,15 +633,15 @@ class BatchCommitter:
                 obsolete.append(state.delete_files[d])
         rd.remove(obsolete)
         stats.files_removed += len(obsolete)
-        if survivors:
-            dfile = write_position_deletes(table.io, new_delete_location(table), survivors)  # type: ignore[arg-type]
-            if dfile is not None:
-                rd.add([dfile])
-                stats.files_added += 1
-                stats.bytes_written += dfile.file_size_in_bytes
-                if merge:  # the share of the file that carries positions already stored
-                    carried_pos = sum(state.delete_files[d].record_count for d in merge)
-                    stats.bytes_rewritten += dfile.file_size_in_bytes * carried_pos // max(1, dfile.record_count)
+        if survivors:  # one delete file per partition: deletes never cross a partition
+            dfiles = write_partition_deletes(table, state.files, survivors)  # type: ignore[arg-type]
+            rd.add(dfiles)
+            stats.files_added += len(dfiles)
+            written = sum(d.file_size_in_bytes for d in dfiles)
+            stats.bytes_written += written
+            if merge and dfiles:  # the share of the files that carries positions already stored
+                carried_pos = sum(state.delete_files[d].record_count for d in merge)
+                stats.bytes_rewritten += written * carried_pos // max(1, sum(d.record_count for d in dfiles))
         if not rd.empty:
             rd.commit()
         self._expire(tx)
@@ -647,8 +654,9 @@ class BatchCommitter:
         """Pick data files to rewrite and return their live rows.
 
         Candidates are files this flush deletes from whose live fraction falls below
-        ``compact_below``, emptiest first; then, when more than ``max_small_files`` files are
-        smaller than a quarter of ``target_file_bytes``, the smallest of them (each flush adds one).
+        ``compact_below``, emptiest first; then, in a partition whose size tier holds more than
+        ``max_small_files`` files under a quarter of ``target_file_bytes``, those files (each flush
+        adds one per partition it touches; see ``sinks.logcompact``).
         A flush rewrites at most ``compact_budget`` × the rows it deletes — but always at least one
         sparse file, so the bound is also "one file", which ``target_file_bytes`` caps. Without the
         budget, files written together would cross the threshold together and one flush would
@@ -673,15 +681,12 @@ class BatchCommitter:
                 break
             chosen.append((path, dead_set))
             rows += live_rows
-        # Small files (one per flush) are bin-packed under the same budget once there are many.
-        small_limit = self.settings.target_file_bytes // 4
-        small = sorted(
-            (live.data_file.file_size_in_bytes, path)
-            for path, live in state.files.items()
-            if live.data_file.file_size_in_bytes < small_limit and path not in {c for c, _ in chosen}
-        )
-        if len(small) > self.max_small_files:
-            for _, path in small:
+        # Small files (one per flush and partition) are bin-packed under the same budget, per
+        # partition and size tier, once a tier holds more than max_small_files of them.
+        taken = {c for c, _ in chosen}
+        small = [small_file(p, live.data_file) for p, live in state.files.items() if p not in taken]
+        for group in choose(small, self.settings.target_file_bytes // 4, self.max_small_files + 1):
+            for path in group:
                 live = state.files[path]
                 dead_set = set(new_deletes.get(path, ())) | set(live.deleted.to_pylist())
                 live_rows = live.data_file.record_count - len(dead_set)
@@ -773,12 +778,11 @@ def stage_replacement(
         stats.files_added += len(files)
         stats.bytes_written += sum(f.file_size_in_bytes for f in files)
     if any(deletes.values()):
-        dfile = write_position_deletes(table.io, new_delete_location(table), {p: list(v) for p, v in deletes.items()})
-        if dfile is not None:
-            rd.add([dfile])
-            stats.rows_deleted = dfile.record_count
-            stats.files_added += 1
-            stats.bytes_written += dfile.file_size_in_bytes
+        dfiles = write_partition_deletes(table, None, {p: list(v) for p, v in deletes.items()})
+        rd.add(dfiles)
+        stats.rows_deleted = sum(d.record_count for d in dfiles)
+        stats.files_added += len(dfiles)
+        stats.bytes_written += sum(d.file_size_in_bytes for d in dfiles)
     if not rd.empty:
         rd.commit()
     return stats

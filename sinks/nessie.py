@@ -33,6 +33,7 @@ from sinks.errors import (
     error_from_response,
     error_from_transport,
 )
+from streams.security import nessie_http_options
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -645,8 +646,13 @@ class _Base:
         token: str | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        auth: httpx.Auth | None = None,
+        verify: Any = True,
     ) -> None:
-        """``timeout`` is per request, in seconds; an empty ``token`` means no auth."""
+        """``timeout`` is per request, in seconds; an empty ``token`` means no auth.
+
+        ``auth`` and ``verify`` come from streams.security.nessie_http_options (OAuth2, CA file).
+        """
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self._http_args: dict[str, Any] = {
@@ -655,12 +661,14 @@ class _Base:
             # Spec 2 makes Nessie put the conflict list into 409 answers.
             "headers": {"Nessie-Client-Spec": "2", "Accept": "application/json"}
             | ({"Authorization": f"Bearer {token}"} if token else {}),
+            "auth": auth,
+            "verify": verify,
         }
 
     @classmethod
     def from_settings(cls, settings: Settings, **kw: Any) -> Self:
         """A client for ``CAUSEWAY_NESSIE_URL`` with its token and timeout."""
-        return cls(settings.nessie_url, token=settings.nessie_token.reveal(), timeout=settings.nessie_timeout_s, **kw)
+        return cls(settings.nessie_url, timeout=settings.nessie_timeout_s, **nessie_http_options(settings) | kw)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.base_url!r})"

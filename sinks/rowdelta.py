@@ -19,12 +19,13 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DataFile,
@@ -40,6 +41,8 @@ from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
+
+from sinks.layout import KeyScan
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -114,12 +117,20 @@ class FileCache:
 
 
 def read_state(
-    table: object, columns: Iterable[str], match: Matcher | None = None, cache: FileCache | None = None
+    table: object,
+    columns: Iterable[str],
+    match: Matcher | None = None,
+    cache: FileCache | None = None,
+    row_filter: BooleanExpression | KeyScan | None = None,
 ) -> TableState:
     """Read the live rows' ``columns`` with their ``(_file, _pos)``, keeping rows ``match`` selects.
 
     ``match`` returns a boolean mask over a file's columns (for example: key in the batch's keys),
-    so memory follows the batch, not the table. ``cache`` keeps parsed files between flushes.
+    so memory follows the batch, not the table. ``row_filter`` (an Iceberg expression, or a
+    ``sinks.layout.KeyScan``, that selects at least every row ``match`` selects) prunes whole
+    files by partition (bucket) and column statistics before anything is read: the state then covers only the
+    files that may hold matching rows, and their delete files. ``cache`` keeps parsed files
+    between flushes.
     """
     from pyiceberg.table import Table
 
@@ -127,7 +138,12 @@ def read_state(
     state = TableState()
     if table.current_snapshot() is None:
         return state
-    tasks = list(table.scan().plan_files())
+    if isinstance(row_filter, KeyScan):
+        schema, specs = table.schema(), table.specs()
+        planned = table.scan().plan_files()
+        tasks = [t for t in planned if row_filter.keeps(t.file.partition, specs[t.file.spec_id or 0], schema)]
+    else:
+        tasks = list(table.scan(row_filter=row_filter or AlwaysTrue()).plan_files())
     io = table.io
     cache = cache or FileCache(0)
     deletes: dict[str, list[pa.Array]] = {}
@@ -176,9 +192,18 @@ def positions(n: int) -> pa.Array:
 
 
 def write_position_deletes(
-    io: object, location: str, deletes: dict[str, Iterable[int] | pa.Array], spec_id: int = 0
+    io: object,
+    location: str,
+    deletes: dict[str, Iterable[int] | pa.Array],
+    spec_id: int = 0,
+    partition: Record | None = None,
 ) -> DataFile | None:
-    """Write one position-delete file for ``{data file path: positions}``; None when empty."""
+    """Write one position-delete file for ``{data file path: positions}``; None when empty.
+
+    Every named data file must have the given ``spec_id`` and ``partition``: readers match
+    position deletes to data files by (spec, partition), so a delete file never spans partitions
+    (:func:`write_partition_deletes` splits them).
+    """
 
     assert isinstance(io, FileIO)
     paths: list[pa.Array] = []
@@ -199,17 +224,52 @@ def write_position_deletes(
     size = len(io.new_input(location))
     names = sorted(deletes)
     lower, upper = names[0].encode(), names[-1].encode()
-    return DataFile.from_args(
+    df = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
         file_path=location,
         file_format=FileFormat.PARQUET,
-        partition=Record(),
+        partition=partition if partition is not None else Record(),
         record_count=table.num_rows,
         file_size_in_bytes=size,
         lower_bounds={FILE_PATH_ID: lower},
         upper_bounds={FILE_PATH_ID: upper},
-        spec_id=spec_id,
     )
+    df.spec_id = spec_id  # not an Avro field of DataFile: from_args would drop it
+    return df
+
+
+def write_partition_deletes(
+    table: object, files: Mapping[str, LiveFile] | None, deletes: Mapping[str, Iterable[int] | pa.Array]
+) -> list[DataFile]:
+    """Position-delete files for ``{data file path: positions}``: one per (spec, partition).
+
+    ``files`` maps each named data file to its live state (its ``DataFile`` gives the spec and the
+    partition); None looks them up in the table's current snapshot. Compaction and deletes
+    therefore stay within a partition, as Iceberg requires.
+    """
+    from pyiceberg.table import Table
+
+    assert isinstance(table, Table)
+    if files is None:
+        none = pa.array([], pa.int64())
+        files = {
+            t.file.file_path: LiveFile(t.file, none) for t in table.scan().plan_files() if t.file.file_path in deletes
+        }
+    groups: dict[tuple[int, tuple[object, ...]], tuple[Record, dict[str, Iterable[int] | pa.Array]]] = {}
+    for path, pos in deletes.items():
+        df = files[path].data_file
+        partition = df.partition if df.partition is not None else Record()
+        key: tuple[int, tuple[object, ...]] = (
+            spec_of(df, table.metadata.default_spec_id),
+            tuple(partition[i] for i in range(len(partition))),
+        )
+        groups.setdefault(key, (partition, {}))[1][path] = pos
+    out: list[DataFile] = []
+    for (spec_id, _), (partition, group) in sorted(groups.items(), key=lambda kv: repr(kv[0])):
+        written = write_position_deletes(table.io, new_delete_location(table), group, spec_id, partition)
+        if written is not None:
+            out.append(written)
+    return out
 
 
 def new_delete_location(table: object) -> str:
@@ -217,6 +277,14 @@ def new_delete_location(table: object) -> str:
 
     assert isinstance(table, Table)
     return table.location_provider().new_data_location(f"delete-{uuid.uuid4()}.parquet")
+
+
+def spec_of(df: DataFile, default: int) -> int:
+    """The spec id of a data file; ``default`` for a file just written (pyiceberg leaves it unset)."""
+    try:
+        return df.spec_id or 0
+    except AttributeError:
+        return default
 
 
 class _DeleteManifestWriter(ManifestWriterV2):
@@ -286,25 +354,33 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def _existing_manifests(self) -> list[ManifestFile]:
         return []
 
-    def _writer(self, content: ManifestContent) -> ManifestWriterV2:
-        spec = self._transaction.table_metadata.spec()
+    def _writer(self, content: ManifestContent, spec_id: int | None = None) -> ManifestWriterV2:
+        metadata = self._transaction.table_metadata
+        spec = metadata.spec() if spec_id is None else metadata.specs()[spec_id]
         cls = _DeleteManifestWriter if content == ManifestContent.DELETES else ManifestWriterV2
         return cls(spec, self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
 
     def _manifests(self) -> list[ManifestFile]:
+        """The new snapshot's manifests: untouched ones kept, touched ones rewritten per spec.
+
+        A manifest holds the files of one partition spec, so after partition evolution the
+        entries of older specs are rewritten into manifests of their own spec (never re-labelled
+        with the current one), and added files go to manifests of the spec they were written with.
+        """
         metadata = self._transaction.table_metadata
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
         previous = parent.manifests(self._io) if parent else []
         kept: list[ManifestFile] = []
-        removed_entries: dict[ManifestContent, list[ManifestEntry]] = {
-            ManifestContent.DATA: [],
-            ManifestContent.DELETES: [],
-        }
-        surviving: dict[ManifestContent, list[ManifestEntry]] = {
-            ManifestContent.DATA: [],
-            ManifestContent.DELETES: [],
-        }
-        consolidate = len(previous) + 2 > self.max_manifests
+        Group = tuple[ManifestContent, int]
+        removed_entries: dict[Group, list[ManifestEntry]] = {}
+        surviving: dict[Group, list[ManifestEntry]] = {}
+        added: dict[Group, list[DataFile]] = {}
+        default = metadata.default_spec_id
+        for df in self._added_data_files:
+            added.setdefault((ManifestContent.DATA, spec_of(df, default)), []).append(df)
+        for df in self._added_deletes:
+            added.setdefault((ManifestContent.DELETES, spec_of(df, default)), []).append(df)
+        consolidate = len(previous) + len(added) > self.max_manifests
         for manifest in previous:
             if not consolidate and not self._removed:
                 kept.append(manifest)
@@ -314,25 +390,23 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             if not hit and not consolidate:
                 kept.append(manifest)
                 continue
+            group = (manifest.content, manifest.partition_spec_id)
             for e in entries:
                 bucket = removed_entries if e.data_file.file_path in self._removed else surviving
-                bucket[manifest.content].append(e)
+                bucket.setdefault(group, []).append(e)
         out = list(kept)
-        for content in (ManifestContent.DATA, ManifestContent.DELETES):
-            rewrite, gone = surviving[content], removed_entries[content]
-            added = self._added_data_files if content == ManifestContent.DATA else self._added_deletes
-            if not (rewrite or gone or added):
-                continue
-            with self._writer(content) as writer:
-                for df in added:
+        for group in sorted(set(removed_entries) | set(surviving) | set(added), key=lambda g: (g[0].value, g[1])):
+            content, spec_id = group
+            with self._writer(content, spec_id) as writer:
+                for df in added.get(group, ()):
                     writer.add(
                         ManifestEntry.from_args(
                             status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, data_file=df
                         )
                     )
-                for e in rewrite:
+                for e in surviving.get(group, ()):
                     writer.existing(e)
-                for e in gone:
+                for e in removed_entries.get(group, ()):
                     writer.delete(e)
             out.append(writer.to_manifest_file())
         return out

@@ -18,6 +18,9 @@ from models.schema import Primitive, Property, PropType, TypeSchema
 from sinks.offsets import TopicPartition
 from sinks.tables import EDGE, EVENTS, TableDef
 
+#: The log's sort order (see ``sinks.layout.DEFAULT_LAYOUTS``), then its batch order.
+EVENTS_SORT = [(c, "ascending") for c in ("entity_type", "entity_pk", "version", "batch_seq")]
+
 
 @dataclass(frozen=True)
 class Source:
@@ -46,13 +49,24 @@ def _repeat(value: object, n: int, typ: pa.DataType) -> pa.Array:
 
 
 def events_arrow(
-    items: Sequence[tuple[ChangeEvent, Source | None]], batch_id: str, now: datetime, stale: set[str]
+    items: Sequence[tuple[ChangeEvent, Source | None]],
+    batch_id: str,
+    now: datetime,
+    stale: set[str],
+    schema: pa.Schema | None = None,
 ) -> pa.Table:
-    """Rows of ``entity_events`` for the batch."""
+    """Rows of ``entity_events`` for the batch, sorted by the log's sort order.
+
+    Rows are sorted by ``(entity_type, entity_pk, version)`` (the table's sort order, so column
+    statistics prune an entity's files); ``batch_seq`` keeps the batch's own order for readers
+    that fold the log (``committed_at``, then ``batch_seq``). ``schema`` is the table's current
+    Arrow schema: a table created before ``batch_seq`` existed (and not evolved since) gets the
+    rows without it, unsorted, so its physical order still is the batch order.
+    """
     evs = [ev for ev, _ in items]
     srcs = [src for _, src in items]
     n = len(evs)
-    schema = EVENTS.arrow_schema
+    full = EVENTS.arrow_schema
     cols: dict[str, object] = {
         "event_id": [e.event_id for e in evs],
         "world_id": [e.world_id for e in evs],
@@ -66,8 +80,8 @@ def events_arrow(
         "caused_by": [e.caused_by for e in evs],
         "causal_order": [e.causal_order for e in evs],
         "occurred_at": _timestamps([e.occurred_at_ms for e in evs]),
-        "committed_at": _repeat(now, n, schema.field("committed_at").type),
-        "batch_id": _repeat(batch_id, n, schema.field("batch_id").type),
+        "committed_at": _repeat(now, n, full.field("committed_at").type),
+        "batch_id": _repeat(batch_id, n, full.field("batch_id").type),
         "schema_version": [e.schema_version for e in evs],
         "source": [e.source for e in evs],
         "from_pk": [e.from_pk for e in evs],
@@ -76,8 +90,12 @@ def events_arrow(
         "source_partition": [s.partition if s else None for s in srcs],
         "source_offset": [s.offset if s else None for s in srcs],
         "applied": [e.event_id not in stale for e in evs],
+        "batch_seq": pa.array(range(n), pa.int32()),
     }
-    return pa.table(cols, schema=schema)
+    table = pa.table(cols, schema=full)
+    if schema is not None and "batch_seq" not in schema.names:
+        return table.select([name for name in schema.names if name in full.names]).cast(schema)
+    return table.sort_by(EVENTS_SORT) if n > 1 else table
 
 
 def projection_arrow(

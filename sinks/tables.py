@@ -15,9 +15,11 @@ names; the key columns never change. See docs/schema.md for the layout decision.
 A deleted entity stays as a tombstone row (``deleted = true``) that keeps its version, so a late,
 older event cannot resurrect it; readers filter ``not deleted``.
 
-The projections are unpartitioned on purpose: the committer changes rows with positional delete
-files plus a pk index (see ``sinks.committer``), which keeps a flush's rewritten bytes bounded
-without partitioning; a bucket spec would only multiply small files.
+Layouts (``sinks.layout``, justified in docs/architecture.md "Table layout"): the log is
+partitioned by ``day(occurred_at)`` and its files are sorted by ``(entity_type, entity_pk,
+version)``; the projections are partitioned by type and ``bucket(16, pk)`` and sorted by key, so a
+flush reads and rewrites only the buckets it touches. Tables created before these layouts keep
+theirs until ``causeway tables evolve`` moves them (Iceberg partition evolution: metadata only).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import SortOrder
 from pyiceberg.types import (
     BooleanType,
     DateType,
@@ -45,6 +48,7 @@ from pyiceberg.types import (
 
 from models.events import EntityKind
 from models.schema import AddColumn, ColumnOp, DocColumn, Primitive, PropType, RenameColumn, TypeSchema, WidenColumn
+from sinks.layout import DEFAULT_LAYOUTS, Layout, partition_spec, sort_order
 
 ENTITY_EVENTS = "entity_events"
 ENTITY_COMMON = "entity_common"
@@ -83,6 +87,7 @@ EVENTS_SCHEMA = Schema(
     _f(20, "source_partition", IntegerType()),
     _f(21, "source_offset", LongType()),
     _f(22, "applied", BooleanType(), True, "false when the projection ignored it as stale"),
+    _f(23, "batch_seq", IntegerType(), False, "position in its batch: the log's order within one commit"),
     identifier_field_ids=[],
 )
 
@@ -114,28 +119,36 @@ EDGE_SCHEMA = Schema(
     _f(12, "schema_version", IntegerType(), True),
 )
 
-# Unpartitioned: a day(committed_at) spec needs pyiceberg-core for the transform on write, which
-# is not a dependency yet; append-only writes have no rewrite cost either way.
-EVENTS_SPEC = PartitionSpec()
-
 
 @dataclass(frozen=True)
 class TableDef:
-    """One table: name, schema, spec, and the key columns of a projection (empty for the log)."""
+    """One table: name, schema, the key columns of a projection (empty for the log), and the layout
+    a new table is created with (partition spec and sort order, see ``sinks.layout``)."""
 
     name: str
     schema: Schema
-    spec: PartitionSpec
     key: tuple[str, str] = ("", "")
 
     @property
     def arrow_schema(self) -> pa.Schema:
         return self.schema.as_arrow()
 
+    @property
+    def layout(self) -> Layout:
+        return DEFAULT_LAYOUTS[self.name]
 
-EVENTS = TableDef(ENTITY_EVENTS, EVENTS_SCHEMA, EVENTS_SPEC)
-COMMON = TableDef(ENTITY_COMMON, COMMON_SCHEMA, PartitionSpec(), ("object_type_id", "object_pk"))
-EDGE = TableDef(ENTITY_EDGE, EDGE_SCHEMA, PartitionSpec(), ("link_type", "link_pk"))
+    @property
+    def spec(self) -> PartitionSpec:
+        return partition_spec(self.layout.spec, self.schema)
+
+    @property
+    def sort_order(self) -> SortOrder:
+        return sort_order(self.layout.sort, self.schema)
+
+
+EVENTS = TableDef(ENTITY_EVENTS, EVENTS_SCHEMA)
+COMMON = TableDef(ENTITY_COMMON, COMMON_SCHEMA, ("object_type_id", "object_pk"))
+EDGE = TableDef(ENTITY_EDGE, EDGE_SCHEMA, ("link_type", "link_pk"))
 ALL_TABLES = (EVENTS, COMMON, EDGE)
 
 
@@ -144,10 +157,14 @@ def table_properties(target_file_bytes: int) -> dict[str, str]:
 
     ``write.target-file-size-bytes`` sizes files by bytes (pyiceberg measures in-memory Arrow
     bytes, so on-disk files come out smaller). Old metadata files are *not* deleted after commit:
-    other branches may still point at them; Nessie GC owns physical deletion.
+    other branches may still point at them; Nessie GC owns physical deletion. ``gc.enabled=false``
+    (Iceberg's recommendation for Nessie-managed tables) makes engines that honour it (Spark's
+    ``expire_snapshots`` / ``remove_orphan_files``) refuse to delete files from one branch that
+    other worlds may still reference.
     """
     return {
         "format-version": "2",
+        "gc.enabled": "false",
         "write.target-file-size-bytes": str(target_file_bytes),
         "write.parquet.compression-codec": "zstd",
         "write.metadata.previous-versions-max": "20",

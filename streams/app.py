@@ -12,6 +12,7 @@ from pathlib import Path
 import faust
 from prometheus_client import CollectorRegistry
 
+from streams.security import faust_broker_credentials
 from streams.settings import Settings
 
 
@@ -21,6 +22,7 @@ def create_app(settings: Settings, registry: CollectorRegistry | None = None) ->
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{hp.strip()}" for hp in settings.kafka_bootstrap.split(",")],
+        broker_credentials=faust_broker_credentials(settings),
         store="memory://",
         datadir=f"{settings.data_dir}/{settings.app_id}-data",  # Faust's own default is the working directory
         web_host="127.0.0.1",

@@ -13,17 +13,51 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 
 class Secret(str):
-    """A string that never shows its value in ``repr`` or logs."""
+    """A string that never shows its value: ``repr``, ``str``, f-strings and ``%s`` print ``***``.
+
+    ``reveal()`` gives the value, only where a client library needs it (streams/security.py).
+    """
 
     def __repr__(self) -> str:
         return "Secret('***')" if self else "Secret('')"
 
+    def __str__(self) -> str:
+        return "***" if self else ""
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
     def reveal(self) -> str:
         return str.__str__(self)
+
+
+class SecretUrl(Secret):
+    """A URL that may carry credentials; it prints with the password (and token-like user) masked."""
+
+    def __repr__(self) -> str:
+        return repr(str(self))
+
+    def __str__(self) -> str:
+        return mask_url(self.reveal())
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (``redis://:***@host:6379/0``)."""
+    url = str.__str__(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "***"
+    if parts.password is None and "@" not in parts.netloc:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    masked = f"{user}:***@{host}" if parts.password is not None else f"***@{host}"
+    return urlunsplit(parts._replace(netloc=masked))
 
 
 class SettingsError(ValueError):
@@ -38,9 +72,43 @@ def _opt(default: Any, help: str) -> Any:
 class Settings:
     # --- services -------------------------------------------------------------------------------
     kafka_bootstrap: str = _opt("127.0.0.1:9092", "Kafka bootstrap servers, comma-separated.")
-    redis_url: str = _opt("redis://127.0.0.1:6379/0", "Redis URL for dedupe marks and cross-worker state.")
+    redis_url: SecretUrl = _opt(
+        SecretUrl("redis://127.0.0.1:6379/0"),
+        "Redis URL for dedupe marks and cross-worker state; rediss:// for TLS. A password in it is masked.",
+    )
     nessie_url: str = _opt("http://127.0.0.1:19120/api/v2", "Nessie REST API v2 base URL.")
     nessie_token: Secret = _opt(Secret(""), "Bearer token for Nessie; empty means no auth. Never logged.")
+    # --- security (streams/security.py, docs/security.md) ---------------------------------------
+    kafka_security_protocol: str = _opt(
+        "PLAINTEXT", "Kafka security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL."
+    )
+    kafka_sasl_mechanism: str = _opt(
+        "SCRAM-SHA-512", "SASL mechanism for SASL_*: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER."
+    )
+    kafka_sasl_username: str = _opt("", "SASL user name (PLAIN and SCRAM).")
+    kafka_sasl_password: Secret = _opt(Secret(""), "SASL password (PLAIN and SCRAM). Never logged.")
+    kafka_oauth_token_file: str = _opt("", "OAUTHBEARER: file holding the current token (re-read on refresh).")
+    kafka_oauth_token_command: str = _opt(
+        "", "OAUTHBEARER: shell command printing a token on stdout (used when no token file is set)."
+    )
+    kafka_oauth_refresh_s: float = _opt(300.0, "OAUTHBEARER: a token is reused this long, then read again.")
+    kafka_ssl_ca_file: str = _opt("", "PEM CA bundle that signed the brokers' certificates; empty: system CAs.")
+    kafka_ssl_cert_file: str = _opt("", "PEM client certificate for mutual TLS; empty: none.")
+    kafka_ssl_key_file: str = _opt("", "PEM private key of the client certificate.")
+    kafka_ssl_key_password: Secret = _opt(Secret(""), "Password of an encrypted client key. Never logged.")
+    kafka_ssl_check_hostname: bool = _opt(
+        True, "Check that the broker certificate names the host (certificates are always verified)."
+    )
+    redis_username: str = _opt("", "Redis ACL user; a user in CAUSEWAY_REDIS_URL wins.")
+    redis_password: Secret = _opt(Secret(""), "Redis password; a password in CAUSEWAY_REDIS_URL wins. Never logged.")
+    redis_ca_file: str = _opt("", "PEM CA bundle for a rediss:// URL; empty: system CAs.")
+    nessie_ca_file: str = _opt("", "PEM CA bundle for an https:// Nessie URL; empty: system CAs.")
+    nessie_oauth_token_url: str = _opt(
+        "", "OAuth2 token endpoint for Nessie (client credentials); set it to use OAuth2 instead of a static token."
+    )
+    nessie_oauth_client_id: str = _opt("", "OAuth2 client id for Nessie.")
+    nessie_oauth_client_secret: Secret = _opt(Secret(""), "OAuth2 client secret for Nessie. Never logged.")
+    nessie_oauth_scope: str = _opt("", "OAuth2 scope to ask for; empty asks for none.")
     nessie_timeout_s: float = _opt(30.0, "Per-request timeout for Nessie calls, seconds.")
     prometheus_url: str = _opt("http://127.0.0.1:9090", "Prometheus base URL (used by tests and the CLI).")
     # --- storage ---------------------------------------------------------------------------------
@@ -197,6 +265,22 @@ class Settings:
         20.0, "A call whose key is in flight elsewhere waits this long for the outcome, then gets UNAVAILABLE."
     )
     api_apply_deadline_s: float = _opt(30.0, "ApplyChanges waits this long for its events to commit by default.")
+    # --- write-audit-publish gate ----------------------------------------------------------------
+    publish_log_branch: str = _opt(
+        "causeway-publish-log", "Nessie branch holding the publish gate's audit log (one commit per entry)."
+    )
+    publish_max_drift: int = _opt(10, "Publish audit: most commits the target may be ahead of the merge base.")
+    publish_max_tables: int = _opt(25, "Publish audit: most tables one publish may modify.")
+    publish_max_changed_entities: int = _opt(0, "Publish audit: most entities one publish may change (0: no limit).")
+    publish_webhook_url: Secret = _opt(
+        Secret(""), "Slack-compatible webhook called on publish success, decline, block and failure; empty: none."
+    )
+    publish_audit_interval_s: float = _opt(
+        0.0, "Worker timer auditing worlds for drift and staleness every this many seconds (0: off)."
+    )
+    publish_audit_min_age_s: float = _opt(
+        86_400.0, "The drift timer audits worlds with a pending plan or whose branch is older than this."
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -220,6 +304,23 @@ class Settings:
             )
         if not self.warehouse.startswith(("file://", "s3://", "/")):
             raise SettingsError(f"{env_name('warehouse')}={self.warehouse!r}: use file:///path or s3://bucket")
+        if self.kafka_security_protocol.upper() not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise SettingsError(
+                f"{env_name('kafka_security_protocol')}={self.kafka_security_protocol!r}: "
+                "use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+            )
+        if self.kafka_security_protocol.upper().startswith("SASL_") and self.kafka_sasl_mechanism.upper() not in (
+            "PLAIN",
+            "SCRAM-SHA-256",
+            "SCRAM-SHA-512",
+            "OAUTHBEARER",
+        ):
+            raise SettingsError(
+                f"{env_name('kafka_sasl_mechanism')}={self.kafka_sasl_mechanism!r}: "
+                "use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
+            )
+        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise SettingsError(f"{env_name('redis_url')}={self.redis_url}: use redis://, rediss:// or unix://")
         for name in ("batch_max_events", "topic_partitions", "max_parked", "commit_retries", "cdc_max_records"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
@@ -265,8 +366,8 @@ def _coerce(f: dataclasses.Field[Any], raw: str) -> Any:
             return int(raw.replace("_", ""))
         if kind is float:
             return float(raw)
-        if kind is Secret:
-            return Secret(raw)
+        if issubclass(kind, Secret):
+            return kind(raw)
         return raw
     except ValueError as exc:
         raise SettingsError(f"{env_name(f.name)}={raw!r} is not a valid {kind.__name__}") from exc
@@ -276,6 +377,6 @@ def markdown_table() -> str:
     """The README's configuration table."""
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for f in dataclasses.fields(Settings):
-        default = "" if isinstance(f.default, Secret) else f.default
+        default = "" if type(f.default) is Secret else f.default
         rows.append(f"| `{env_name(f.name)}` | `{default}` | {f.metadata['help']} |")
     return "\n".join(rows)

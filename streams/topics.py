@@ -7,6 +7,7 @@ import logging
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from streams.security import kafka_client_options
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None)
         settings.dlq_topic: 1,
         **(extra or {}),
     }
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, **kafka_client_options(settings))
     await admin.start()
     try:
         existing = set(await admin.list_topics())

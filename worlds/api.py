@@ -39,6 +39,7 @@ from worlds.audit import AUDIT_COLUMNS, AuditEntry, fold, missing_causes
 from worlds.diff import EntityChange, SchemaChange, schema_diff
 from worlds.diff_read import TableDiff, diff_table
 from worlds.errors import WorldsError
+from worlds.merge_run import MergeOps
 from worlds.refs import Resolved, WorldRef
 from worlds.releases import Release, ReleaseOps
 from worlds.rollback_run import RollbackOps, RollbackOutcome
@@ -78,7 +79,7 @@ class WorldDiff:
         return out
 
 
-class Worlds(ReleaseOps, RollbackOps):
+class Worlds(ReleaseOps, RollbackOps, MergeOps):
     """The API. ``Worlds.from_settings(settings)``; close with ``close()`` or use ``with``."""
 
     # --- 1. history ------------------------------------------------------------------------------

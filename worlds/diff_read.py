@@ -30,6 +30,9 @@ class TableDiff:
     delete_files_read: int = 0
     bytes_read: int = 0
     rows_read: int = 0
+    #: The rows read from each side (the compared columns plus ``extra_columns``), for a merge.
+    rows_a: pa.Table | None = None
+    rows_b: pa.Table | None = None
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -73,9 +76,9 @@ def _side(table: Table | None, deletes: FileCache, out: TableDiff) -> _Side:
     return side
 
 
-def _columns(table: Table, type_col: str, pk_col: str) -> tuple[str, ...]:
+def _columns(table: Table, type_col: str, pk_col: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     names = set(table.schema().column_names)
-    return (type_col, pk_col) + tuple(c for c in COMPARE_COLUMNS if c in names)
+    return (type_col, pk_col) + tuple(c for c in COMPARE_COLUMNS + extra if c in names)
 
 
 def _positions(n: int) -> pa.Array:
@@ -102,6 +105,7 @@ def diff_table(
     type_col: str,
     pk_col: str,
     progress: Callable[[int], None] | None = None,
+    extra_columns: tuple[str, ...] = (),
 ) -> TableDiff:
     """The entity and schema diff of one projection table between two pinned loads of it."""
     out = TableDiff(name)
@@ -120,12 +124,22 @@ def diff_table(
         out.bytes_read += size
         if read.whole_a or (read.a_positions is not None and len(read.a_positions)):
             assert a is not None
-            rows = _rows(side_a, read.path, _columns(a, type_col, pk_col), None if read.whole_a else read.a_positions)
+            rows = _rows(
+                side_a,
+                read.path,
+                _columns(a, type_col, pk_col, extra_columns),
+                None if read.whole_a else read.a_positions,
+            )
             parts_a.append(rows)
             out.rows_read += rows.num_rows
         if read.whole_b or (read.b_positions is not None and len(read.b_positions)):
             assert b is not None
-            rows = _rows(side_b, read.path, _columns(b, type_col, pk_col), None if read.whole_b else read.b_positions)
+            rows = _rows(
+                side_b,
+                read.path,
+                _columns(b, type_col, pk_col, extra_columns),
+                None if read.whole_b else read.b_positions,
+            )
             parts_b.append(rows)
             out.rows_read += rows.num_rows
         if progress is not None:
@@ -133,6 +147,7 @@ def diff_table(
     rows_a = _concat(parts_a)
     rows_b = _concat(parts_b)
     out.changes = entity_changes(kind, rows_a, rows_b, type_col, pk_col)
+    out.rows_a, out.rows_b = rows_a, rows_b
     return out
 
 

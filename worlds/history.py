@@ -82,6 +82,8 @@ def commit_kind(properties: Mapping[str, str], message: str) -> str:
         return "rollback"
     if PROP_RELEASE in properties:
         return "release"
+    if "causeway.merge.source" in properties:  # a worlds merge (worlds.merge_read.PROP_MERGE_SOURCE)
+        return "merge"
     if PROP_BATCH in properties:
         return "batch"
     if message.lower().startswith("merge"):

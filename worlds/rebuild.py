@@ -33,6 +33,7 @@ LOG_COLUMNS = (
     "batch_id",
     "schema_version",
     "applied",
+    "batch_seq",
 )
 COMPARED = ("version", "deleted", "properties", "event_id")
 
@@ -47,8 +48,9 @@ class Rebuilt:
 def fold(log_rows: Iterable[Mapping[str, Any]]) -> Rebuilt:
     """The projections implied by the log's applied rows, processed in commit order."""
     rows = [r for r in log_rows if r.get("applied")]
-    # Stable sort: rows of one batch keep their order in the log (the batch's order).
-    rows.sort(key=lambda r: r["committed_at"])
+    # Stable sort: a batch's rows by batch_seq (its order); rows written before that column
+    # existed have none and keep their read order, which is their batch's order.
+    rows.sort(key=lambda r: (r["committed_at"], r.get("batch_seq") or 0))
     out = Rebuilt(events_used=len(rows))
     for r in rows:
         target = out.objects if r["kind"] == "object" else out.links

@@ -71,6 +71,8 @@ def _read(
         return []
     snap = tbl.current_snapshot()
     total = int(snap.summary.get("total-records", "0") or 0) if snap is not None and snap.summary is not None else None
+    if columns:  # a table created before a column existed (batch_seq) is read without it
+        columns = tuple(c for c in columns if c in tbl.schema().column_names)
     scan = tbl.scan(selected_fields=columns, **kw) if columns else tbl.scan(**kw)
     rows: list[Row] = []
     for batch in scan.to_arrow_batch_reader():

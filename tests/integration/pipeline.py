@@ -23,6 +23,7 @@ from models.deadletter import DeadLetter
 from models.events import EntityKind
 from monitoring.lag_probe import group_lag
 from sinks.readback import BranchState, read_world
+from streams.security import kafka_client_options, nessie_http_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -58,7 +59,9 @@ class Pipeline:
         env = worker_env(settings)
         await ensure_topics(settings)
         headers = {"Nessie-Client-Spec": "2"}
-        async with httpx.AsyncClient(base_url=settings.nessie_url, headers=headers) as http:
+        async with httpx.AsyncClient(
+            base_url=settings.nessie_url, headers=headers, **nessie_http_options(settings)
+        ) as http:
             # Start from Nessie's empty root, not main: main may hold the demo's data.
             root = (await http.get("/config")).raise_for_status().json()["noAncestorHash"]
             main = {"type": "BRANCH", "name": "main", "hash": root}
@@ -106,7 +109,9 @@ class Pipeline:
         return self.settings.objects_topic if kind is EntityKind.OBJECT else self.settings.links_topic
 
     async def publish(self, records: list[Record]) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap, linger_ms=5, **kafka_client_options(self.settings)
+        )
         await producer.start()
         try:
             for r in records:
@@ -116,7 +121,9 @@ class Pipeline:
             await producer.stop()
 
     async def publish_raw(self, topic: str, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap, **kafka_client_options(self.settings)
+        )
         await producer.start()
         try:
             await producer.send_and_wait(topic, value, key=key, headers=headers)
@@ -126,7 +133,11 @@ class Pipeline:
     async def lag(self) -> int:
         """Sum over the change topics' partitions of end offset − the group's committed offset."""
         s = self.settings
-        return sum((await group_lag(s.kafka_bootstrap, s.app_id, (s.objects_topic, s.links_topic))).values())
+        return sum(
+            (
+                await group_lag(s.kafka_bootstrap, s.app_id, (s.objects_topic, s.links_topic), kafka_client_options(s))
+            ).values()
+        )
 
     async def wait_drained(self, timeout: float = 120) -> None:  # noqa: ASYNC109 - a deadline, not a cancel
         """Until the group's committed offsets reach the end of every change partition."""
@@ -141,7 +152,11 @@ class Pipeline:
         raise AssertionError(f"not drained after {timeout}s (lag {lag}); worker logs:\n{logs}")
 
     async def dead_letters(self) -> list[DeadLetter]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.settings.kafka_bootstrap, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            enable_auto_commit=False,
+            **kafka_client_options(self.settings),
+        )
         await consumer.start()
         try:
             tp = TopicPartition(self.settings.dlq_topic, 0)

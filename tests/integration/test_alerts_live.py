@@ -274,11 +274,6 @@ SERVED_WORLDS = 3
 OTHER_WORLDS = 200
 
 
-@pytest.mark.xfail(
-    reason="issue 24 item 6 (helper schema): the reconciler reconciles, and creates series for, every world "
-    "branch in Nessie rather than the worlds this worker serves",
-    strict=False,
-)
 def test_series_are_bounded_by_the_served_worlds(unique: str, tmp_path: Path, nessie_url: str) -> None:
     from monitoring.metrics import series_bound
 

@@ -29,10 +29,22 @@ from monitoring.metrics import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-ALLOWED_LABELS = {"world", "topic", "partition", "reason", "outcome", "layer", "dependency", "object_type", "group"}
+ALLOWED_LABELS = {
+    "world",
+    "topic",
+    "partition",
+    "reason",
+    "outcome",
+    "layer",
+    "dependency",
+    "object_type",
+    "group",
+    "check",
+}  # check: the publish gate's four audit checks
 # What a gauge or histogram name may end in: a base unit, or the thing it counts.
-UNITS: tuple[str, ...] = ("_seconds", "_bytes", "_messages", "_events", "_rows", "_offset")
+UNITS: tuple[str, ...] = ("_seconds", "_bytes", "_messages", "_events", "_rows", "_offset", "_commits")
 UNITS += ("_version", "_difference", "_drift", "_up")
+UNITS += ("_blocked", "_failed", "_changes")  # the publish gate's 0/1 flags (issue 16 names them)
 
 
 @pytest.fixture

@@ -1,0 +1,352 @@
+"""Table layouts against the real Nessie: pruning, bucket-local flushes, partition evolution, GC safety."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import StringType
+
+from cli.main import cli
+from models.events import ChangeEvent
+from sinks.catalog import NessieCatalog
+from sinks.committer import BatchCommitter
+from sinks.layout import DEFAULT_LAYOUTS, PROJECTION_BUCKETS
+from sinks.layout_run import TableLayouts
+from sinks.nessie import Reference, SyncNessieClient
+from sinks.tables import ALL_TABLES, COMMON, EVENTS, table_properties
+from tests.integration import test_committer as base
+from tests.integration.test_committer import batch, empty_root, obj, objects
+from worlds.rebuilder import rebuild
+
+pytestmark = pytest.mark.integration
+
+client = base.client  # the committer tests' fixtures: a Nessie client, settings on a fresh warehouse
+sink_settings = base.sink_settings
+
+DAY_MS = 86_400_000
+T0 = 1_700_006_400_000  # 2023-11-15T00:00:00Z
+
+
+def new_world(client: SyncNessieClient) -> str:
+    world_id = f"t{uuid.uuid4().hex[:10]}"
+    client.create_branch(f"world-{world_id}", empty_root(client))
+    return world_id
+
+
+def cat_of(committer: BatchCommitter, world: str) -> NessieCatalog:
+    return committer.catalog(f"world-{world}")
+
+
+def bucket_of(pk: str) -> int:
+    return BucketTransform(PROJECTION_BUCKETS).transform(StringType())(pk)
+
+
+class ReadRecorder:
+    """Wraps the committer's file cache to record every data/delete file a flush reads."""
+
+    def __init__(self, committer: BatchCommitter) -> None:
+        self.paths: list[str] = []
+        inner = committer.file_cache.get
+
+        def get(io, path, columns):  # type: ignore[no-untyped-def]
+            self.paths.append(path)
+            return inner(io, path, columns)
+
+        committer.file_cache.get = get  # type: ignore[method-assign]
+
+
+def test_new_tables_get_the_standard_layouts_and_gc_disabled(client, sink_settings) -> None:
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client)
+    committer.commit_batch(batch(world, "b1", [obj(world, "p1", "CREATE", 1)], 0))
+    cat = cat_of(committer, world)
+    for tdef in ALL_TABLES:
+        t = cat.load_table(("onto", tdef.name))
+        assert t.properties["gc.enabled"] == "false"
+        assert not t.spec().is_unpartitioned()
+        assert [f.name for f in t.spec().fields] == [f.name for f in DEFAULT_LAYOUTS[tdef.name].spec]
+        assert [t.schema().find_column_name(f.source_id) for f in t.sort_order().fields] == list(
+            DEFAULT_LAYOUTS[tdef.name].sort
+        )
+
+
+def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_settings) -> None:
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client)
+    pks = [f"p-{i:04d}" for i in range(600)]
+    committer.commit_batch(batch(world, "seed", [obj(world, pk, "CREATE", 1, n=0) for pk in pks], 0))
+    table = cat_of(committer, world).load_table(("onto", COMMON.name))
+    files_per_bucket: dict[int, set[str]] = {}
+    for task in table.scan().plan_files():
+        files_per_bucket.setdefault(task.file.partition[1], set()).add(task.file.file_path)
+    assert len(files_per_bucket) == PROJECTION_BUCKETS  # 600 keys reach every bucket
+
+    touched_buckets = sorted(files_per_bucket)[:2]
+    chosen = [pk for pk in pks if bucket_of(pk) in touched_buckets][:40]
+    assert {bucket_of(pk) for pk in chosen} == set(touched_buckets)
+    reads = ReadRecorder(committer)
+    out = committer.commit_batch(batch(world, "upd", [obj(world, pk, "UPDATE", 2, n=1) for pk in chosen], 1000))
+
+    allowed = set().union(*(files_per_bucket[b] for b in touched_buckets))
+    data_reads = [p for p in reads.paths if "/data/" in p and "delete-" not in p]
+    assert data_reads, "the flush must read the touched buckets' key columns"
+    assert set(data_reads) <= allowed, "a flush read a data file of a bucket it did not touch"
+    all_files = set().union(*files_per_bucket.values())
+    assert len(set(data_reads)) <= len(all_files) * 2 / PROJECTION_BUCKETS
+
+    # What the commit wrote and removed lies in the touched buckets only.
+    after = cat_of(committer, world).load_table(("onto", COMMON.name))
+    snap = after.current_snapshot()
+    assert snap is not None and snap.snapshot_id != table.current_snapshot().snapshot_id
+    changed = [
+        e.data_file
+        for m in snap.manifests(after.io)
+        for e in m.fetch_manifest_entry(after.io, discard_deleted=False)
+        if e.snapshot_id == snap.snapshot_id
+    ]
+    assert changed and {df.partition[1] for df in changed} <= set(touched_buckets)
+    assert out.stats[COMMON.name].rows_deleted == len(chosen)
+    rows = objects(cat_of(committer, world))
+    assert len(rows) == len(pks)
+    assert all(rows[pk][0] == (2 if pk in chosen else 1) for pk in pks)
+
+
+def test_audit_trail_and_time_window_reads_prune_the_log(client, sink_settings) -> None:
+    # A small target file size stands in for a large log: each flush's file is a fraction of the
+    # target (as 10k-event flushes are of 64 MiB), so compaction merges a day's flush files and
+    # cuts the sorted result into several files with disjoint key ranges.
+    settings = sink_settings.replace(target_file_bytes=192 * 1024)
+    world = new_world(client)
+    committer = BatchCommitter(settings, client)
+    versions: dict[str, int] = {}
+    expected: dict[str, int] = {}
+    for b in range(24):
+        evs: list[ChangeEvent] = []
+        for i in range(120):
+            pk = f"p-{(b * 37 + i * 11) % 400:04d}"
+            versions[pk] = versions.get(pk, 0) + 1
+            ev = obj(world, pk, "CREATE" if versions[pk] == 1 else "UPDATE", versions[pk], n=i, pad="x" * 200)
+            evs.append(replace(ev, occurred_at_ms=T0 + (b % 3) * DAY_MS + i * 1000))
+            expected[pk] = expected.get(pk, 0) + 1
+        committer.commit_batch(batch(world, f"b{b}", evs, b * 1000))
+    log = cat_of(committer, world).load_table(("onto", EVENTS.name))
+    total = list(log.scan().plan_files())
+    assert 6 <= len(total) < 24, f"compaction should leave a few sorted files per day, got {len(total)}"
+
+    pk = "p-0123"
+    trail = log.scan(row_filter=And(EqualTo("entity_type", "person"), EqualTo("entity_pk", pk)))
+    read = list(trail.plan_files())
+    assert len(read) <= len(total) / 2, f"audit trail read {len(read)} of {len(total)} files"
+    rows = trail.to_arrow()
+    assert rows.num_rows == expected[pk]
+    assert sorted(rows.column("version").to_pylist()) == list(range(1, expected[pk] + 1))
+
+    window = log.scan(
+        row_filter=And(
+            GreaterThanOrEqual("occurred_at", "2023-11-16T00:00:00+00:00"),
+            LessThan("occurred_at", "2023-11-17T00:00:00+00:00"),
+        )
+    )
+    in_window = list(window.plan_files())
+    assert len(in_window) <= len(total) / 2
+    assert window.to_arrow().num_rows == sum(120 for b in range(24) if b % 3 == 1)
+
+
+def _legacy_tables(committer: BatchCommitter, world: str) -> None:
+    """Create the three tables as causeway created them before layouts (no spec, no sort, no batch_seq)."""
+    cat = cat_of(committer, world)
+    cat.begin()
+    for tdef in ALL_TABLES:
+        schema = tdef.schema
+        if tdef is EVENTS:
+            schema = Schema(*[f for f in schema.fields if f.name != "batch_seq"])
+        props = {k: v for k, v in table_properties(1 << 26).items() if k != "gc.enabled"}
+        cat.create_table(
+            ("onto", tdef.name),
+            schema,
+            partition_spec=PartitionSpec(),
+            sort_order=UNSORTED_SORT_ORDER,
+            properties=props,
+        )
+    cat.publish("legacy tables")
+
+
+def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(client, sink_settings) -> None:
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client)
+    _legacy_tables(committer, world)
+    first = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(60)]
+    first += [obj(world, f"p{i}", "UPDATE", 2, n=i * 10) for i in range(0, 60, 3)]
+    first += [obj(world, f"q{i}", "CREATE", 1, typ="place", n=i) for i in range(20)]
+    committer.commit_batch(batch(world, "before", first, 0))
+    before = objects(cat_of(committer, world))
+
+    layouts = TableLayouts(sink_settings, committer)
+    dry = layouts.evolve(world, COMMON.name, DEFAULT_LAYOUTS[COMMON.name].spec, None, dry_run=True)
+    assert dry.dry_run and dry.commit is None and dry.evolution.spec_changed
+    assert cat_of(committer, world).load_table(("onto", COMMON.name)).spec().is_unpartitioned()
+
+    for tdef in ALL_TABLES:
+        layout = DEFAULT_LAYOUTS[tdef.name]
+        head = client.get_reference(f"world-{world}").hash
+        res = layouts.evolve(world, tdef.name, layout.spec, layout.sort)
+        assert res.commit is not None and res.base == head
+        assert res.properties_set == {"gc.enabled": "false"}
+        again = layouts.evolve(world, tdef.name, layout.spec, layout.sort)
+        assert not again.changed and again.commit is None
+    cat = cat_of(committer, world)
+    common = cat.load_table(("onto", COMMON.name))
+    assert len(common.specs()) == 2 and not common.spec().is_unpartitioned()
+    assert objects(cat) == before, "evolution changed what readers see"
+
+    # Writes after the change: updates of rows in old-spec files, deletes, a truncate, new keys.
+    # (few enough that the old-spec file stays under compaction's half-deleted threshold)
+    after = [obj(world, f"p{i}", "UPDATE", 3, n=i * 100) for i in range(0, 60, 6)]
+    after += [obj(world, f"p{i}", "DELETE", 4) for i in range(0, 10)]
+    after += [obj(world, "*", "TRUNCATE", 1, typ="place"), obj(world, "q1", "CREATE", 1, typ="place", n=7)]
+    after += [obj(world, f"r{i}", "CREATE", 1, n=i) for i in range(30)]
+    committer.commit_batch(batch(world, "after", after, 1000))
+    cat = cat_of(committer, world)
+    rows = objects(cat)
+    model = dict(before)
+    for i in range(0, 60, 6):
+        model[f"p{i}"] = (3, False, None)
+    for i in range(10):
+        model[f"p{i}"] = (4, True, None)
+    for i in range(20):
+        model.pop(f"q{i}")
+    model["q1"] = (1, False, None)
+    for i in range(30):
+        model[f"r{i}"] = (1, False, None)
+    assert {k: v[:2] for k, v in rows.items()} == {k: v[:2] for k, v in model.items()}
+    events = cat.load_table(("onto", EVENTS.name))
+    assert events.scan().to_arrow().num_rows == len(first) + len(after)
+    specs_in_use = {t.file.spec_id for t in cat.load_table(("onto", COMMON.name)).scan().plan_files()}
+    assert len(specs_in_use) == 2, "old files keep their spec, new ones use the new spec"
+
+    result = rebuild(sink_settings, world, write=False)
+    assert result.identical, [d.sample() for d in result.diffs]
+
+
+def test_expiry_never_deletes_a_file_another_branch_references(client, sink_settings) -> None:
+    settings = sink_settings.replace(snapshot_expire_every=3)
+    world = new_world(client)
+    committer = BatchCommitter(settings, client)
+    for b in range(3):
+        evs = [obj(world, f"p{i}", "CREATE" if b == 0 else "UPDATE", b + 1, n=b) for i in range(50)]
+        committer.commit_batch(batch(world, f"a{b}", evs, b * 100))
+    fork = f"world-{world}-fork"
+    client.create_branch(fork, Reference(f"world-{world}", "BRANCH", client.get_reference(f"world-{world}").hash))
+    forked = committer.catalog(fork)
+    shared: dict[str, set[str]] = {}
+    for tdef in ALL_TABLES:
+        assert forked.load_table(("onto", tdef.name)).properties["gc.enabled"] == "false"
+    for tdef in (EVENTS, COMMON):  # the tables this world writes (no links)
+        t = forked.load_table(("onto", tdef.name))
+        snaps = {s.snapshot_id for s in t.metadata.snapshots}
+        assert len(snaps) >= 2
+        files = {task.file.file_path for task in t.scan().plan_files()}
+        files |= {d.file_path for task in t.scan().plan_files() for d in task.delete_files}
+        files |= {m.manifest_path for s in t.metadata.snapshots for m in s.manifests(t.io)}
+        shared[tdef.name] = files
+    expected = objects(forked)
+
+    # The original branch moves on: updates, compaction and snapshot expiry on every commit.
+    for b in range(3, 12):
+        evs = [obj(world, f"p{i}", "UPDATE", b + 1, n=b) for i in range(50)]
+        committer.commit_batch(batch(world, f"a{b}", evs, b * 100))
+    moved = cat_of(committer, world).load_table(("onto", COMMON.name))
+    assert len(moved.metadata.snapshots) <= 4, "expiry did not run on the original branch"
+    gone_there = shared[COMMON.name] - {task.file.file_path for task in moved.scan().plan_files()}
+    assert gone_there, "the original branch should no longer reference some of the fork's files"
+
+    forked = committer.catalog(fork)
+    for tdef in (EVENTS, COMMON):
+        t = forked.load_table(("onto", tdef.name))
+        for path in shared[tdef.name]:
+            assert t.io.new_input(path).exists(), f"{path} was deleted while {fork} references it"
+        for s in t.metadata.snapshots:  # every snapshot the fork still has stays readable
+            assert isinstance(t.scan(snapshot_id=s.snapshot_id).to_arrow(), pa.Table)
+    assert objects(forked) == expected
+
+
+def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client)
+    _legacy_tables(committer, world)
+    committer.commit_batch(batch(world, "b1", [obj(world, f"p{i}", "CREATE", 1) for i in range(20)], 0))
+    monkeypatch.setenv("CAUSEWAY_WAREHOUSE", sink_settings.warehouse)
+    runner = CliRunner()
+
+    help_ = runner.invoke(cli, ["tables", "evolve", "--help"])
+    assert help_.exit_code == 0 and "Example" in help_.output
+
+    dry = runner.invoke(cli, ["tables", "evolve", world, "entity_common", "--spec", "default", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert "none  ->  identity(object_type_id), bucket(16, object_pk)" in dry.output
+    assert "dry run" in dry.output
+
+    every = runner.invoke(
+        cli, ["tables", "evolve", world, "all", "--spec", "default", "--sort", "default", "--dry-run"]
+    )
+    assert every.exit_code == 0, every.output
+    assert every.output.count("dry run: nothing committed") == 3 and "add column batch_seq" in every.output
+
+    done = runner.invoke(cli, ["tables", "evolve", world, "entity_common", "--spec", "default", "--sort", "default"])
+    assert done.exit_code == 0 and "committed" in done.output, done.output
+
+    shown = runner.invoke(cli, ["tables", "show", world, "entity_common"])
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "spec 0: none" in shown.output
+        and "spec 1: identity(object_type_id), bucket(16, object_pk)  (current)" in shown.output
+    )
+    assert "gc.enabled: false" in shown.output and "(unpartitioned)" in shown.output
+
+    import orjson
+
+    js = runner.invoke(cli, ["tables", "show", world, "entity_common", "--json"])
+    report = orjson.loads(js.output)
+    assert report["rows"] == 20 and report["data_files"] == 1 and report["snapshots"] >= 1
+    assert [s["default"] for s in report["specs"]] == [False, True]
+
+    for args, needle in (
+        (["tables", "show", "no-such-world-x"], "has no branch"),
+        (["tables", "show", world, "nope"], "unknown table"),
+        (["tables", "evolve", world, "entity_common", "--spec", "bucket(x, object_pk)"], "positive number"),
+        (["tables", "evolve", world, "entity_common", "--spec", "day(nope)"], "no column 'nope'"),
+    ):
+        r = runner.invoke(cli, args)
+        assert r.exit_code != 0 and needle in r.output, r.output
+        assert "Traceback" not in r.output
+
+
+def test_a_flush_never_loses_deletes_of_a_file_it_does_not_touch(client, sink_settings) -> None:
+    """Deletes of one partition are merged with every data file of that partition in view.
+
+    Keys of one bucket land in several files; a delete file then names two of them. A later flush
+    touching keys of only one file merges delete files (max_delete_files=1): had the flush pruned
+    the other file by min/max statistics, its deleted rows would have come back.
+    """
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client, max_delete_files=1, compact_below=0.0)
+    same = [pk for pk in (f"k{i:05d}" for i in range(3000)) if bucket_of(pk) == 3]
+    low, high = same[:20], same[-20:]
+    committer.commit_batch(batch(world, "low", [obj(world, pk, "CREATE", 1) for pk in low], 0))
+    committer.commit_batch(batch(world, "high", [obj(world, pk, "CREATE", 1) for pk in high], 100))
+    both = [obj(world, low[0], "UPDATE", 2), obj(world, high[0], "UPDATE", 2)]
+    committer.commit_batch(batch(world, "both", both, 200))
+    for n, pk in enumerate(low[1:4]):
+        committer.commit_batch(batch(world, f"only-low-{n}", [obj(world, pk, "UPDATE", 2)], 300 + n))
+    rows = objects(cat_of(committer, world))  # raises on a duplicate live row
+    assert rows[high[0]][0] == 2 and rows[low[0]][0] == 2
+    assert len(rows) == len(low) + len(high)

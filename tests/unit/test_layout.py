@@ -1,0 +1,165 @@
+"""Layouts (pure): spec text, evolution plans, pruning filters, log compaction choices, log row order."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.typedef import Record
+from pyiceberg.types import StringType
+
+from models.events import ChangeEvent, ChangeType, EntityKind
+from sinks.layout import (
+    DEFAULT_LAYOUTS,
+    Layout,
+    LayoutError,
+    PartField,
+    format_spec,
+    from_iceberg,
+    key_filter,
+    parse_sort,
+    parse_spec,
+    partition_spec,
+    plan_evolution,
+    sort_order,
+)
+from sinks.logcompact import Candidate, choose, cut, tier
+from sinks.rows import events_arrow
+from sinks.tables import ALL_TABLES, COMMON, EVENTS
+from worlds.rebuild import fold
+
+
+def test_spec_text_round_trips_through_iceberg() -> None:
+    spec = parse_spec("identity(object_type_id), bucket(16, object_pk)")
+    assert spec == (PartField("identity", "object_type_id"), PartField("bucket", "object_pk", 16))
+    assert format_spec(spec) == "identity(object_type_id), bucket(16, object_pk)"
+    iceberg = partition_spec(spec, COMMON.schema)
+    assert [f.name for f in iceberg.fields] == ["object_type_id", "object_pk_bucket_16"]
+    assert from_iceberg(iceberg, COMMON.schema) == spec
+    assert parse_spec("object_type_id") == (PartField("identity", "object_type_id"),)
+    assert parse_spec("none") == () and parse_spec("default", "entity_events") == DEFAULT_LAYOUTS["entity_events"].spec
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("bucket(x, object_pk)", "positive number"),
+        ("bucket(0, object_pk)", "positive number"),
+        ("frob(object_pk)", "unknown transform"),
+        ("day(a, b)", "takes one column"),
+        ("bucket(16, object_pk", "unbalanced"),
+        ("object_pk, object_pk", "repeated"),
+        ("a b", "not a partition term"),
+    ],
+)
+def test_bad_spec_text_is_one_clear_error(text: str, needle: str) -> None:
+    with pytest.raises(LayoutError, match=needle):
+        parse_spec(text)
+
+
+def test_a_spec_must_fit_the_schema() -> None:
+    with pytest.raises(LayoutError, match="no column 'nope'"):
+        partition_spec(parse_spec("day(nope)"), EVENTS.schema)
+    with pytest.raises(LayoutError, match="cannot partition"):
+        partition_spec(parse_spec("day(entity_pk)"), EVENTS.schema)
+    with pytest.raises(LayoutError, match="not a column name"):
+        parse_sort("a, b c")
+
+
+def test_default_layouts_build_on_their_tables() -> None:
+    for tdef in ALL_TABLES:
+        layout = DEFAULT_LAYOUTS[tdef.name]
+        assert from_iceberg(tdef.spec, tdef.schema) == layout.spec
+        assert [tdef.schema.find_column_name(f.source_id) for f in tdef.sort_order.fields] == list(layout.sort)
+    assert sort_order((), EVENTS.schema).is_unsorted
+
+
+def test_evolution_keeps_shared_fields_and_names_the_rest() -> None:
+    old = Layout(parse_spec("identity(object_type_id), bucket(16, object_pk)"), ("object_pk",))
+    new = Layout(parse_spec("identity(object_type_id), bucket(32, object_pk)"), ("object_pk",))
+    evo = plan_evolution(old, new)
+    assert evo.remove == (PartField("bucket", "object_pk", 16),)
+    assert evo.add == (PartField("bucket", "object_pk", 32),)
+    assert evo.spec_changed and not evo.sort_changed
+    assert not plan_evolution(new, new).changed
+
+
+def test_key_scan_keeps_only_the_buckets_its_keys_fall_in() -> None:
+    spec = partition_spec(parse_spec("identity(object_type_id), bucket(16, object_pk)"), COMMON.schema)
+    pks = [f"p-{i}" for i in range(500)]
+    scan = key_filter("object_type_id", "object_pk", pks[:3], ["Gone"])
+    want = {BucketTransform(16).transform(StringType())(pk) for pk in pks[:3]}
+    for b in range(16):
+        assert scan.keeps(Record("person", b), spec, COMMON.schema) == (b in want)
+        assert scan.keeps(Record("Gone", b), spec, COMMON.schema)  # truncated: every file of the type
+    unpartitioned = partition_spec((), COMMON.schema)
+    assert scan.keeps(Record(), unpartitioned, COMMON.schema)  # old-spec files cannot be pruned
+    assert all(
+        key_filter("object_type_id", "object_pk", pks).keeps(Record("x", b), spec, COMMON.schema) for b in range(16)
+    )
+
+
+def test_log_compaction_merges_a_full_tier_of_one_partition_only() -> None:
+    target = 64 * 1024 * 1024
+    small = [Candidate(f"d1-{i}", (1, (10,)), 50_000) for i in range(8)]
+    other = [Candidate(f"d2-{i}", (1, (11,)), 50_000) for i in range(7)]
+    big = [Candidate("big", (1, (10,)), target)]
+    other_tier = [Candidate(f"d1-x{i}", (1, (10,)), 5_000_000) for i in range(3)]
+    merges = choose(small + other + big + other_tier, target // 2)
+    assert merges == [sorted(c.path for c in small)]
+    assert tier(1) == 0 and tier(50_000) < tier(5_000_000)
+
+
+def test_cut_slices_a_sorted_table_in_order() -> None:
+    import pyarrow as pa
+
+    t = pa.table({"k": list(range(1000)), "pad": ["x" * 100] * 1000})
+    parts = cut(t, t.nbytes // 4)
+    assert len(parts) in (4, 5)
+    assert [r for p in parts for r in p.column("k").to_pylist()] == list(range(1000))
+
+
+def _ev(eid: str, pk: str, change: ChangeType, version: int, typ: str = "person") -> ChangeEvent:
+    return ChangeEvent(
+        event_id=eid,
+        world_id="w",
+        kind=EntityKind.OBJECT,
+        entity_type=typ,
+        entity_pk=pk,
+        change_type=change,
+        version=version,
+        before=None,
+        after=None if change in (ChangeType.DELETE, ChangeType.TRUNCATE) else {"v": version},
+        caused_by=None,
+        causal_order=None,
+        occurred_at_ms=1_700_000_000_000,
+        schema_version=0,
+        source="t",
+    )
+
+
+def test_log_rows_are_sorted_by_entity_and_keep_their_batch_order_in_batch_seq() -> None:
+    # p3 created, the type truncated, then p1 and p2 created: sorted by key the TRUNCATE ('*')
+    # comes first, so only batch_seq tells a fold that p3 came before it (and is gone).
+    batch = [
+        _ev("e1", "p3", ChangeType.CREATE, 1),
+        _ev("e2", "*", ChangeType.TRUNCATE, 1),
+        _ev("e3", "p1", ChangeType.CREATE, 1),
+        _ev("e4", "p2", ChangeType.CREATE, 5),
+    ]
+    rows = events_arrow([(e, None) for e in batch], "b", datetime.now(UTC), set())
+    assert rows.column("entity_pk").to_pylist() == ["*", "p1", "p2", "p3"]
+    assert rows.column("batch_seq").to_pylist() == [1, 2, 3, 0]
+    folded = fold(rows.to_pylist())
+    assert {k: r["version"] for k, r in folded.objects.items()} == {("person", "p1"): 1, ("person", "p2"): 5}
+
+
+def test_a_legacy_log_without_batch_seq_gets_rows_in_batch_order() -> None:
+    from pyiceberg.schema import Schema
+
+    legacy = Schema(*[f for f in EVENTS.schema.fields if f.name != "batch_seq"]).as_arrow()
+    batch = [_ev("e1", "p2", ChangeType.CREATE, 1), _ev("e2", "p1", ChangeType.CREATE, 1)]
+    rows = events_arrow([(e, None) for e in batch], "b", datetime.now(UTC), set(), legacy)
+    assert "batch_seq" not in rows.schema.names
+    assert rows.column("entity_pk").to_pylist() == ["p2", "p1"]
