@@ -145,8 +145,9 @@ class DeadLetterMarks:
         self._ttl = ttl_s
 
     @classmethod
-    def from_url(cls, url: str, ttl_s: int) -> DeadLetterMarks:
-        return cls(aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5), ttl_s)
+    def from_url(cls, url: str, ttl_s: int, **options: Any) -> DeadLetterMarks:
+        """``options``: streams.security.redis_options (password, ACL user, TLS CA)."""
+        return cls(aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options), ttl_s)
 
     async def recorded(self, keys: Iterable[str]) -> set[str]:
         """Which of ``keys`` are recorded; one round trip."""

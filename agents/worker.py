@@ -89,7 +89,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         worker_id=worker_id,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
         pipelined=True,
-        dead_marks=DeadLetterMarks.from_url(settings.redis_url, settings.dedupe_ttl_s),
+        dead_marks=DeadLetterMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings)),
     )
     if settings.cdc_mapping:
         # CDC ingest runs in the same process when a mapping is configured, with the settings'
