@@ -253,7 +253,11 @@ class Worlds(ReleaseOps, RollbackOps, MergeOps):
             lower=("committed_at", since),
             upper=("committed_at", until),
         )
-        return log, log.scan(row_filter=row_filter, selected_fields=AUDIT_COLUMNS)
+        # The log's rows are sorted by entity inside a flush (table layout), so a batch's own order is
+        # its ``batch_seq`` column; tables from before the layout have no such column.
+        names = {f.name for f in log.schema().fields}
+        fields = AUDIT_COLUMNS + (("batch_seq",) if "batch_seq" in names else ())
+        return log, log.scan(row_filter=row_filter, selected_fields=fields)
 
     def _batch_commits(self, resolved: Resolved, batch_ids: set[str], rows: list[dict[str, Any]]) -> dict[str, str]:
         """Commit hash per batch id, walking the log back only to the oldest row's commit time."""

@@ -90,13 +90,14 @@ def fold(
 ) -> list[AuditEntry]:
     """Entries in the order the world took them: commit time, then the log's order inside a batch.
 
-    Inside one batch the log keeps the batch's order (one append), so a stale older version that
+    Inside one batch the order is the log's ``batch_seq`` (the rows of a flush are sorted by entity in
+    the files), or the file order for logs written before it existed; so a stale older version that
     arrived after a newer one stays after it.
 
     ``causes`` maps event ids (the entity's and their causes') to their ``caused_by``; ``commits``
     maps batch ids to commit hashes.
     """
-    indexed = sorted(enumerate(rows), key=lambda ir: (ir[1]["committed_at"], ir[0]))
+    indexed = sorted(enumerate(rows), key=lambda ir: (ir[1]["committed_at"], ir[1].get("batch_seq") or 0, ir[0]))
     out = []
     for _, r in indexed:
         chain = cause_chain(r["event_id"], {**causes, r["event_id"]: r.get("caused_by")})

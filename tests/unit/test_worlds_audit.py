@@ -42,3 +42,12 @@ def test_cause_chain_stops_on_loops_and_depth() -> None:
     assert cause_chain("a", {"a": "b", "b": "a"}) == ("b", "a")
     assert len(cause_chain("e0", {f"e{i}": f"e{i + 1}" for i in range(100)}, max_depth=5)) == 5
     assert missing_causes({"a": "b", "b": None, "c": "d"}) == {"d"}
+
+
+def test_inside_a_batch_batch_seq_orders_rows_that_the_layout_sorted_by_entity() -> None:
+    # The table layout sorts a flush's log rows by (type, pk, version), so the stale v1 that arrived
+    # after the v3 delete lies first in the file; batch_seq keeps the order the world took them in.
+    stale = {**row("s", 1, "b", 1, applied=False), "batch_seq": 2}
+    delete = {**row("d", 3, "b", 1, change="DELETE"), "batch_seq": 1}
+    out = fold([stale, delete], {}, {})
+    assert [(e.version, e.applied) for e in out] == [(3, True), (1, False)]
