@@ -287,11 +287,13 @@ class WorldScope:
 
 # --- the verdict of a run (CLI summary and exit code) ---------------------------------------------
 
-ExitCode = Literal[0, 1, 3, 4]
+# The project's exit codes (docs/operations.md): 0 done, 1 error, 2 usage, 3 incomplete or differs,
+# 4 a service down (the CLI's preflight); 5 is reconcile's own verdict.
+ExitCode = Literal[0, 1, 3, 5]
 EXIT_CONSISTENT: ExitCode = 0  # nothing found, or everything found was repaired (or is within the threshold)
-EXIT_FAILED: ExitCode = 1  # a world could not be reconciled (service down, gave up after conflicts)
-EXIT_UNREPAIRABLE: ExitCode = 3  # drift a rebuild cannot fix: control count ≠ event log
-EXIT_WOULD_REPAIR: ExitCode = 4  # dry run: rows differ from the log; a real run would rebuild them
+EXIT_FAILED: ExitCode = 1  # a world could not be reconciled (a service failed mid-run, gave up after conflicts)
+EXIT_WOULD_REPAIR: ExitCode = 3  # dry run: rows differ from the log; a real run would rebuild them
+EXIT_UNREPAIRABLE: ExitCode = 5  # drift a rebuild cannot fix: control count ≠ event log
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """``causeway reconcile``: compare control, projection and event-log counts; repair drift.
 
 Exit codes: 0 consistent (nothing found, or everything found repaired or within the threshold);
-1 a world failed or a service is down; 2 bad usage (bad or unknown world id); 3 drift that a
-rebuild cannot fix (control count ≠ event log); 4 dry run found rows a real run would rebuild.
+1 a world failed mid-run; 2 bad usage (bad or unknown world id); 3 dry run found rows a real run
+would rebuild; 4 a service is down (checked before the run); 5 drift that a rebuild cannot fix
+(control count ≠ event log).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def reconcile(
     Without --world or --all it covers the worlds CAUSEWAY_RECONCILE_WORLDS lists (ids or patterns).
     Each run (not --dry-run) is recorded in Redis, where every worker exports it to Prometheus.
 
-    Exit codes: 0 consistent or repaired, 1 failed, 2 bad world, 3 drift a rebuild cannot fix,
-    4 dry run found rows to repair.
+    Exit codes: 0 consistent or repaired, 1 failed, 2 bad world, 3 dry run found rows to repair,
+    4 a service down, 5 drift a rebuild cannot fix.
 
     \b
     Example:

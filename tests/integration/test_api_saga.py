@@ -49,7 +49,8 @@ def event(world: str, pk: str, change: str, version: int, before: dict | None = 
     )
 
 
-async def _topic(pipe: Pipeline) -> list[dict]:
+async def _records(pipe: Pipeline) -> list[tuple[int, int, dict]]:
+    """The objects topic's records as (Kafka timestamp in ms, offset, value)."""
     consumer = AIOKafkaConsumer(
         pipe.settings.objects_topic,
         bootstrap_servers=pipe.settings.kafka_bootstrap,
@@ -59,14 +60,19 @@ async def _topic(pipe: Pipeline) -> list[dict]:
     await consumer.start()
     try:
         out: list[tuple[int, int, dict]] = []
-        while True:
-            batch = await consumer.getmany(timeout_ms=2000)
-            if not batch:
-                break
+        while batch := await consumer.getmany(timeout_ms=2000):
             out += [(r.timestamp, r.offset, json.loads(r.value)) for recs in batch.values() for r in recs]
-        return [d for _, _, d in sorted(out, key=lambda x: (x[0], x[1]))]
+        return out
     finally:
         await consumer.stop()
+
+
+async def _topic(pipe: Pipeline) -> list[dict]:
+    return [d for _, _, d in sorted(await _records(pipe), key=lambda x: (x[0], x[1]))]
+
+
+async def _topic_at(pipe: Pipeline) -> list[tuple[int, dict]]:
+    return [(ts, d) for ts, _, d in await _records(pipe)]
 
 
 async def test_apply_changes_commits_and_reads_its_writes(pipe: Pipeline) -> None:
@@ -138,7 +144,13 @@ async def test_wait_step_times_out_compensates_in_reverse_and_the_undo_applies(p
             assert (out.status, out.failed_step, out.compensated) == ("compensated", "wait", 3)
             ids = [json.loads(e)["event_id"] for e in events]
             sent = [(d["event_id"], d["caused_by"]) for d in await _topic(pipe)]
-            assert sent == [(i, None) for i in ids] + [(undo_id(i), i) for i in reversed(ids)]
+            # Records of other keys sit on other partitions, so the topic's order is Kafka's timestamp
+            # (ms): two sends in one millisecond tie. The order is checked by timestamps instead.
+            assert sorted(sent) == sorted([(i, None) for i in ids] + [(undo_id(i), i) for i in ids])
+            at = {d["event_id"]: ts for ts, d in await _topic_at(pipe)}
+            assert max(at[i] for i in ids) <= min(at[undo_id(i)] for i in ids)  # every undo after every send
+            undo_times = [at[undo_id(i)] for i in reversed(ids)]
+            assert undo_times == sorted(undo_times)  # undone in reverse order
             pipe.start_worker()
             await pipe.wait_drained()
             live = [json.loads(o) for p in c.query_at(world) for o in p.objects_json]

@@ -249,15 +249,16 @@ def test_cli_errors_are_one_line_and_exit_codes_tell_found_repaired_and_unrepair
         assert text in r.stderr and "Traceback" not in r.stderr + r.output
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     down = run("--world", world, CAUSEWAY_KAFKA_BOOTSTRAP="127.0.0.1:1")
-    assert down.exit_code == 1 and "cannot read control counts from Kafka at 127.0.0.1:1" in down.stderr
-    assert "KafkaConnectionError" in down.stderr, down.stderr
+    # A service down is the CLI's preflight verdict, the same for every command (docs/operations.md).
+    assert down.exit_code == 4 and "Kafka unavailable at 127.0.0.1:1" in down.stderr, down.stderr
+    assert len(down.stderr.strip().splitlines()) == 1, down.stderr
     assert "Traceback" not in down.stderr + down.output
 
     committer.catalog(f"world-{world}").load_table("onto.entity_common").delete(In("object_pk", ["p1"]))
     dry = run("--world", world, "--dry-run")
-    assert dry.exit_code == 4, dry.output + dry.stderr
+    assert dry.exit_code == 3, dry.output + dry.stderr
     assert summary(dry.output)["would repair"].startswith("1 row(s) in 1 world(s)")
-    assert summary(dry.output)["exit code"] == "4 (dry run found rows to repair)"
+    assert summary(dry.output)["exit code"] == "3 (dry run found rows to repair)"
     fixed = run("--world", world)
     assert fixed.exit_code == 0, fixed.output + fixed.stderr
     block = summary(fixed.output)
@@ -268,14 +269,14 @@ def test_cli_errors_are_one_line_and_exit_codes_tell_found_repaired_and_unrepair
     asyncio.run(publish_counts(s, ControlCount(world, "Pump", 5, 1)))
     head = committer.client.get_reference(f"world-{world}").hash
     left = run("--world", world)
-    assert left.exit_code == 3, left.output + left.stderr
+    assert left.exit_code == 5, left.output + left.stderr
     block = summary(left.output)
     assert block["cannot repair"].startswith(f"{world}/Pump: control count 5, event log 3")
-    assert "a rebuild cannot fix it" in block["cannot repair"] and block["exit code"].startswith("3 ")
+    assert "a rebuild cannot fix it" in block["cannot repair"] and block["exit code"].startswith("5 ")
     assert committer.client.get_reference(f"world-{world}").hash == head  # nothing to rebuild, no commit
     as_json = run("--world", world, "--json")
     doc = orjson.loads(as_json.stdout)
-    assert as_json.exit_code == 3 and doc["exit_code"] == 3
+    assert as_json.exit_code == 5 and doc["exit_code"] == 5
     assert doc["reports"][0]["types"]["Pump"]["unrepairable"] is True
 
 
@@ -371,8 +372,9 @@ async def test_scrapes_are_answered_while_a_pass_runs_a_step_that_holds_the_gil(
         await runner.cleanup()
     print(f"\nworst scrape: {max(in_process):.2f}s with the step in-process, {max(during):.2f}s during the pass")
     assert [r.outcome for r in reports] == ["ok"]
-    assert max(in_process) > 2.0, in_process  # the test can see starvation
-    assert len(during) >= 10 and max(during) < 2.0, during
+    # The control shows the test can see starvation; relative, since the step's length depends on the box.
+    assert max(in_process) > 5 * max(during), (in_process, during)
+    assert len(during) >= 10 and max(during) < 1.0, during
     assert metrics.registry.get_sample_value("causeway_reconciliation_runs_total", {"world": world, "outcome": "ok"})
 
 

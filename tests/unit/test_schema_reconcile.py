@@ -83,7 +83,7 @@ def test_verdict_tells_found_repaired_and_unrepairable_apart() -> None:
     assert (
         "c/T: control count 5, event log 3" in text["cannot repair"] and "rebuild cannot fix" in text["cannot repair"]
     )
-    assert text["exit code"].startswith("3 ")
+    assert text["exit code"].startswith("5 ")
     dry = _report("d", TypeReport("T", None, 2, 3, 1, repaired=1), dry_run=True)
     assert verdict([dry], 0).exit_code == EXIT_WOULD_REPAIR
     assert verdict([dry, control_only, _report("e", failed=True)], 0).exit_code == EXIT_FAILED
