@@ -32,7 +32,9 @@ async def test_kill_at_each_flush_point(point: str, unique: str, tmp_path: Path)
         wl = generate(pipe.params(events=1500, worlds=2, keys=60, seed=31, duplicate_rate=0.05))
         await pipe.publish(wl.records)
         kills = 0
-        for nth in (1, 2, 3):
+        # Each restart dies at its first pass of the point: with the batch intake one worker drains most
+        # of the backlog, so a later restart may have fewer than n flushes left to reach an n-th pass.
+        for nth in (1, 1, 1):
             worker = pipe.start_worker(fault=f"{point}:{nth}", wait=False)
             worker.proc.wait(timeout=120)
             assert worker.proc.returncode == -signal.SIGKILL, worker.log.read_text()[-2000:]
