@@ -144,6 +144,8 @@ async def test_oldest_in_flight_age_is_the_batch_real_age_not_the_flush_interval
     oldest = applier.metrics.registry.get_sample_value("causeway_inflight_oldest_timestamp_seconds", {"world": "prod"})
     assert oldest is not None
     assert 395 <= time.time() - oldest <= 420
+
+
 async def test_a_parked_event_is_re_read_after_a_revoke_despite_a_late_old_generation_record() -> None:
     """Issue 12 case 1, through the applier: the late record must not push the partition's floor past 10."""
     applier, committer, _, _ = make()
