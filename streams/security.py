@@ -364,6 +364,21 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def scrub_exception(exc: BaseException, secrets: Iterable[str]) -> None:
+    """Redact secret values in ``exc``'s arguments, so ``str(exc)`` shows ``***`` wherever it is printed later.
+
+    Formatters that print ``Type: message`` themselves (the CLI's one-line formatter) never see the
+    redacted traceback text; this covers them. Exceptions whose text does not come from ``args``
+    keep it (the message and traceback of the record are still redacted).
+    """
+    secrets = list(secrets)
+    if any(value in str(exc) for value in secrets):
+        try:
+            exc.args = tuple(redact(a, secrets) if isinstance(a, str) else a for a in exc.args)
+        except (AttributeError, TypeError):  # pragma: no cover - an exception type with read-only args
+            pass
+
+
 class RedactingFilter(logging.Filter):
     """Replaces any secret value in a log record's final message (a last line of defence)."""
 
@@ -377,6 +392,7 @@ class RedactingFilter(logging.Filter):
             clean = redact(message, self.secrets)
             if record.exc_info and record.exc_info[1] is not None:
                 record.exc_text = redact(logging.Formatter().formatException(record.exc_info), self.secrets)
+                scrub_exception(record.exc_info[1], self.secrets)
             if clean != message:
                 record.msg, record.args = clean, None
         return True
