@@ -31,11 +31,11 @@ def failure_line(settings: Settings, result: ProbeResult) -> str:
     """``Nessie unavailable at URL: <detail>; <what to check>`` for a failed probe."""
     service, name = result.service, _NAME[result.service]
     url = mask_url(url_of(settings, service))
+    if security_reason(result.detail):  # it answers, and refuses us (the probes put the reason first)
+        return f"{name} at {url} refused the connection: {result.detail}; check the {name} settings in docs/security.md"
     if result.verdict == "down":
         check = f"is {name} running there? (`causeway doctor`; {_SETTING[service]})"
         return f"{name} unavailable at {url}: {result.detail}; {check}"
-    if security_reason(result.detail):  # it is that service, and it refused us (probes put the reason first)
-        return f"{name} at {url} refused the connection: {result.detail}; check the {name} settings in docs/security.md"
     return f"{url} is not {name}: {result.detail}; something else answers there: check {_SETTING[service]}"
 
 

@@ -71,6 +71,11 @@ def test_preflight_names_refused_credentials_not_a_wrong_url() -> None:
     line = failure_line(s, ProbeResult("nessie", "wrong", detail, 0.1))
     assert "refused" in line and "something else answers" not in line and "is not Nessie" not in line
     assert PW not in line
+    # aiokafka reports a refused password as a failed bootstrap ("down"): the refusal is named all the same.
+    kafka = "authentication failed: wrong user name or password (KafkaConnectionError: Unable to bootstrap)"
+    assert "Kafka at 127.0.0.1:9092 refused the connection" in failure_line(s, ProbeResult("kafka", "down", kafka, 1))
+    down = failure_line(s, ProbeResult("kafka", "down", "KafkaConnectionError: Unable to bootstrap", 1))
+    assert "Kafka unavailable at" in down
     # A URL that answers as something else keeps its own line.
     other = failure_line(s, ProbeResult("nessie", "wrong", "HTTP 404 without a Nessie error body", 0.1))
     assert "is not Nessie" in other
