@@ -169,6 +169,7 @@ async def test_pipeline_and_every_client_tool_over_tls_and_sasl(secured: SecureS
         doctor = ""
         for args in (
             ("doctor",),
+            ("reconcile", "--world", "prod", "--dry-run"),
             ("offsets", "show"),
             ("dlq", "list"),
             ("dlq", "redrive", "--all", "--dry-run"),
@@ -179,7 +180,7 @@ async def test_pipeline_and_every_client_tool_over_tls_and_sasl(secured: SecureS
             outputs += [done.stdout, done.stderr]
             # doctor fails on the Prometheus check alone when other helpers' targets are down; a dry-run
             # redrive exits 3 ("incomplete") when its letters are still invalid, as these are.
-            ok_codes = {"doctor": (0, 1, 69), "dlq": (0, 3)}.get(args[0], (0,))
+            ok_codes = {"doctor": (0, 1, 69), "dlq": (0, 3), "reconcile": (0, 3)}.get(args[0], (0,))
             assert done.returncode in ok_codes, f"{args}: {done.returncode} {done.stdout}{done.stderr}"
             assert "Traceback" not in done.stderr, done.stderr
             doctor = doctor or done.stdout
@@ -564,3 +565,57 @@ def test_benchmark_runs_secured_and_writes_no_secret(
     files = [p for p in [*tmp_path.iterdir(), *work.rglob("*")] if p.is_file()]
     leaked = {f"{p.name}: {s[:4]}…" for p in files for s in secured.secrets if s in p.read_text(errors="replace")}
     assert not leaked, leaked
+
+
+async def test_schema_sync_over_sasl_ssl(secured: SecureStack, unique: str, tmp_path: Path) -> None:
+    """Schema sync's consumer, answer producer and Nessie commits use the secured options: a change is applied."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    from agents.schema_sync import SchemaSync
+    from models.schema import StorageSchemaUpdated
+    from monitoring.metrics import Metrics
+    from sinks.nessie import Reference, SyncNessieClient
+    from streams.security import kafka_client_options
+    from streams.settings import Settings
+    from tests.integration.test_schema_sync import schema_change
+
+    s = Settings.from_env().replace(
+        warehouse=f"file://{tmp_path}/warehouse",
+        app_id=f"cw-{unique}",
+        schema_topic=f"schema.{unique}",
+        schema_answer_topic=f"schema-answer.{unique}",
+        schema_intelligence_topic=f"schema-intel.{unique}",
+        dlq_topic=f"dlq.{unique}",
+    )
+    world = f"t{unique}"
+    with SyncNessieClient.from_settings(s) as client:
+        client.create_branch(f"world-{world}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
+    opts = kafka_client_options(s)
+    sync = SchemaSync(s, Metrics(), poll_timeout_ms=100)
+    await sync.start()
+    task = asyncio.create_task(sync.run())
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, **opts)
+    consumer = AIOKafkaConsumer(bootstrap_servers=s.kafka_bootstrap, enable_auto_commit=False, **opts)
+    try:
+        await producer.start()
+        add = {"op": "add", "id": "lvl", "name": "level", "type": "long"}
+        await producer.send_and_wait(s.schema_topic, schema_change(world, 1, add), key=world.encode())
+        await consumer.start()
+        tp = TopicPartition(s.schema_answer_topic, 0)
+        answers: list[StorageSchemaUpdated] = []
+        deadline = time.monotonic() + 90
+        while not answers and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            if tp.partition in (consumer.partitions_for_topic(tp.topic) or set()):
+                consumer.assign([tp])
+                await consumer.seek_to_beginning(tp)
+                for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
+                    answers += [StorageSchemaUpdated.decode(r.value) for r in records]
+            else:
+                await consumer.topics()  # refresh the metadata until the answer topic exists
+    finally:
+        await producer.stop()
+        await consumer.stop()
+        await sync.stop()
+        task.cancel()
+    assert [(a.requested_version, a.status) for a in answers] == [(1, "applied")], answers
