@@ -407,5 +407,5 @@ case "${1:-}" in
   status) cmd_status ;;
   env) cmd_env ;;
   prometheus-config) prometheus_config ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
