@@ -614,3 +614,16 @@ async def test_schema_sync_over_sasl_ssl(secured: SecureStack, unique: str, tmp_
         await sync.stop()
         task.cancel()
     assert [(a.requested_version, a.status) for a in answers] == [(1, "applied")], answers
+
+
+def test_reconcile_dry_run_over_the_secured_stack(stack: SecureStack, unique: str) -> None:
+    """Reconciliation's control-count reader (Kafka) and branch reads (Nessie proxy) work secured."""
+    env = (
+        os.environ
+        | stack.env
+        | {"CAUSEWAY_CONTROL_COUNTS_TOPIC": f"counts.{unique}", "CAUSEWAY_APP_ID": f"cw-{unique}"}
+    )
+    done = causeway(env, "reconcile", "--world", "prod", "--dry-run")
+    assert done.returncode in (0, 3), done.stdout + done.stderr  # 3: the shared main branch differs
+    assert "reconcile (dry run)" in done.stdout and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert not [s for s in stack.secrets if s in done.stdout + done.stderr]
