@@ -130,6 +130,8 @@ PROP_WORLD = "causeway.world"
 PROP_BATCH = "causeway.batch_id"
 PROP_COUNT = "causeway.event_count"
 PROP_OFFSETS = "causeway.offsets."
+#: Events per kind and change type, as compact JSON (``worlds.history.PROP_CHANGES`` reads it back).
+PROP_CHANGES = "causeway.changes"
 
 
 @dataclass(frozen=True)
@@ -431,6 +433,7 @@ class BatchCommitter:
             PROP_WORLD: batch.world_id,
             PROP_BATCH: batch.batch_id,
             PROP_COUNT: str(len(batch.events)),
+            PROP_CHANGES: change_counts_json(events, stale_ids),
         }
         # Exactly the offsets this commit applied (its events' sources), never a floor-absorbed
         # form: an OffsetSet folds a prefix starting at 0 into its floor, which format() leaves out.
@@ -855,3 +858,12 @@ __all__ = [
     "read_rows",
     "stage_replacement",
 ]
+
+
+def change_counts_json(events: list[ChangeEvent], stale: set[str]) -> str:
+    """Events per kind and change type (stale ones apart), so a history page needs no file read."""
+    out: dict[str, dict[str, int]] = {}
+    for ev in events:
+        per = out.setdefault("stale" if ev.event_id in stale else ev.kind.value, {})
+        per[ev.change_type.value] = per.get(ev.change_type.value, 0) + 1
+    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode()
