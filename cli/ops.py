@@ -1,8 +1,8 @@
 """Operator commands: `causeway replay`, `causeway dlq ...`, `causeway offsets ...`, `causeway rebuild`.
 
-The commands are thin: planning and decisions live in ``agents.replay``, ``agents.redrive``,
-``agents.offsets_admin`` and ``worlds.rebuild`` (pure), the I/O in ``agents.replayer``,
-``agents.dlq``, ``agents.group_admin`` and ``worlds.rebuilder``. Every command ends with a summary
+The commands are thin: planning and decisions live in ``ops.replay.plan``, ``ops.redrive.plan``,
+``ops.offsets.plan`` and ``ops.rebuild.plan`` (pure), the I/O in ``ops.replay.run``,
+``ops.redrive.run``, ``ops.offsets.run`` and ``ops.rebuild.run``. Every command ends with a summary
 block meant to be pasted into a ticket.
 """
 
@@ -148,8 +148,8 @@ def replay(
       causeway replay --from-time 2026-11-29T08:00:00Z --to-time 2026-11-29T09:00:00Z --world prod
       causeway replay --into-world whatif-q4 --world prod --from-commit 8f2c1e0d --to-time 2026-11-01
     """
-    from agents.replay import ReplayError, ReplaySpec, parse_range
-    from agents.replayer import CheckpointStore, plan, run_replay
+    from ops.replay.plan import ReplayError, ReplaySpec, parse_range
+    from ops.replay.run import CheckpointStore, plan, run_replay
 
     if into_world is None and (from_commit or as_of):
         raise click.UsageError("--from-commit and --as-of need --into-world")
@@ -173,7 +173,7 @@ def replay(
         if as_of:
             fork = _resolve_as_of(settings, source_world, parse_time(as_of))
         elif from_commit:
-            from agents.replayer import expand_commit
+            from ops.replay.run import expand_commit
 
             try:
                 fork = expand_commit(settings, source_world, from_commit)
@@ -237,7 +237,7 @@ def replay(
                 b.finish()
             await store.close()
 
-    from agents.replayer import DependencyDown
+    from ops.replay.run import DependencyDown
     from sinks.errors import NessieError
     from worlds.manager import WorldError
 
@@ -262,7 +262,7 @@ def replay(
 
 
 async def _interrupted_report(settings: Settings, rid: str) -> Any:
-    from agents.replayer import CheckpointStore, ReplayReport
+    from ops.replay.run import CheckpointStore, ReplayReport
 
     store = CheckpointStore.from_settings(settings)
     try:
@@ -283,8 +283,8 @@ async def _interrupted_report(settings: Settings, rid: str) -> Any:
 
 
 async def _check_target(settings: Settings, spec: Any, into_existing: bool, confirm_prod: bool) -> None:
-    from agents.replayer import check_target
     from models.worlds import WorldNaming
+    from ops.replay.run import check_target
     from sinks.nessie import NessieClient
     from worlds.manager import WorldManager
 
@@ -380,7 +380,7 @@ def _dlq_filter_options(f: Any) -> Any:
 
 
 def _dlq_filter(**kw: Any) -> Any:
-    from agents.redrive import DlqFilter
+    from ops.redrive.plan import DlqFilter
 
     for ref in kw["refs"]:
         if not REF.fullmatch(ref):
@@ -398,7 +398,7 @@ def _dlq_filter(**kw: Any) -> Any:
 
 
 def _read_letters(settings: Settings, flt: Any, label: str) -> tuple[list[Any], int]:
-    from agents.dlq import read_dlq
+    from ops.redrive.run import read_dlq
 
     with Progress(label, None, every_s=5.0) as bar:
         return asyncio.run(read_dlq(settings, flt, bar.advance))
@@ -480,7 +480,7 @@ def dlq_show(settings: Settings, ref_or_event_id: str) -> None:
       causeway dlq show 0:17
       causeway dlq show evt-2026-11-29-000123
     """
-    from agents.redrive import DlqFilter
+    from ops.redrive.plan import DlqFilter
 
     is_ref = ":" in ref_or_event_id and ref_or_event_id.replace(":", "").isdigit()
     flt = DlqFilter(refs=(ref_or_event_id,)) if is_ref else DlqFilter(event_ids=(ref_or_event_id,))
@@ -533,7 +533,7 @@ def dlq_redrive(settings: Settings, all_: bool, force: bool, again: bool, show: 
       causeway dlq redrive --reason unknown-world --world whatif-7
       causeway dlq redrive --ref 0:17 --force
     """
-    from agents.dlq import plan_redrive, send
+    from ops.redrive.run import plan_redrive, send
 
     started = time.monotonic()
     flt = _dlq_filter(**kw)
@@ -598,7 +598,7 @@ def offsets_show(settings: Settings, group: str | None, topics: tuple[str, ...])
     Example:
       causeway offsets show --group causeway
     """
-    from agents.group_admin import describe_group, partition_offsets
+    from ops.offsets.run import describe_group, partition_offsets
 
     group = group or settings.app_id
     state = asyncio.run(describe_group(settings.kafka_bootstrap, group, kafka_client_options(settings)))
@@ -656,8 +656,8 @@ def offsets_reset(
 
     With --to offset, only the partitions named by --offset move (N alone names them all).
     """
-    from agents.group_admin import commit_reset, describe_group, partition_offsets
-    from agents.offsets_admin import ResetRefused, check_resettable, parse_offset_targets, plan_reset
+    from ops.offsets.plan import ResetRefused, check_resettable, parse_offset_targets, plan_reset
+    from ops.offsets.run import commit_reset, describe_group, partition_offsets
 
     group = group or settings.app_id
     if strategy == "timestamp" and not timestamp:
@@ -743,9 +743,9 @@ def rebuild(settings: Settings, world: str, swap: bool, sample: int, dry_run: bo
       causeway rebuild whatif-q4 --swap
     """
     from models.worlds import InvalidWorldId
+    from ops.rebuild.run import RebuildError
+    from ops.rebuild.run import rebuild as run_rebuild
     from sinks.errors import NessieError
-    from worlds.rebuilder import RebuildError
-    from worlds.rebuilder import rebuild as run_rebuild
 
     started = time.monotonic()
     bars: dict[str, Progress] = {}
