@@ -22,7 +22,7 @@ import faust
 from aiohttp.web import json_response
 
 from agents.applier import Applier
-from agents.deadletters import DeadLetterPublisher
+from agents.deadletter_publisher import DeadLetterPublisher
 from agents.intake import ChangeIntake
 from agents.intake import attach as attach_intake
 from agents.marks import AppliedMarks, DeadLetterMarks

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from models.events import ChangeEvent
-from sinks.offsets import TopicPartition, parse_tp, tp_name
+from sinks.committed_offsets import TopicPartition, parse_tp, tp_name
 
 _RANGE = re.compile(r"(?:(?P<topic>[^/:]+)/)?(?P<partition>\d+):(?P<start>\d+)?-(?P<end>\d+)?")
 

@@ -38,7 +38,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import In
 
 from agents.applier import Applier, RawRecord
-from agents.deadletters import DeadLetterPublisher
+from agents.deadletter_publisher import DeadLetterPublisher
 from agents.marks import AppliedMarks
 from models.events import EntityKind, Invalid, decode
 from models.worlds import WorldNaming

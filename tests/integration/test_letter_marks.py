@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agents.applier import Applier, RawRecord
-from agents.deadletters import DeadLetterPublisher
+from agents.deadletter_publisher import DeadLetterPublisher
 from agents.letter_marks import dead_key
 from agents.marks import AppliedMarks, DeadLetterMarks
 from monitoring.metrics import Metrics
