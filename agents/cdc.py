@@ -47,8 +47,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, MessageSizeTooLargeError
 
-from agents.cdc_mapping import CdcMapping, MappingError, load_mapping
-from agents.cdc_plan import (
+from agents.kafka_loop import KafkaLoop
+from cdc.convert import CdcMapping, MappingError, load_mapping
+from cdc.plan import (
     TOO_LARGE,
     BatchPlan,
     IngestStats,
@@ -59,7 +60,6 @@ from agents.cdc_plan import (
     plan_batch,
     unchecked_world_warning,
 )
-from agents.kafka_loop import KafkaLoop
 from streams.security import kafka_client_options
 from streams.settings import Settings, SettingsError
 from streams.topics import MESSAGE_HEADROOM_BYTES, ensure_topics, message_bytes_needed

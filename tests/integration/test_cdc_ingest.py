@@ -26,8 +26,8 @@ from aiokafka.errors import KafkaConnectionError
 from aiokafka.partitioner import DefaultPartitioner
 
 from agents.cdc import CdcIngest, IngestOptions, attach, topic_limits
-from agents.cdc_mapping import Converted, Position, convert, load_mapping
-from agents.cdc_plan import TOO_LARGE
+from cdc.convert import Converted, Position, convert, load_mapping
+from cdc.plan import TOO_LARGE
 from models.deadletter import DeadLetter
 from streams.app import create_app
 from streams.settings import Settings

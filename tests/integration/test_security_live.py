@@ -315,7 +315,7 @@ async def test_cdc_ingest_over_sasl_ssl(secured: SecureStack, unique: str) -> No
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     from agents.cdc import CdcIngest, IngestOptions
-    from agents.cdc_mapping import load_mapping
+    from cdc.convert import load_mapping
     from streams.security import kafka_client_options
     from streams.settings import Settings
     from tests.integration.test_cdc_ingest import order_record

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from prometheus_client import generate_latest
 
 from agents.cdc import CdcIngest, IngestOptions
-from agents.cdc_mapping import MappingError, parse_mapping
-from agents.cdc_plan import (
+from cdc.convert import MappingError, parse_mapping
+from cdc.plan import (
     TOO_LARGE,
     IngestStats,
     IngestStatus,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.cdc_mapping import (
+from cdc.convert import (
     CdcEvent,
     CdcMapping,
     Converted,
@@ -26,7 +26,7 @@ from agents.cdc_mapping import (
     parse_mapping,
     source_version,
 )
-from models.debezium import UNAVAILABLE_PLACEHOLDER, SourceInfo
+from cdc.debezium import UNAVAILABLE_PLACEHOLDER, SourceInfo
 from models.events import ChangeEvent, ChangeType, EntityKind, decode
 from tests.unit.test_debezium import TS, dec_b64, field, mysql_source, payload, pg_source, wrap
 

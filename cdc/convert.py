@@ -13,7 +13,7 @@ Rules (documented in docs/cdc.md):
 
 * ``object_pk`` / ``link_pk`` / ``from_pk`` / ``to_pk``: one column → its value as text; several →
   values joined with ``|`` after escaping ``\\`` as ``\\\\`` and ``|`` as ``\\|``. Text of a value: strings
-  as they are (decoded logical types: see models.debezium), integers in decimal, booleans
+  as they are (decoded logical types: see cdc.debezium), integers in decimal, booleans
   ``true``/``false``, anything else as compact JSON.
 * ``version``: Postgres ``source.lsn``; MySQL/MariaDB ``binlog index × 2^40 + pos``; Oracle ``scn``;
   SQL Server ``change_lsn`` as one integer; otherwise time-based: the source time in microseconds
@@ -39,7 +39,7 @@ from typing import Any, Literal
 import orjson
 import yaml
 
-from models.debezium import (
+from cdc.debezium import (
     UNAVAILABLE_PLACEHOLDER,
     Envelope,
     EnvelopeError,
