@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cdc.convert import CdcMapping, Converted, Ignored, Position, convert
+from cdc.convert import Converted, Ignored, Position, convert
+from cdc.mapping import CdcMapping
 from models.deadletter import DeadLetter
 from models.events import EntityKind
 from streams.settings import Settings

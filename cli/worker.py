@@ -21,7 +21,7 @@ def worker(settings: Settings, web_port: int | None) -> None:
       causeway worker --web-port 6066
     """
     from agents.worker import run_worker
-    from cdc.convert import MappingError
+    from cdc.mapping import MappingError
 
     if web_port is not None:
         settings = settings.replace(web_port=web_port)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from bench.cdc_latency import envelope_index, latency_offsets
 from bench.workload import Workload, WorkloadParams, debezium_mapping, debezium_records, generate
-from cdc.convert import load_mapping
+from cdc.mapping_loader import load_mapping
 from cdc.plan import plan_batch
 from streams.settings import Settings
 
