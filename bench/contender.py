@@ -28,9 +28,9 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from sinks.catalog import NessieCatalog
+from sinks.committed_offsets import format_ranges, tp_name
 from sinks.committer import PROP_BATCH, PROP_COUNT, PROP_OFFSETS, PROP_WORLD
 from sinks.nessie import SyncNessieClient
-from sinks.offsets import format_ranges, tp_name
 from sinks.tables import TableDef, table_properties
 from streams.security import kafka_client_options
 from streams.settings import Settings, mask_url

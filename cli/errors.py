@@ -89,10 +89,11 @@ def unavailable(service: str, url: str, why: str, check: str) -> str:
 
 def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] | None:
     """The line and exit code for an expected failure, or None when ``exc`` is not one."""
-    from agents.offsets_admin import ResetRefused
-    from agents.replay import ReplayError
-    from agents.replayer import DependencyDown
     from models.worlds import InvalidWorldId
+    from ops.offsets.plan import ResetRefused
+    from ops.rebuild.run import RebuildError
+    from ops.replay.plan import ReplayError
+    from ops.replay.run import DependencyDown
     from sinks.errors import (
         CommitStateUnknown,
         NessieAuthError,
@@ -101,7 +102,6 @@ def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] |
         NessieUnavailable,
     )
     from worlds.manager import WorldError
-    from worlds.rebuilder import RebuildError
 
     s = settings or Settings()
     check_hint = "check it runs (`causeway doctor`) and "

@@ -30,7 +30,7 @@ summary covers a redelivery.
 **Committed offsets.** A per-partition high-water mark would skip parked events after a crash, so
 the branch keeps the *exact* committed offsets per topic-partition: a ``floor`` (everything below
 is settled for every world: the consumer group's committed offset, passed in as
-``Batch.settled``) plus inclusive ranges above it (:mod:`sinks.offsets`). The cumulative summary
+``Batch.settled``) plus inclusive ranges above it (:mod:`sinks.committed_offsets`). The cumulative summary
 lives in the ``causeway.committed-offsets`` property of ``entity_events``. Why there and not only
 in commit properties: ``entity_events`` is touched by every batch commit, so the summary moves
 atomically with the data, concurrent writers of one branch are serialised on it by the same
@@ -107,11 +107,11 @@ from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
 from sinks import projection
 from sinks.catalog import NessieCatalog
+from sinks.committed_offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
 from sinks.layout import key_filter
 from sinks.logcompact import choose, compact_log, small_file
 from sinks.nessie import SyncNessieClient
-from sinks.offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.rowdelta import (
     FileCache,
     RowDelta,

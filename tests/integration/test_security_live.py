@@ -354,18 +354,23 @@ async def test_cdc_ingest_over_sasl_ssl(secured: SecureStack, unique: str) -> No
     import orjson
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-    from agents.cdc import CdcIngest, IngestOptions
-    from agents.cdc_mapping import load_mapping
+    from agents.cdc import CdcIngest
+    from cdc.mapping_loader import load_mapping
     from streams.security import kafka_client_options
     from streams.settings import Settings
     from tests.integration.test_cdc_ingest import order_record
 
     s = Settings.from_env().replace(
-        objects_topic=f"objs.{unique}", links_topic=f"links.{unique}", dlq_topic=f"dlq.{unique}", app_id=f"cw-{unique}"
+        objects_topic=f"objs.{unique}",
+        links_topic=f"links.{unique}",
+        dlq_topic=f"dlq.{unique}",
+        app_id=f"cw-{unique}",
+        cdc_pattern=rf"^cdc\.raw\.{unique}\..*",
+        cdc_metadata_max_age_ms=1000,
+        cdc_poll_timeout_ms=200,
     )
     raw = f"cdc.raw.{unique}.orders"
     mapping = load_mapping({"tables": [{"topic": raw, "world": "prod", "object_type": "Order", "pk": "id"}]})
-    options = IngestOptions(pattern=rf"^cdc\.raw\.{unique}\..*", metadata_max_age_ms=1000, poll_timeout_ms=200)
     opts = kafka_client_options(s)
     producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, acks="all", **opts)
     await producer.start()
@@ -375,7 +380,7 @@ async def test_cdc_ingest_over_sasl_ssl(secured: SecureStack, unique: str) -> No
             await producer.send_and_wait(raw, value, key=key)
     finally:
         await producer.stop()
-    ingest = CdcIngest(s, mapping, options)
+    ingest = CdcIngest(s, mapping)
     await ingest.start()
     task = asyncio.create_task(ingest.run())
     consumer = AIOKafkaConsumer(
