@@ -207,8 +207,24 @@ class WorldClient:
                 return out
         return None
 
-    def list_conflicts(self, target: str) -> pb.ListConflictsResponse:
-        return self.call("ListConflicts", pb.ListConflictsRequest(target_world_id=target))
+    def list_conflicts(self, target: str, page_size: int = 0) -> pb.ListConflictsResponse:
+        """The pending merge into ``target`` with every conflict (the pages joined into one response)."""
+        token = ""
+        out: pb.ListConflictsResponse | None = None
+        while True:
+            page = self.conflicts_page(target, page_size=page_size, page_token=token)
+            if out is None:
+                out = page
+            else:
+                out.conflicts.extend(page.conflicts)
+            token = page.next_page_token
+            if not token:
+                out.next_page_token = ""
+                return out
+
+    def conflicts_page(self, target: str, *, page_size: int = 0, page_token: str = "") -> pb.ListConflictsResponse:
+        req = pb.ListConflictsRequest(target_world_id=target, page_size=page_size, page_token=page_token)
+        return self.call("ListConflicts", req)
 
     def resolve_conflict(
         self, target: str, conflict_id: int, take: str, *, idempotency_key: str | None = None

@@ -166,26 +166,34 @@ class MergeResponse(_message.Message):
     def __init__(self, status: _Optional[str] = ..., commit_hash: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[MergeConflict, _Mapping]]] = ..., source_hash: _Optional[str] = ..., target_head: _Optional[str] = ..., base: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
 class ListConflictsRequest(_message.Message):
-    __slots__ = ("target_world_id",)
+    __slots__ = ("target_world_id", "page_size", "page_token")
     TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     target_world_id: str
-    def __init__(self, target_world_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, target_world_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListConflictsResponse(_message.Message):
-    __slots__ = ("source_world_id", "target_world_id", "source_hash", "target_head", "base", "conflicts")
+    __slots__ = ("source_world_id", "target_world_id", "source_hash", "target_head", "base", "conflicts", "next_page_token", "total")
     SOURCE_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_HASH_FIELD_NUMBER: _ClassVar[int]
     TARGET_HEAD_FIELD_NUMBER: _ClassVar[int]
     BASE_FIELD_NUMBER: _ClassVar[int]
     CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
     source_world_id: str
     target_world_id: str
     source_hash: str
     target_head: str
     base: str
     conflicts: _containers.RepeatedCompositeFieldContainer[MergeConflict]
-    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., source_hash: _Optional[str] = ..., target_head: _Optional[str] = ..., base: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[MergeConflict, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., source_hash: _Optional[str] = ..., target_head: _Optional[str] = ..., base: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[MergeConflict, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ...) -> None: ...
 
 class ResolveConflictRequest(_message.Message):
     __slots__ = ("target_world_id", "conflict_id", "take", "idempotency_key")
