@@ -150,6 +150,7 @@ class WorldClient:
         *,
         expected_hash: str = "",
         force: bool = False,
+        dry_run: bool = False,
         idempotency_key: str | None = None,
     ) -> pb.RollbackResponse:
         req = pb.RollbackRequest(
@@ -157,6 +158,7 @@ class WorldClient:
             to_ref=to_ref,
             expected_hash=expected_hash,
             force=force,
+            dry_run=dry_run,
             idempotency_key=self.key(idempotency_key),
         )
         return self.call("Rollback", req)
@@ -189,7 +191,8 @@ class WorldClient:
         req = pb.MergeWorldRequest(
             source_world_id=source,
             target_world_id=target,
-            strategy=pb.MergeStrategy.Value(strategy),
+            strategy=pb.MergeStrategy.Value(strategy) if strategy in pb.MergeStrategy.keys() else pb.NORMAL,
+            strategy_name="" if strategy in pb.MergeStrategy.keys() else strategy,
             strategy_for=strategy_for or {},
             dry_run=dry_run,
             message=message,

@@ -76,8 +76,14 @@ def conflict_status(message: str, resp: pb.MergeResponse) -> tuple[str, bytes]:
         target_head=resp.target_head,
         base=resp.base,
     )
+    if len(resp.json) < DETAILS_BUDGET // 3:  # the outcome's counts, so a client can print the whole summary
+        slim.json = resp.json
     for c in resp.conflicts:
-        item = pb.MergeConflict(id=c.id, kind=c.kind, entity_type=c.entity_type, pk=c.pk, conflict=c.conflict)
+        doc = orjson.loads(c.json)  # the conflict without its three states
+        brief = {k: doc[k] for k in ("kind", "type", "pk", "conflict", "fields", "endpoints", "link_side") if k in doc}
+        item = pb.MergeConflict(
+            id=c.id, kind=c.kind, entity_type=c.entity_type, pk=c.pk, conflict=c.conflict, json=_json(brief)
+        )
         if slim.ByteSize() + item.ByteSize() + 8 > DETAILS_BUDGET:
             break
         slim.conflicts.append(item)
@@ -131,6 +137,7 @@ def pending_response(doc: Mapping[str, Any], size: int = 0, token: str = "") -> 
         conflicts=[conflict_message(c, resolution=chosen.get(_rkey(c), "")) for c in page],
         next_page_token=paging.encode("conflicts", pin=pin, after=int(page[-1]["id"])) if more else "",
         total=len(ordered),
+        json=_json({k: v for k, v in doc.items() if k != "conflicts"}),
     )
 
 
@@ -144,7 +151,7 @@ class MergeRpcs:
 
     async def MergeWorld(self, request: pb.MergeWorldRequest, context: Any) -> pb.MergeResponse:  # noqa: N802
         async def act() -> pb.MergeResponse:
-            strategy = pb.MergeStrategy.Name(request.strategy)
+            strategy = request.strategy_name or pb.MergeStrategy.Name(request.strategy)
             out = await self._blocking(
                 lambda w: w.merge_worlds(
                     request.source_world_id,

@@ -11,6 +11,7 @@ Reads use ``worlds.api.Worlds`` (blocking: pyiceberg) in worker threads, one ins
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
@@ -411,8 +412,11 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
             for start in range(offset, max(len(rows), offset + 1), size):
                 chunk = rows[start : start + size]
                 token = paging.encode("query", ref=ref, off=start + size) if start + size < len(rows) else ""
+                when = snap.resolved.commit_time
                 yield pb.QueryAtResponse(
                     hash=snap.resolved.hash,
+                    resolved_name=snap.resolved.name,
+                    commit_time=when.isoformat() if when else "",
                     objects_json=[_json(r) for k, r in chunk if k == "o"],
                     links_json=[_json(r) for k, r in chunk if k == "l"],
                     next_page_token=token,
@@ -431,12 +435,18 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
                     raise HeadMoved(
                         f"world {request.world_id!r} is at {head.hash[:16]}, not {request.expected_hash[:16]}"
                     )
-            out = w.rollback(request.world_id, request.to_ref, force=request.force)
+            if request.dry_run:
+                plan, commit, attempts = w.plan_rollback(request.world_id, request.to_ref), None, 0
+            else:
+                out = w.rollback(request.world_id, request.to_ref, force=request.force)
+                plan, commit, attempts = out.plan, out.hash, out.attempts
             return pb.RollbackResponse(
-                commit_hash=out.hash or "",
-                noop=out.hash is None,
-                rolled_back_commits=len(out.plan.rolled_back),
-                target_hash=out.plan.target,
+                commit_hash=commit or "",
+                noop=plan.noop if request.dry_run else commit is None,
+                rolled_back_commits=len(plan.rolled_back),
+                target_hash=plan.target,
+                json=_json(dataclasses.asdict(plan)),
+                attempts=attempts,
             )
 
         async def act() -> pb.RollbackResponse:

@@ -30,6 +30,12 @@ T = TypeVar("T")
 def _api(settings: Settings) -> Iterator[Worlds]:
     """The API, with every expected failure turned into one error line and a non-zero exit."""
     try:
+        if settings.api_url:  # through the world manager API (auth, idempotency, audit log): docs/api.md
+            from api.remote_worlds import RemoteWorlds
+
+            with RemoteWorlds.from_settings(settings) as remote:
+                yield remote  # type: ignore[misc]
+            return
         with Worlds.from_settings(settings) as api:
             yield api
     except (WorldsError, InvalidRef, InvalidWorldId) as exc:
