@@ -400,8 +400,13 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
         def pages(w: Worlds) -> Iterator[pb.QueryAtResponse]:
             size = paging.page_size(request.page_size)
             state = paging.decode(request.page_token, "query")
-            ref = state["ref"] if state else _pin(w, request.ref)
-            offset = int(state["off"]) if state else 0
+            if state is None:  # resolved once; its name (a tag for WORLD/RELEASE) and time travel in the token
+                first = w.resolve(request.ref)
+                when = first.commit_time.isoformat() if first.commit_time else ""
+                pinned = str(WorldRef(first.ref.world, hash=first.hash))
+                state = {"ref": pinned, "off": 0, "name": first.name, "at": when}
+            ref, offset = state["ref"], int(state["off"])
+            pin = {"name": state.get("name", ""), "at": state.get("at", "")}
             snap = w.show(
                 ref,
                 entity_type=request.entity_type or None,
@@ -411,12 +416,12 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
             rows = [("o", r) for r in snap.objects.to_pylist()] + [("l", r) for r in snap.links.to_pylist()]
             for start in range(offset, max(len(rows), offset + 1), size):
                 chunk = rows[start : start + size]
-                token = paging.encode("query", ref=ref, off=start + size) if start + size < len(rows) else ""
-                when = snap.resolved.commit_time
+                more = start + size < len(rows)
+                token = paging.encode("query", ref=ref, off=start + size, **pin) if more else ""
                 yield pb.QueryAtResponse(
                     hash=snap.resolved.hash,
-                    resolved_name=snap.resolved.name,
-                    commit_time=when.isoformat() if when else "",
+                    resolved_name=pin["name"],
+                    commit_time=pin["at"],
                     objects_json=[_json(r) for k, r in chunk if k == "o"],
                     links_json=[_json(r) for k, r in chunk if k == "l"],
                     next_page_token=token,
