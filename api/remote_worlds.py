@@ -20,8 +20,10 @@ import pyarrow as pa
 from api import world_manager_pb2 as pb
 from api.client import WorldClient
 from api.remote import Remote
-from worlds.api import Snapshot
+from worlds.api import Snapshot, WorldDiff
 from worlds.audit import AuditEntry
+from worlds.diff import EntityChange, PropertyChange, SchemaChange
+from worlds.diff_read import TableDiff
 from worlds.errors import WorldsError
 from worlds.history import CommitRecord, TableCounts
 from worlds.merge import Strategies
@@ -61,6 +63,20 @@ def _commit(c: pb.Commit, counts: bool) -> CommitRecord:
         properties=doc.get("properties", {}),
         tables={name: TableCounts(**t) for name, t in doc.get("tables", {}).items()} if counts else {},
         changes=doc.get("changes", {}),
+    )
+
+
+def _change(d: dict[str, Any]) -> EntityChange:
+    return EntityChange(
+        kind=d["kind"],
+        entity_type=d["type"],
+        pk=d["pk"],
+        change=d["change"],
+        before=d["before"],
+        after=d["after"],
+        properties=tuple(PropertyChange(name, v[0], v[1]) for name, v in d["properties"].items()),
+        version_before=d["version"][0],
+        version_after=d["version"][1],
     )
 
 
@@ -202,6 +218,26 @@ class RemoteWorlds(Remote):
         )
         pages = self._call(lambda: list(self.client.stream("GetEntityAudit", req)))
         return [_entry(orjson.loads(e.json)) for p in pages for e in p.entries]
+
+    # --- diff -------------------------------------------------------------------------------------
+
+    def diff(self, a: str, b: str, *, progress: Callable[[int], None] | None = None) -> WorldDiff:
+        pages = self._call(lambda: list(self.client.stream("GetDiff", pb.DiffRequest(from_ref=a, to_ref=b))))
+        changes = [_change(orjson.loads(c.json)) for p in pages for c in p.changes]
+        last = pages[-1]
+        summary = orjson.loads(last.json)
+        tables, at = [], 0
+        for t in summary["tables"]:
+            n = t.pop("changes")
+            schema = [SchemaChange(**x) for x in t.pop("schema")]
+            tables.append(TableDiff(changes=changes[at : at + n], schema=schema, **t))
+            at += n
+        return WorldDiff(
+            Resolved(WorldRef.parse(a), summary["a"]["name"], last.from_hash, _time(summary["a"]["at"])),
+            Resolved(WorldRef.parse(b), summary["b"]["name"], last.to_hash, _time(summary["b"]["at"])),
+            tables,
+            [SchemaChange(**x) for x in summary["events_schema"]],
+        )
 
     # --- rollback ---------------------------------------------------------------------------------
 

@@ -464,16 +464,18 @@ class EntityChange(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., entity_type: _Optional[str] = ..., pk: _Optional[str] = ..., change: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
 class DiffResponse(_message.Message):
-    __slots__ = ("from_hash", "to_hash", "changes", "next_page_token")
+    __slots__ = ("from_hash", "to_hash", "changes", "next_page_token", "json")
     FROM_HASH_FIELD_NUMBER: _ClassVar[int]
     TO_HASH_FIELD_NUMBER: _ClassVar[int]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
     from_hash: str
     to_hash: str
     changes: _containers.RepeatedCompositeFieldContainer[EntityChange]
     next_page_token: str
-    def __init__(self, from_hash: _Optional[str] = ..., to_hash: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[EntityChange, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    json: str
+    def __init__(self, from_hash: _Optional[str] = ..., to_hash: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[EntityChange, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
 class EntityAuditRequest(_message.Message):
     __slots__ = ("ref", "entity_type", "pk", "kind", "since", "until", "page_size", "page_token")

@@ -37,8 +37,8 @@ def _api(settings: Settings, *, remote: bool = True) -> Iterator[Worlds]:
         if settings.api_url and remote:  # through the world manager API (auth, idempotency, audit log): docs/api.md
             from api.remote_worlds import RemoteWorlds
 
-            with RemoteWorlds.from_settings(settings) as remote:
-                yield remote  # type: ignore[misc]
+            with RemoteWorlds.from_settings(settings) as twin:
+                yield twin  # type: ignore[misc]
             return
         with Worlds.from_settings(settings) as api:
             yield api

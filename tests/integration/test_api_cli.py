@@ -98,7 +98,7 @@ def test_merge_and_conflict_commands_go_through_the_api(pair, server: ApiProcess
 
 def test_history_and_release_commands_go_through_the_api(written: WrittenWorld, server: ApiProcess) -> None:
     w = written.world
-    written.commit("b1", [obj(w, "p1", "CREATE", 1, name="a")])
+    first = written.commit("b1", [obj(w, "p1", "CREATE", 1, name="a")])
     written.commit("b2", [obj(w, "p1", "UPDATE", 2, name="b"), obj(w, "p2", "CREATE", 1, name="c")])
     local, remote = _envs(server)
     made = _run(remote, "worlds", "release", "create", w, "r1", "-m", "first", "--json")
@@ -124,10 +124,15 @@ def test_history_and_release_commands_go_through_the_api(written: WrittenWorld, 
         ("worlds", "audit", w, "--type", "person", "--pk", "p1"),
         ("worlds", "audit", w, "--type", "person", "--pk", "p1", "--json"),
         ("worlds", "audit", w, "--type", "person", "--pk", "p1", "--since", "2000-01-01T00:00:00Z"),
+        ("worlds", "diff", f"{w}@{first}", w),
+        ("worlds", "diff", f"{w}@{first}", f"{w}/r1", "--json"),
+        ("worlds", "diff", f"{w}@{first}", w, "--type", "person", "--limit", "1"),
     ):
         _same(local, remote, *args)
     assert len(_lines(_run(remote, "worlds", "history", w, "--json").output)) == 3  # two batches and the release
     assert len(_lines(_run(remote, "worlds", "show", w, "--json").output)) == 2  # p1, p2
+    diffed = _lines(_run(remote, "worlds", "diff", f"{w}@{first}", w, "--json").output)
+    assert sorted((d["pk"], d["change"]) for d in diffed[:-1]) == [("p1", "modified"), ("p2", "added")]
     assert [
         e["version"]
         for e in _lines(_run(remote, "worlds", "audit", w, "--type", "person", "--pk", "p1", "--json").output)
