@@ -37,6 +37,10 @@ def _add_overrides(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--naive-cap", type=float, dest="naive_cap_s", help="seconds the naive contender may drain")
     ap.add_argument("--latency-rate", type=int, help="events/s offered in the latency phase")
     ap.add_argument("--latency-seconds", type=float)
+    ap.add_argument(
+        "--extra-latency-rates",
+        help="comma-separated events/s of further latency phases after the first (0 for none; small: 5000)",
+    )
     ap.add_argument("--contenders", help=f"comma-separated subset of {','.join(CONTENDERS)}")
     ap.add_argument(
         "--debezium", action="store_true", default=None, help="Debezium envelopes + the CDC ingest (causeway only)"
@@ -65,6 +69,12 @@ def _profile(args: argparse.Namespace, **extra: object):  # type: ignore[no-unty
             "debezium",
         )
     }
+    if args.extra_latency_rates is not None:
+        try:
+            rates = tuple(int(r) for r in args.extra_latency_rates.split(",") if r.strip())
+        except ValueError:
+            raise SystemExit(f"--extra-latency-rates: not a list of integers: {args.extra_latency_rates!r}") from None
+        changes["extra_latency_rates"] = tuple(r for r in rates if r > 0)
     if args.contenders:
         names = tuple(n.strip() for n in args.contenders.split(",") if n.strip())
         unknown = set(names) - set(CONTENDERS)
