@@ -70,14 +70,17 @@ return hits
 
 # Is a 16-byte record in a string of concatenated records (aligned: a match across two records is not one)?
 _FOUND_LUA = """
-local function found(blob, rec)
+local function find_rec(blob, rec)
   local pos = 1
   while true do
     local s = string.find(blob, rec, pos, true)
-    if not s then return false end
-    if (s - 1) % PACKED == 0 then return true end
+    if not s then return nil end
+    if (s - 1) % PACKED == 0 then return s end
     pos = s + 1
   end
+end
+local function found(blob, rec)
+  return find_rec(blob, rec) ~= nil
 end
 """.replace("PACKED", str(PACKED))
 
@@ -162,16 +165,10 @@ for i = 1, #KEYS do
     local blob = redis.call('GET', KEYS[i])
     if blob then
       for j = 0, n - 1 do
-        local p = 1
-        while true do
-          local s = string.find(blob, ARGV[pos + j], p, true)
-          if not s then break end
-          if (s - 1) % PACKED == 0 then
-            blob = string.sub(blob, 1, s - 1) .. string.sub(blob, s + PACKED)
-            removed = removed + 1
-            break
-          end
-          p = s + 1
+        local s = find_rec(blob, ARGV[pos + j])
+        if s then
+          blob = string.sub(blob, 1, s - 1) .. string.sub(blob, s + PACKED)
+          removed = removed + 1
         end
       end
       redis.call('SET', KEYS[i], blob, 'KEEPTTL')

@@ -119,8 +119,13 @@ async def test_marks_of_the_old_key_formats_are_read_until_they_expire(redis_url
         assert await client.exists(applied_key(world, "new-1"), legacy_applied_key(world, "new-1")) == 0
         assert await neither.applied([(world, "new-1")]) == {(world, "new-1")}
         # forget() removes a mark in any format (tests and repairs that simulate a lost mark).
-        assert await reading.forget([(world, "new-1"), (world, "old-2")]) == 2
-        assert await reading.applied([(world, "new-1"), (world, "old-2")]) == set()
+        packed = [str(uuid.uuid4()) for _ in range(3)]
+        await reading.mark([(world, p) for p in packed])
+        assert await reading.forget([(world, "new-1"), (world, "old-2"), (world, packed[1])]) == 3
+        assert await reading.applied([(world, "new-1"), (world, "old-2"), *((world, p) for p in packed)]) == {
+            (world, packed[0]),
+            (world, packed[2]),
+        }
     finally:
         await _drop(client, reading, [world], old, tagged)
         await client.aclose()
