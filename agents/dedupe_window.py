@@ -15,7 +15,8 @@ Layout, per world (the world is the hash tag: all of a world's mark keys share o
   may still hold a mark younger than the window.
 * ``bucket``: ``crc32(event id) mod buckets``; one key holds about ``events per slot / buckets``
   marks, which Redis stores compactly while they stay small (a listpack for a hash, one allocation
-  for a string).
+  for a string). Fewer slots mean fewer keys per lookup (each id reads its bucket in every live
+  slot), more slots a tighter bound on memory: two slots per window read 3 keys per bucket.
 * ``family`` and the stored bytes, exact (the whole id, never a digest, so no false positive):
   ``u``: a canonical UUID, packed to its 16 bytes; ``c``: a CDC id (``cdc-`` + 32 hex), packed to
   16 bytes. Packed ids are concatenated in one string per bucket (16 bytes per mark, found by a
@@ -30,7 +31,7 @@ import zlib
 from dataclasses import dataclass
 
 PREFIX = "causeway:marks:"
-SLOTS_PER_WINDOW = 4
+SLOTS_PER_WINDOW = 2  # a lookup reads 3 slots; a mark lives window to 1.5 × window
 PACKED = 16  # bytes of a packed id
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -7,7 +7,7 @@ cover the window between commit and mark.
 Bounded: marks live for the dedupe window (``dedupe_window_s``), packed into per-world buckets
 (``agents.dedupe_window``: 16 bytes per UUID or CDC id, the id's bytes plus a few for any other);
 a duplicate older than the window is caught by the branch's event log at commit time
-(docs/architecture.md, "Dedupe state"). Memory = rate × (window + window/4) × bytes per mark.
+(docs/architecture.md, "Dedupe state"). Memory = rate × (window + window/2) × bytes per mark.
 
 Cost: a server-side script (``EVALSHA``) loops over a batch's ids, so redis-py packs one command
 per world instead of one command per event (measured ~14 µs per key pipelined against ~0.6 µs per
@@ -114,7 +114,7 @@ return given
 )
 
 # KEYS: G groups of m keys (one bucket in each live slot), then e per-event keys per id (old formats).
-# ARGV: n, m, e, G, then per id: its group, its kind ('p' / 'h'), its stored bytes.
+# ARGV: n, m, e, G, then each group's kind ('p' packed / 'h' hash), then per id: its group, its stored bytes.
 # Returns the 1-based positions of the ids found in any slot or old key.
 WINDOW_LOOKUP_LUA = (
     _FOUND_LUA
@@ -124,8 +124,9 @@ local base = G * m
 local blobs = {}
 local hits = {}
 for i = 1, n do
-  local at = 4 + 3 * (i - 1)
-  local g, kind, data = tonumber(ARGV[at + 1]), ARGV[at + 2], ARGV[at + 3]
+  local at = 4 + G + 2 * (i - 1)
+  local g, data = tonumber(ARGV[at + 1]), ARGV[at + 2]
+  local kind = ARGV[4 + g]
   local hit = false
   for j = 1, m do
     local k = KEYS[(g - 1) * m + j]
@@ -219,7 +220,7 @@ class AppliedMarks:
     """Applied-event marks for the dedupe window (see the module doc and ``agents.dedupe_window``).
 
     ``clock``: wall-clock seconds (``time.time``); every worker's marks land in the slot of their
-    clock, so clocks should agree to well within a slot (window / 4).
+    clock, so clocks should agree to well within a slot (window / 2).
     """
 
     def __init__(
@@ -285,6 +286,7 @@ class AppliedMarks:
         for world, ids in groups:
             group_of: dict[tuple[str, int], int] = {}
             keys: list[str] = []
+            kinds: list[str] = []
             args: list[Any] = []
             for event_id in ids:
                 enc = encode(event_id)
@@ -293,13 +295,14 @@ class AppliedMarks:
                 if g is None:
                     g = group_of[bucket] = len(group_of) + 1
                     keys += [self.window.key(world, slot, *bucket) for slot in slots]
-                args += [g, "p" if enc.packed else "h", enc.data]
+                    kinds.append("p" if enc.packed else "h")
+                args += [g, enc.data]
             for event_id in ids if per_event else ():
                 if self.read_per_event:
                     keys.append(mark_key(world, event_id))
                 if self.read_legacy:
                     keys.append(legacy_applied_key(world, event_id))
-            calls.append((keys, [len(ids), len(slots), per_event, len(group_of), *args]))
+            calls.append((keys, [len(ids), len(slots), per_event, len(group_of), *kinds, *args]))
         answers = await self._scripts(WINDOW_LOOKUP_LUA, calls)
         return {(world, ids[pos - 1]) for (world, ids), hits in zip(groups, answers, strict=True) for pos in hits}
 

@@ -5,6 +5,7 @@
     python -m bench run --events 100000 --worlds 100 --contenders causeway,ceiling
     python -m bench scale --axis workers      # the scaling curve along one axis (one run per point)
     python -m bench soak --minutes 30         # causeway under steady load: commit latency and RSS flat?
+    python -m bench dedupe-memory --marks 10000000   # Redis bytes per applied-event mark
 
 Results go to bench/results/<time>-<profile>-<id>.json and .md; the table is printed too.
 """
@@ -17,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench import dedupe_memory
 from bench.harness import RESULTS, Run, save
 from bench.profiles import CONTENDERS, PROFILES, SCALE_AXES
 from bench.report import markdown
@@ -117,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--keys", type=int, default=50_000)
     soak.add_argument("--workers", type=int, default=1)
     soak.add_argument("--out", type=Path, default=RESULTS)
+    dedupe_memory.add_parser(sub)
     args = ap.parse_args(argv)
 
     if args.cmd == "run":
@@ -136,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.soak import soak_main
 
         return soak_main(args)
+    if args.cmd == "dedupe-memory":
+        return dedupe_memory.main(args)
     return 2
 
 

@@ -151,14 +151,14 @@ class Settings:
     )
     dedupe_window_s: int = _opt(
         3600,
-        "How long an applied event id is marked in Redis (marks live window to 1.25 x window). It must "
+        "How long an applied event id is marked in Redis (marks live window to 1.5 x window). It must "
         "cover producer retries and redeliveries; an older duplicate is caught by the branch's event log at "
-        "commit time. Redis memory = rate x 1.25 x window x bytes per mark (docs/architecture.md).",
+        "commit time. Redis memory = rate x 1.5 x window x bytes per mark (docs/architecture.md).",
     )
     dedupe_mark_buckets: int = _opt(
         1024,
-        "Mark buckets per world per quarter window. Keep about 100 marks per bucket: "
-        "buckets >= events/s per world x window / 400 (a fuller bucket costs memory, never correctness).",
+        "Mark buckets per world per half window. Keep about 100 marks per bucket: "
+        "buckets >= events/s per world x window / 200 (a fuller bucket costs memory, never correctness).",
     )
     dedupe_read_per_event_marks: bool = _opt(
         True,

@@ -49,7 +49,7 @@ async def test_a_duplicate_older_than_the_window_is_still_caught_by_the_event_lo
         assert inside.totals["duplicates"] == 1 and inside.totals.get("commits", 0) == 0
 
         # Past the window (and the slot that may outlive it): Redis no longer knows A ...
-        wall.now += WINDOW + WINDOW // 4 + 1
+        wall.now += WINDOW + WINDOW // 2 + 1
         assert await marks.applied([(world, "A"), (world, "B")]) == set()
         # ... a copy reaches the committer, whose version check flags it and the event log confirms it:
         # a duplicate, not applied twice and not dead-lettered as stale. A new event still applies.

@@ -89,11 +89,11 @@ async def test_marks_live_for_the_window_then_go_and_memory_stays_flat(redis_url
         clock.now += 399  # just inside the window: still marked, whatever the slot
         assert await marks.applied([(world, i) for i in ids[:10]]) == {(world, i) for i in ids[:10]}
         await marks.mark([(world, i) for i in ids[10:]])
-        clock.now += 400 + 100 + 1  # past the window and a slot: the first marks are out of the lookup
+        clock.now += 400 + 200 + 1  # past the window and a slot: the first marks are out of the lookup
         assert await marks.applied([(world, i) for i in ids[:10]]) == set()
         # Their keys carry an expiry at the slot's end plus the window: Redis drops them by itself.
         first_slot = marks.window.slot(start)
-        assert marks.window.expire_at(first_slot) <= start + 400 + 100
+        assert marks.window.expire_at(first_slot) <= start + 400 + 200
     finally:
         await _drop(client, marks, [world])
         await client.aclose()

@@ -49,9 +49,9 @@ def test_keys_carry_the_world_as_hash_tag_and_buckets_stay_in_range() -> None:
 
 
 def test_memory_formula_and_checks() -> None:
-    # 5,000 events/s, a 1-hour window (4 slots of 15 min), 18 bytes a mark: 405 MB.
-    assert MarkWindow(3600, 1).bytes_held(5_000, 18) == 5_000 * 4_500 * 18
+    # 5,000 events/s, a 1-hour window (2 slots of 30 min), 18 bytes a mark: 486 MB.
+    assert MarkWindow(3600, 1).bytes_held(5_000, 18) == 5_000 * 5_400 * 18
     with pytest.raises(ValueError):
-        MarkWindow(3, 1)
+        MarkWindow(1, 1)
     with pytest.raises(ValueError):
         MarkWindow(3600, 0)
