@@ -14,9 +14,14 @@ import redis.asyncio as aioredis
 from agents.marks import AppliedMarks
 from sinks.readback import read_world
 from streams.settings import Settings
-from tests.integration.test_exactly_once import Dlq, applier, eo_settings, rec, world  # noqa: F401 - fixtures
+from tests.integration import test_exactly_once as eo
+from tests.integration.test_exactly_once import Dlq, applier, rec
 
 pytestmark = pytest.mark.integration
+
+# The exactly-once suite's fixtures: a fresh world branch, settings with a private warehouse.
+world = eo.world
+eo_settings = eo.eo_settings
 
 WINDOW = 60
 
@@ -32,7 +37,7 @@ class WallClock:
 async def test_a_duplicate_older_than_the_window_is_still_caught_by_the_event_log(
     world: str,
     eo_settings: Settings,
-    redis_url: str,  # noqa: F811 - pytest fixtures
+    redis_url: str,
 ) -> None:
     wall = WallClock()
     started = wall.now
