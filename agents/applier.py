@@ -149,7 +149,11 @@ class Applier:
         if pipelined:
             self.committer = UnlockedCommits(committer, self.lock)
             self.flusher = FlushScheduler(
-                self._flush, self.lock, lambda: self.batches.due(self.clock(), self.idle), self.batches.worlds
+                self._flush,
+                self.lock,
+                lambda: self.batches.due(self.clock(), self.idle),
+                self.batches.worlds,
+                budget=settings.flush_commit_budget,
             )
         # Causes Redis does not know: when first seen unknown, and when last looked up on the branch.
         self._cause_seen: dict[tuple[str, str], float] = {}

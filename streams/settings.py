@@ -145,6 +145,12 @@ class Settings:
         "batch_max_events records) instead of waiting for batch_max_seconds. Low latency at low rates; "
         "at high rates a world's batch still grows while its previous commit is in flight.",
     )
+    flush_commit_budget: int = _opt(
+        4,
+        "Commits in flight at once across worlds. Due worlds take turns within it (the longest "
+        "since its last commit first) while the others' batches grow; W busy worlds with commits of "
+        "c seconds each flush every W x c / budget seconds.",
+    )
     dedupe_ttl_s: int = _opt(
         7 * 24 * 3600,
         "How long dead-letter decisions, the DLQ redrive ledger and replay checkpoints are kept in Redis.",
