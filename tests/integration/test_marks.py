@@ -3,6 +3,7 @@ buckets, one cluster slot per world, and the old key formats read until they exp
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 
@@ -137,3 +138,22 @@ def test_one_worlds_keys_share_a_cluster_slot() -> None:
     assert len({key_slot(k.encode()) for k in keys}) == 1
     legacy = {key_slot(legacy_applied_key("w-7", f"event-{i}").encode()) for i in range(1000)}
     assert len(legacy) > 1  # why the oldest format cannot be read by one script on a cluster
+
+
+async def test_redis_drops_a_slot_once_the_window_has_passed_it(redis_url: str, unique: str) -> None:
+    """Memory stays flat: the keys themselves expire (real time, a 2-second window)."""
+    marks = AppliedMarks.from_url(redis_url, 2, buckets=2)
+    client = aioredis.Redis.from_url(redis_url)
+    world = f"x{unique[:10]}"
+    try:
+        written_at = time.time()
+        await marks.mark([(world, str(uuid.uuid4())) for _ in range(20)] + [(world, "plain-id")])
+        keys = marks.keys_of(world, written_at)
+        assert await client.exists(*keys) > 0
+        deadline = marks.window.expire_at(marks.window.slot(written_at))
+        await asyncio.sleep(max(0.0, deadline + 1.5 - time.time()))  # Redis expires keys on time
+        assert await client.exists(*keys) == 0
+    finally:
+        await _drop(client, marks, [world])
+        await client.aclose()
+        await marks.close()
