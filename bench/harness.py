@@ -455,11 +455,11 @@ class Run:
             }
         ]
         everything = {**preload, **paced}
-        for rate, paced_r, lag in extra_phases:
+        for offered, paced_r, lag in extra_phases:
             lat_r, censored_r = latency_of(paced_r, visible, finished_epoch)
             phases.append(
                 {
-                    "offered_rate": rate,
+                    "offered_rate": offered,
                     "records": len(paced_r),
                     "latency_s": measure.quantiles(lat_r),
                     "censored": censored_r,
