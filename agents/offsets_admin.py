@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from monitoring.lag import partition_lag
+from streams.lag import partition_lag
 
 TopicPartition = tuple[str, int]
 STRATEGIES = ("earliest", "latest", "timestamp", "offset")

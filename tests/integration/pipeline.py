@@ -18,11 +18,11 @@ import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.procs import ROOT, Worker, free_port, start_worker, wait_healthy, worker_env
-from bench.workload import Record, WorkloadParams
+from cli.workload import Record, WorkloadParams
 from models.deadletter import DeadLetter
 from models.events import EntityKind
-from monitoring.lag_probe import group_lag
 from sinks.readback import BranchState, read_world
+from streams.lag_probe import group_lag
 from streams.security import kafka_client_options, nessie_http_options
 from streams.settings import Settings
 from streams.topics import ensure_topics

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.workload import Record, expected_state, generate
+from cli.workload import Record, expected_state, generate
 from models.events import ChangeEvent, ChangeType, EntityKind
 from tests.integration.pipeline import Pipeline
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from agents.faults import POINTS
-from bench.workload import Record, Workload, generate
+from cli.workload import Record, Workload, generate
 from models.deadletter import DeadLetter
 from models.events import EntityKind
 from sinks.catalog import NessieCatalog

@@ -38,7 +38,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from bench.workload import Record, generate
+from cli.workload import Record, generate
 from models.events import ChangeEvent, ChangeType, EntityKind
 from monitoring import docs, promql_check
 from tests.integration.pipeline import ROOT, Pipeline, Worker

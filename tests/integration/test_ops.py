@@ -22,8 +22,8 @@ from agents.dedupe import applied_key
 from agents.group_admin import describe_group
 from agents.replay import ReplayError, ReplaySpec, rewrite
 from agents.replayer import CheckpointStore, DependencyDown, run_replay
-from bench.workload import Record, expected_state, generate
 from cli.main import cli
+from cli.workload import Record, expected_state, generate
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent
 from models.worlds import WorldNaming

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from bench.workload import generate
+from cli.workload import generate
 from tests.integration.pipeline import Pipeline
 from tests.integration.proxy import CuttableProxy
 from tests.integration.test_applier import assert_matches_model

@@ -27,8 +27,8 @@ from pyiceberg.expressions import EqualTo, In
 
 from agents.reconcile import ControlCount, Reconciler, ReconcileTimer, RunReport, publish_runs, reconcile
 from agents.schema_sync import SchemaStore
-from bench.workload import Record
 from cli.main import cli
+from cli.workload import Record
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.schema import validate_change
 from monitoring.metrics import Metrics, serve

@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.schema_sync import SchemaStore, SchemaSync
-from bench.workload import Record
+from cli.workload import Record
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.schema import StorageSchemaUpdated, validate_change

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.workload import expected_state, generate
+from cli.workload import expected_state, generate
 from tests.integration.pipeline import ROOT, Pipeline, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.secured]
@@ -122,7 +122,7 @@ def assert_matches_model(pipe: Pipeline, events: list) -> None:
 
 async def committed(pipe: Pipeline) -> int:
     """Sum of the worker group's committed offsets over the change topics (0 when none)."""
-    from monitoring.lag_probe import OffsetProbe
+    from streams.lag_probe import OffsetProbe
     from streams.security import kafka_client_options
 
     s = pipe.settings

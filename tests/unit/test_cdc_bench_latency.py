@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from agents.cdc_mapping import load_mapping
 from agents.cdc_plan import plan_batch
 from bench.cdc_latency import envelope_index, latency_offsets
-from bench.workload import Workload, WorkloadParams, debezium_mapping, debezium_records, generate
+from cli.workload import Workload, WorkloadParams, debezium_mapping, debezium_records, generate
 from streams.settings import Settings
 
 

@@ -14,7 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring import docs
 from monitoring.dashboards import DASHBOARDS, build
-from monitoring.lag import PartitionOffsets
 from monitoring.lag_exporter import LagMetrics
 from monitoring.metrics import (
     ALL_WORLDS,
@@ -27,6 +26,7 @@ from monitoring.metrics import (
     reason_label,
     world_label,
 )
+from streams.lag import PartitionOffsets
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWED_LABELS = {
