@@ -296,10 +296,10 @@ class Applier:
     async def _check_worlds(self, arrivals: list[Arrival], dead: list[DeadLetter]) -> list[Arrival]:
         worlds = {a.event.world_id for a in arrivals} - self._known_worlds
         for world in worlds:
-            if await self._retry(f"check world {world}", lambda w=world: self.worlds.exists(w)):
+            if await self._retry(f"check world {world}", partial(self.worlds.exists, world)):
                 self._known_worlds.add(world)
             elif self.settings.unknown_world_policy == "create":
-                await self._retry(f"create world {world}", lambda w=world: self.worlds.ensure(w))
+                await self._retry(f"create world {world}", partial(self.worlds.ensure, world))
                 log.info(
                     "created world %s from %s (unknown-world policy 'create')",
                     world,
@@ -662,9 +662,9 @@ class Applier:
         now_mono, now_wall = self.clock(), time.time()
         parked: dict[str, int] = defaultdict(int)
         oldest: dict[str, float] = {}
-        for (world, _), (since, _tp) in self._parked_at.items():
+        for (world, _), (parked_at, _tp) in self._parked_at.items():
             parked[world] += 1
-            oldest[world] = min(oldest.get(world, since), since)
+            oldest[world] = min(oldest.get(world, parked_at), parked_at)
         for world in self._known_worlds | set(parked):
             self.metrics.set_parked(world, parked[world])
             count = parked[world] + self.batches.size(world)

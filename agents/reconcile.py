@@ -384,11 +384,11 @@ async def publish_runs(settings: Settings, reports: Iterable[RunReport], existin
     try:
         key = runs_key(settings)
         if entries:
-            await client.hset(key, mapping=entries)  # type: ignore[misc,arg-type]
+            await client.hset(key, mapping=entries)  # type: ignore[arg-type]
         if existing is not None:
-            gone = {_text(k) for k in await client.hkeys(key)} - set(existing)  # type: ignore[misc]
+            gone = {_text(k) for k in await client.hkeys(key)} - set(existing)
             if gone:
-                await client.hdel(key, *gone)  # type: ignore[misc]
+                await client.hdel(key, *gone)
     finally:
         await client.aclose()
 
@@ -402,7 +402,7 @@ async def read_runs(settings: Settings) -> dict[str, dict[str, Any]]:
 
     client = aioredis.from_url(settings.redis_url)
     try:
-        raw = await client.hgetall(runs_key(settings))  # type: ignore[misc]
+        raw = await client.hgetall(runs_key(settings))
     finally:
         await client.aclose()
     out = {}
@@ -591,7 +591,7 @@ def attach(
 
     timer = ReconcileTimer(settings, metrics or Metrics(), served or (lambda: ()))
 
-    class ReconcileService(Service):  # type: ignore[misc]
+    class ReconcileService(Service):
         async def on_start(self) -> None:
             self.add_future(timer.run())
 

@@ -134,7 +134,7 @@ class Tally:
             self.errors[f"{kind}: {exc.code().name if isinstance(exc, grpc.RpcError) else type(exc).__name__}"] += 1
 
 
-def _timed(tally: Tally, kind: str, fn):  # type: ignore[no-untyped-def]
+def _timed(tally: Tally, kind: str, fn):
     t0 = time.perf_counter()
     try:
         out = fn()

@@ -634,7 +634,7 @@ class BatchCommitter:
         rd.remove(obsolete)
         stats.files_removed += len(obsolete)
         if survivors:  # one delete file per partition: deletes never cross a partition
-            dfiles = write_partition_deletes(table, state.files, survivors)  # type: ignore[arg-type]
+            dfiles = write_partition_deletes(table, state.files, survivors)
             rd.add(dfiles)
             stats.files_added += len(dfiles)
             written = sum(d.file_size_in_bytes for d in dfiles)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pyarrow as pa
@@ -140,10 +140,20 @@ def projection_arrow(
     return pa.table(cols, schema=schema)
 
 
+class PropertySource(Protocol):
+    """What ``typed_columns`` reads of an event (a ``ChangeEvent``, or a row rebuilt from the log)."""
+
+    @property
+    def entity_type(self) -> str: ...
+
+    @property
+    def after(self) -> Mapping[str, Any] | None: ...
+
+
 def typed_columns(
     schema: pa.Schema,
     types: Mapping[str, TypeSchema],
-    events: Sequence[ChangeEvent],
+    events: Sequence[PropertySource],
     deleted: Sequence[bool],
     unconverted: Counter[str] | None = None,
 ) -> dict[str, pa.Array]:

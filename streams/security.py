@@ -99,7 +99,7 @@ class TokenSource:
 def _token_provider(source: TokenSource) -> Any:
     from aiokafka.abc import AbstractTokenProvider
 
-    class _Provider(AbstractTokenProvider):  # type: ignore[misc]
+    class _Provider(AbstractTokenProvider):
         async def token(self) -> str:
             return (await asyncio.to_thread(source.read)).reveal()
 
