@@ -33,12 +33,13 @@ from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler, UnlockedCommits
 from agents.letter_marks import arrival_key, letter_key, split_replays
-from agents.offsets import Arrival, OffsetTracker, TopicPartition
+from agents.offsets import Arrival, OffsetTracker
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
 from monitoring.metrics import Metrics
-from sinks.committer import Batch, CommitOutcome, Source
+from sinks.committer import Batch, CommitOutcome
 from sinks.errors import NessieAuthError, NessieConflict, NessieNotFound, NessieUnavailable
+from sinks.offsets import PartitionId, Source
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class RawRecord:
     generation: int | None = None  # consumer-group generation it was fetched in, when the intake knows it
 
     @property
-    def tp(self) -> TopicPartition:
+    def tp(self) -> PartitionId:
         return (self.topic, self.partition)
 
 
@@ -129,13 +130,13 @@ class Applier:
             settings.batch_max_events, settings.batch_max_seconds
         )
         self.lock = asyncio.Lock()
-        self._handles: dict[TopicPartition, deque[tuple[int, Any]]] = defaultdict(deque)
+        self._handles: dict[PartitionId, deque[tuple[int, Any]]] = defaultdict(deque)
         self._known_worlds: set[str] = set()
         # Events the gate is holding: when they were parked and from which partition.
-        self._parked_at: dict[tuple[str, str], tuple[float, TopicPartition]] = {}
-        self._consumed_at: dict[TopicPartition, dict[int, float]] = defaultdict(dict)
+        self._parked_at: dict[tuple[str, str], tuple[float, PartitionId]] = {}
+        self._consumed_at: dict[PartitionId, dict[int, float]] = defaultdict(dict)
         # In-flight records by offset: dead letters carry the producer's exact bytes and headers.
-        self._records: dict[TopicPartition, dict[int, RawRecord]] = defaultdict(dict)
+        self._records: dict[PartitionId, dict[int, RawRecord]] = defaultdict(dict)
         self._batch_seq = 0
         self._kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
         self.totals: dict[str, int] = defaultdict(int)
@@ -173,7 +174,7 @@ class Applier:
                 if isinstance(result, Invalid):
                     dead.append(self._letter(rec, result.reason, result.detail, result.event_id, result.world_id))
                 else:
-                    arrivals.append(Arrival(result, rec.topic, rec.partition, rec.offset))
+                    arrivals.append(Arrival(result, Source(rec.topic, rec.partition, rec.offset)))
             self.totals["consumed"] += len(records)
             for topic, n in Counter(rec.topic for rec in records).items():
                 self.metrics.consumed(topic, n)  # per batch: a labels() lookup per record cost ~16% of process()
@@ -209,7 +210,7 @@ class Applier:
             await asyncio.gather(*(self._flush(world) for world in list(self.batches.worlds())))
             return self._acks_due()
 
-    async def revoke(self, tps: Sequence[TopicPartition]) -> None:
+    async def revoke(self, tps: Sequence[PartitionId]) -> None:
         """Give partitions up: released events are committed first, parked ones dropped (re-read later)."""
         await self.flush_all()
         async with self.lock:
@@ -339,7 +340,7 @@ class Applier:
             await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]))
         self._repaired.add(world)
 
-    def on_assigned(self, tps: Sequence[TopicPartition] | None = None, generation: int | None = None) -> None:
+    def on_assigned(self, tps: Sequence[PartitionId] | None = None, generation: int | None = None) -> None:
         """A rebalance gave us partitions: take their records again, check marks again on first touch.
 
         ``tps``: the partitions now assigned (None: every revoked one); ``generation``: the group
@@ -494,7 +495,7 @@ class Applier:
         batch = Batch.from_sources(
             world,
             batch_id,
-            [(a.event, Source(a.topic, a.partition, a.offset)) for a in items],
+            [(a.event, a.source) for a in items],
             settled=self.tracker.committable_all(),
         )
         started = time.monotonic()

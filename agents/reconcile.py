@@ -69,6 +69,7 @@ from sinks.nessie import SyncNessieClient
 from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
 from sinks.tables import COMMON, EVENTS, contracts
+from streams.kafka import topic_partitions
 from streams.security import kafka_client_options
 from streams.settings import Settings
 from worlds.manager import world_ids
@@ -334,8 +335,7 @@ async def read_control_counts(settings: Settings, timeout_s: float = 10.0) -> di
     )
     await consumer.start()
     try:
-        parts = await consumer._client.fetch_all_metadata()  # noqa: SLF001 - no public per-topic lookup
-        ids = parts.partitions_for_topic(settings.control_counts_topic) or set()
+        ids = await topic_partitions(consumer, settings.control_counts_topic)
         tps = [KafkaTP(settings.control_counts_topic, p) for p in sorted(ids)]
         if not tps:
             return {}

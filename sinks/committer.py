@@ -111,7 +111,7 @@ from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
 from sinks.layout import key_filter
 from sinks.logcompact import choose, compact_log, small_file
 from sinks.nessie import SyncNessieClient
-from sinks.offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
+from sinks.offsets import OffsetSet, PartitionId, Source, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.rowdelta import (
     FileCache,
     RowDelta,
@@ -120,7 +120,7 @@ from sinks.rowdelta import (
     read_state,
     write_partition_deletes,
 )
-from sinks.rows import Source, events_arrow, projection_arrow
+from sinks.rows import events_arrow, projection_arrow
 from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, contracts, table_properties
 from streams.settings import Settings
 
@@ -145,15 +145,15 @@ class Batch:
     world_id: str
     batch_id: str
     events: Sequence[ChangeEvent]
-    offsets: Mapping[TopicPartition, OffsetSet] = field(default_factory=dict)
+    offsets: Mapping[PartitionId, OffsetSet] = field(default_factory=dict)
     sources: Sequence[Source | None] | None = None
-    settled: Mapping[TopicPartition, int] = field(default_factory=dict)
+    settled: Mapping[PartitionId, int] = field(default_factory=dict)
 
     @classmethod
     def from_sources(
         cls, world_id: str, batch_id: str, items: Sequence[tuple[ChangeEvent, Source]], **kw: object
     ) -> Batch:
-        by_tp: dict[TopicPartition, list[int]] = {}
+        by_tp: dict[PartitionId, list[int]] = {}
         for _, src in items:
             by_tp.setdefault(src.tp, []).append(src.offset)
         offsets = {tp: OffsetSet.of(offs) for tp, offs in by_tp.items()}  # ranges, not one insert per offset
@@ -318,7 +318,7 @@ class BatchCommitter:
         """``applied_events`` in a worker thread."""
         return await asyncio.to_thread(self.applied_events, world_id, ids)
 
-    def committed_offsets(self, branch: str) -> dict[TopicPartition, OffsetSet]:
+    def committed_offsets(self, branch: str) -> dict[PartitionId, OffsetSet]:
         """The exact committed offsets recorded on ``branch`` (``branch@hash`` works too).
 
         An offset ``o`` of partition ``tp`` was committed on the branch iff ``o in result[tp]``
@@ -434,7 +434,7 @@ class BatchCommitter:
         }
         # Exactly the offsets this commit applied (its events' sources), never a floor-absorbed
         # form: an OffsetSet folds a prefix starting at 0 into its floor, which format() leaves out.
-        applied: dict[TopicPartition, list[int]] = {}
+        applied: dict[PartitionId, list[int]] = {}
         for _, src in items:
             if src is not None:
                 applied.setdefault(src.tp, []).append(src.offset)
@@ -490,7 +490,7 @@ class BatchCommitter:
         batch: Batch,
         now: datetime,
         stale_ids: set[str],
-        offsets: Mapping[TopicPartition, OffsetSet],
+        offsets: Mapping[PartitionId, OffsetSet],
     ) -> FlushStats:
         stats = FlushStats()
         tx = table.transaction()
@@ -794,13 +794,13 @@ def _finish(outcome: CommitOutcome, started: float) -> CommitOutcome:
     return replace(outcome, seconds=time.monotonic() - started)
 
 
-def _select(batch: Batch, committed: Mapping[TopicPartition, OffsetSet]) -> list[tuple[ChangeEvent, Source | None]]:
+def _select(batch: Batch, committed: Mapping[PartitionId, OffsetSet]) -> list[tuple[ChangeEvent, Source | None]]:
     """The batch's events minus offsets already committed on the branch and repeated event ids."""
     return _split(batch, committed)[0]
 
 
 def _split(
-    batch: Batch, committed: Mapping[TopicPartition, OffsetSet]
+    batch: Batch, committed: Mapping[PartitionId, OffsetSet]
 ) -> tuple[list[tuple[ChangeEvent, Source | None]], list[ChangeEvent]]:
     """``_select``'s events, and the events dropped because the branch recorded their offset."""
     sources = list(batch.sources) if batch.sources is not None else [None] * len(batch.events)
@@ -838,7 +838,7 @@ def logged_events(table: Table, ids: set[str]) -> dict[str, bool]:
     return out
 
 
-def format_offsets(offsets: Mapping[TopicPartition, Sequence[int]]) -> dict[str, str]:
+def format_offsets(offsets: Mapping[PartitionId, Sequence[int]]) -> dict[str, str]:
     """``{("t", 3): [100, 101, 105]}`` → ``{"t/3": "100-101,105"}`` (for logs and CLI output)."""
     return {tp_name(tp): format_ranges(v) for tp, v in offsets.items()}
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any, Protocol
@@ -15,24 +14,11 @@ import pyarrow as pa
 
 from models.events import ChangeEvent, ChangeType
 from models.schema import Primitive, Property, PropType, TypeSchema
-from sinks.offsets import TopicPartition
+from sinks.offsets import Source
 from sinks.tables import EDGE, EVENTS, TableDef
 
 #: The log's sort order (see ``sinks.layout.DEFAULT_LAYOUTS``), then its batch order.
 EVENTS_SORT = [(c, "ascending") for c in ("entity_type", "entity_pk", "version", "batch_seq")]
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where an event was read: its Kafka topic, partition and offset."""
-
-    topic: str
-    partition: int
-    offset: int
-
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.partition)
 
 
 def _json(value: object) -> str | None:

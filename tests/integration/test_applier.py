@@ -12,6 +12,7 @@ import pytest
 
 from cli.workload import Record, expected_state, generate
 from models.events import ChangeEvent, ChangeType, EntityKind
+from tests.factories import change_event
 from tests.integration.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
@@ -62,21 +63,18 @@ async def test_workload_lands_exactly_as_the_model(pipe: Pipeline) -> None:
 
 
 def _event(pipe: Pipeline, n: int, pk: str, caused_by: str | None = None, version: int = 1) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{pipe.unique}-c{n}",
-        world_id="prod",
-        kind=EntityKind.OBJECT,
+    return change_event(
+        f"{pipe.unique}-c{n}",
+        world="prod",
         entity_type="Sensor",
-        entity_pk=pk,
-        change_type=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
+        pk=pk,
+        change=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
         version=version,
-        before=None,
         after={"n": n},
         caused_by=caused_by,
         causal_order=n,
         occurred_at_ms=1_767_225_600_000 + n,
         schema_version=1,
-        source="test",
     )
 
 

@@ -18,6 +18,7 @@ from sinks.errors import CommitStateUnknown
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.offsets import OffsetSet
 from streams.settings import Settings
+from tests.factories import change_event, link_event
 
 pytestmark = pytest.mark.integration
 
@@ -51,42 +52,29 @@ def world(client: SyncNessieClient, unique: str) -> str:
 
 
 def obj(world: str, pk: str, change: str, version: int, typ: str = "person", **after: object) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{world}-{pk}-{change}-{version}-{uuid.uuid4().hex[:6]}",
-        world_id=world,
-        kind=EntityKind.OBJECT,
-        entity_type=typ,
-        entity_pk="*" if change == "TRUNCATE" else pk,
-        change_type=ChangeType(change),
+    return change_event(
+        f"{world}-{pk}-{change}-{version}-{uuid.uuid4().hex[:6]}",
+        world=world,
+        pk=pk,
+        change=change,
         version=version,
-        before=None,
+        entity_type=typ,
         after=dict(after) if change not in ("DELETE", "TRUNCATE") else None,
-        caused_by=None,
-        causal_order=None,
         occurred_at_ms=1_700_000_000_000,
-        schema_version=0,
-        source="test",
     )
 
 
 def link(world: str, pk: str, version: int, frm: str, to: str) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{world}-{pk}-{version}-{uuid.uuid4().hex[:6]}",
-        world_id=world,
-        kind=EntityKind.LINK,
-        entity_type="knows",
-        entity_pk=pk,
-        change_type=ChangeType.CREATE,
+    return link_event(
+        f"{world}-{pk}-{version}-{uuid.uuid4().hex[:6]}",
+        frm=frm,
+        to=to,
+        world=world,
+        pk=pk,
+        change=ChangeType.CREATE,
         version=version,
-        before=None,
         after={"since": 2020},
-        caused_by=None,
-        causal_order=None,
         occurred_at_ms=1_700_000_000_000,
-        schema_version=0,
-        source="test",
-        from_pk=frm,
-        to_pk=to,
     )
 
 

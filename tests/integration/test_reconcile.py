@@ -37,27 +37,22 @@ from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_world
 from streams.settings import Settings, env_name
+from tests.factories import change_event
 from tests.integration.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
 
 
 def event(world: str, typ: str, pk: str, version: int, change: ChangeType = ChangeType.CREATE) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
-        world_id=world,
-        kind=EntityKind.OBJECT,
+    return change_event(
+        f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
+        world=world,
         entity_type=typ,
-        entity_pk=pk,
-        change_type=change,
+        pk=pk,
+        change=change,
         version=version,
-        before=None,
         after=None if change is ChangeType.DELETE else {"n": version, "pk": pk},
-        caused_by=None,
-        causal_order=None,
         occurred_at_ms=int(time.time() * 1000),
-        schema_version=0,
-        source="test",
     )
 
 

@@ -22,6 +22,7 @@ from sinks.catalog import NessieCatalog
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Settings
+from tests.factories import change_event
 from tests.integration.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
@@ -30,21 +31,15 @@ TYPE = "Equipment"
 
 
 def event(world: str, pk: str, version: int, **after: object) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
-        world_id=world,
-        kind=EntityKind.OBJECT,
+    return change_event(
+        f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
+        world=world,
         entity_type=TYPE,
-        entity_pk=pk,
-        change_type=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
+        pk=pk,
+        change=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
         version=version,
-        before=None,
         after=dict(after),
-        caused_by=None,
-        causal_order=None,
         occurred_at_ms=int(time.time() * 1000),
-        schema_version=0,
-        source="test",
     )
 
 

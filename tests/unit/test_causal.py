@@ -13,7 +13,9 @@ from agents.batching import BatchAccumulator
 from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED, CausalGate, GateOutput
 from agents.dedupe import STALE_VERSION, decide_versions, drop_duplicates, entity_ref, refs_to_check
 from agents.offsets import Arrival, EventRef, OffsetTracker
-from models.events import ChangeEvent, ChangeType, EntityKind
+from models.events import ChangeEvent, EntityKind
+from sinks.offsets import Source
+from tests.factories import change_event
 
 OBJECTS = "onto.changes.objects"
 LINKS = "onto.changes.links"
@@ -27,21 +29,8 @@ def event(
     version: int = 1,
     kind: EntityKind = EntityKind.OBJECT,
 ) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=event_id,
-        world_id=world,
-        kind=kind,
-        entity_type="T",
-        entity_pk=pk,
-        change_type=ChangeType.UPDATE,
-        version=version,
-        before=None,
-        after={"v": version},
-        caused_by=caused_by,
-        causal_order=None,
-        occurred_at_ms=0,
-        schema_version=0,
-        source="test",
+    return change_event(
+        event_id, world=world, kind=kind, pk=pk, version=version, after={"v": version}, caused_by=caused_by
     )
 
 
@@ -57,7 +46,7 @@ class Feed:
         topic = str(kw.pop("topic", OBJECTS))
         off = self.next.get((topic, partition), 0)
         self.next[(topic, partition)] = off + 1
-        return Arrival(event(event_id, pk, caused_by, **kw), topic, partition, off)  # type: ignore[arg-type]
+        return Arrival(event(event_id, pk, caused_by, **kw), Source(topic, partition, off))  # type: ignore[arg-type]
 
 
 def ids(arrivals: Iterable[Arrival]) -> list[str]:
@@ -406,7 +395,7 @@ class Worker:
         for off in range(start, min(start + count, len(log))):
             s = log[off]
             e = event(s.eid, s.pk, s.cause, world=s.world, version=s.version)
-            batch.append(Arrival(e, OBJECTS, p, off))
+            batch.append(Arrival(e, Source(OBJECTS, p, off)))
             assert self.tracker.consumed((OBJECTS, p), off)
         self.pos[p] = start + len(batch)
         marked = self.lookup(refs_to_check(batch, self.gate.unknown_causes()))

@@ -15,25 +15,22 @@ from agents.replay import (
     rewrite,
 )
 from cli.progress import render
-from models.events import ChangeEvent, ChangeType, EntityKind, decode
+from models.events import ChangeEvent, EntityKind, decode
+from tests.factories import change_event
 
 
 def _event(world: str = "prod", etype: str = "Sensor", caused_by: str | None = "c-1") -> ChangeEvent:
-    return ChangeEvent(
-        event_id="e-1",
-        world_id=world,
-        kind=EntityKind.OBJECT,
+    return change_event(
+        "e-1",
+        world=world,
         entity_type=etype,
-        entity_pk="pk-1",
-        change_type=ChangeType.UPDATE,
+        pk="pk-1",
         version=3,
-        before=None,
         after={"a": 1},
         caused_by=caused_by,
         causal_order=7,
         occurred_at_ms=1_767_225_600_000,
         schema_version=1,
-        source="test",
     )
 
 
