@@ -167,7 +167,7 @@ async def _three_workers(pipe: Pipeline) -> None:
 async def test_bad_input_corpus_never_takes_good_events_down(unique: str, tmp_path: Path) -> None:
     """Every kind of bad input of the unit corpus, plus the kinds only a running worker can see
     (unknown world, stale version, causal cycle, missing cause), interleaved with good events."""
-    from tests.unit.test_events import BAD
+    from tests.wire_events import BAD
 
     pipe = await Pipeline.create(
         unique, tmp_path, max_event_bytes=500_000, unknown_world_policy="dlq", causal_timeout_s=3.0

@@ -20,7 +20,7 @@ from sinks.committer import BatchCommitter
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_world
 from streams.settings import Settings
-from tests.unit.test_applier_fakes import FakeMarks as Marks
+from tests.fakes import FakeMarks as Marks
 
 pytestmark = pytest.mark.integration
 

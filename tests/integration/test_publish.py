@@ -20,7 +20,7 @@ from streams.settings import Secret, Settings
 from tests.integration import worlds_fixtures as fx
 from tests.integration.test_committer import obj
 from tests.integration.worlds_fixtures import WrittenWorld
-from tests.unit.test_publish_notify import serve_hook
+from tests.webhooks import serve_hook
 from worlds.api import Worlds
 from worlds.publish import Thresholds, Verdict
 from worlds.publish_run import Publisher

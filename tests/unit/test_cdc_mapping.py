@@ -28,7 +28,7 @@ from agents.cdc_mapping import (
 )
 from models.debezium import UNAVAILABLE_PLACEHOLDER, SourceInfo
 from models.events import ChangeEvent, ChangeType, EntityKind, decode
-from tests.unit.test_debezium import TS, dec_b64, field, mysql_source, payload, pg_source, wrap
+from tests.debezium_records import TS, dec_b64, field, mysql_source, payload, pg_source, wrap
 
 TOPIC = "cdc.raw.erp.orders"
 POS = Position(TOPIC, 2, 41)
