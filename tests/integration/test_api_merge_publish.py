@@ -15,9 +15,8 @@ from bench.api_load import ApiProcess, start_api
 from streams.settings import Settings
 from tests.integration import api_fixtures as afx
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import obj
-from tests.integration.test_world_merge import fork
-from tests.integration.worlds_fixtures import WrittenWorld
+from tests.integration.commits import obj
+from tests.integration.worlds_fixtures import WrittenWorld, fork
 from worlds.api import Worlds
 from worlds.publish_run import Publisher
 

@@ -10,24 +10,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cli.workload import Record, expected_state, generate
+from cli.workload import Record, generate
 from models.events import ChangeEvent, ChangeType, EntityKind
 from tests.factories import change_event
-from tests.integration.pipeline import Pipeline
+from tests.integration.pipeline import Pipeline, assert_matches_model
 
 pytestmark = pytest.mark.integration
-
-
-def assert_matches_model(pipe: Pipeline, events: list[ChangeEvent]) -> None:
-    for world, want in expected_state(events).items():
-        got = pipe.state(world)
-        assert not got.duplicate_event_ids, f"{world}: duplicate events {got.duplicate_event_ids[:5]}"
-        assert set(got.event_ids) == want.event_ids, (
-            f"{world}: event log differs: missing {sorted(want.event_ids - set(got.event_ids))[:5]}, "
-            f"extra {sorted(set(got.event_ids) - want.event_ids)[:5]}"
-        )
-        assert got.objects == want.objects, f"{world}: entity_common differs from the model"
-        assert got.links == want.links, f"{world}: entity_edge differs from the model"
 
 
 @pytest.fixture

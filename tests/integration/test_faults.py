@@ -19,8 +19,7 @@ from cli.workload import Record, Workload, generate
 from models.deadletter import DeadLetter
 from models.events import EntityKind
 from sinks.catalog import NessieCatalog
-from tests.integration.pipeline import Pipeline
-from tests.integration.test_applier import assert_matches_model
+from tests.integration.pipeline import Pipeline, assert_matches_model
 
 pytestmark = pytest.mark.integration
 

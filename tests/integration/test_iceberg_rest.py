@@ -26,7 +26,7 @@ from sinks.committer import BatchCommitter
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_branch
 from streams.settings import Secret, Settings
-from tests.integration.test_committer import batch, link, obj
+from tests.integration.commits import batch, link, obj
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

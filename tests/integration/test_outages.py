@@ -15,9 +15,8 @@ import httpx
 import pytest
 
 from cli.workload import generate
-from tests.integration.pipeline import Pipeline
+from tests.integration.pipeline import Pipeline, assert_matches_model
 from tests.integration.proxy import CuttableProxy
-from tests.integration.test_applier import assert_matches_model
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from sinks.errors import NessieNotFound
 from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Secret, Settings
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import obj
+from tests.integration.commits import obj
 from tests.integration.worlds_fixtures import WrittenWorld
 from tests.webhooks import serve_hook
 from worlds.api import Worlds

@@ -384,10 +384,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_promtool_stale_alert_fires_on_what_a_worker_exports_after_a_cli_run(tmp_path: Path) -> None:
+def test_promtool_stale_alert_fires_on_what_a_worker_exports_after_a_cli_run(tmp_path: Path, promtool: str) -> None:
     """The series a worker exports from a CLI run's record (no runs_total, no worker timer) fires the alert."""
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is not installed; scripts/services.sh fetch installs it"
     rule = next(
         r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
         if r.get("alert") == "CausewayReconciliationStale"

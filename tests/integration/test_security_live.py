@@ -318,7 +318,7 @@ async def test_cdc_ingest_over_sasl_ssl(secured: SecureStack, unique: str) -> No
     from agents.cdc_mapping import load_mapping
     from streams.security import kafka_client_options
     from streams.settings import Settings
-    from tests.integration.test_cdc_ingest import order_record
+    from tests.integration.cdc_records import order_record
 
     s = Settings.from_env().replace(
         objects_topic=f"objs.{unique}", links_topic=f"links.{unique}", dlq_topic=f"dlq.{unique}", app_id=f"cw-{unique}"
