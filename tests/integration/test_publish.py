@@ -189,7 +189,8 @@ def test_drift_timer_audits_a_pending_world_and_exports_its_series(
 ) -> None:
     from prometheus_client import CollectorRegistry
 
-    from worlds.publish_timer import PublishGauges, audit_once
+    from monitoring.publish_metrics import PublishGauges
+    from worlds.publish_timer import audit_once
 
     target, source = pair
     t, s = target.world, source.world
