@@ -33,11 +33,12 @@ from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler, UnlockedCommits
 from agents.letter_marks import arrival_key, letter_key, split_replays
-from agents.offset_tracker import Arrival, OffsetTracker, TopicPartition
+from agents.offset_tracker import Arrival, OffsetTracker
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
 from monitoring.metrics import Metrics
-from sinks.committer import Batch, CommitOutcome, Source
+from sinks.committed_offsets import PartitionId, Source
+from sinks.committer import Batch, CommitOutcome
 from sinks.errors import NessieAuthError, NessieConflict, NessieNotFound, NessieUnavailable
 from streams.settings import Settings
 
@@ -66,7 +67,7 @@ class RawRecord:
     generation: int | None = None  # consumer-group generation it was fetched in, when the intake knows it
 
     @property
-    def tp(self) -> TopicPartition:
+    def tp(self) -> PartitionId:
         return (self.topic, self.partition)
 
 
@@ -129,13 +130,13 @@ class Applier:
             settings.batch_max_events, settings.batch_max_seconds
         )
         self.lock = asyncio.Lock()
-        self._handles: dict[TopicPartition, deque[tuple[int, Any]]] = defaultdict(deque)
+        self._handles: dict[PartitionId, deque[tuple[int, Any]]] = defaultdict(deque)
         self._known_worlds: set[str] = set()
         # Events the gate is holding: when they were parked and from which partition.
-        self._parked_at: dict[tuple[str, str], tuple[float, TopicPartition]] = {}
-        self._consumed_at: dict[TopicPartition, dict[int, float]] = defaultdict(dict)
+        self._parked_at: dict[tuple[str, str], tuple[float, PartitionId]] = {}
+        self._consumed_at: dict[PartitionId, dict[int, float]] = defaultdict(dict)
         # In-flight records by offset: dead letters carry the producer's exact bytes and headers.
-        self._records: dict[TopicPartition, dict[int, RawRecord]] = defaultdict(dict)
+        self._records: dict[PartitionId, dict[int, RawRecord]] = defaultdict(dict)
         self._batch_seq = 0
         self._kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
         self.totals: dict[str, int] = defaultdict(int)
@@ -177,7 +178,7 @@ class Applier:
                 if isinstance(result, Invalid):
                     dead.append(self._letter(rec, result.reason, result.detail, result.event_id, result.world_id))
                 else:
-                    arrivals.append(Arrival(result, rec.topic, rec.partition, rec.offset))
+                    arrivals.append(Arrival(result, Source(rec.topic, rec.partition, rec.offset)))
             self.totals["consumed"] += len(records)
             for topic, n in Counter(rec.topic for rec in records).items():
                 self.metrics.consumed(topic, n)  # per batch: a labels() lookup per record cost ~16% of process()
@@ -213,7 +214,7 @@ class Applier:
             await asyncio.gather(*(self._flush(world) for world in list(self.batches.worlds())))
             return self._acks_due()
 
-    async def revoke(self, tps: Sequence[TopicPartition]) -> None:
+    async def revoke(self, tps: Sequence[PartitionId]) -> None:
         """Give partitions up: released events are committed first, parked ones dropped (re-read later)."""
         await self.flush_all()
         async with self.lock:
@@ -300,10 +301,10 @@ class Applier:
     async def _check_worlds(self, arrivals: list[Arrival], dead: list[DeadLetter]) -> list[Arrival]:
         worlds = {a.event.world_id for a in arrivals} - self._known_worlds
         for world in worlds:
-            if await self._retry(f"check world {world}", lambda w=world: self.worlds.exists(w)):
+            if await self._retry(f"check world {world}", partial(self.worlds.exists, world)):
                 self._known_worlds.add(world)
             elif self.settings.unknown_world_policy == "create":
-                await self._retry(f"create world {world}", lambda w=world: self.worlds.ensure(w))
+                await self._retry(f"create world {world}", partial(self.worlds.ensure, world))
                 log.info(
                     "created world %s from %s (unknown-world policy 'create')",
                     world,
@@ -343,7 +344,7 @@ class Applier:
             await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]))
         self._repaired.add(world)
 
-    def on_assigned(self, tps: Sequence[TopicPartition] | None = None, generation: int | None = None) -> None:
+    def on_assigned(self, tps: Sequence[PartitionId] | None = None, generation: int | None = None) -> None:
         """A rebalance gave us partitions: take their records again, check marks again on first touch.
 
         ``tps``: the partitions now assigned (None: every revoked one); ``generation``: the group
@@ -496,7 +497,7 @@ class Applier:
         batch = Batch.from_sources(
             world,
             batch_id,
-            [(a.event, Source(a.topic, a.partition, a.offset)) for a in items],
+            [(a.event, a.source) for a in items],
             settled=self.tracker.committable_all(),
         )
         started = time.monotonic()
@@ -664,9 +665,9 @@ class Applier:
         now_mono, now_wall = self.clock(), time.time()
         parked: dict[str, int] = defaultdict(int)
         oldest: dict[str, float] = {}
-        for (world, _), (since, _tp) in self._parked_at.items():
+        for (world, _), (parked_at, _tp) in self._parked_at.items():
             parked[world] += 1
-            oldest[world] = min(oldest.get(world, since), since)
+            oldest[world] = min(oldest.get(world, parked_at), parked_at)
         for world in self._known_worlds | set(parked):
             self.metrics.set_parked(world, parked[world])
             count = parked[world] + self.batches.size(world)

@@ -52,7 +52,8 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agents.offset_tracker import Arrival, EventRef, TopicPartition
+from agents.offset_tracker import Arrival, EventRef
+from sinks.committed_offsets import PartitionId
 
 CAUSE_MISSING = "cause-missing"
 CAUSAL_CYCLE = "causal-cycle"
@@ -234,7 +235,7 @@ class CausalGate:
             self._reject([(entry, CAUSE_MISSING, detail)])
         self._run()
 
-    def revoke(self, tp: TopicPartition) -> int:
+    def revoke(self, tp: PartitionId) -> int:
         """Drop the parked events read from ``tp`` (no dead letters); returns how many were dropped."""
         gone = [e for e in self._parked.values() if e.arrival.tp == tp]
         for entry in gone:

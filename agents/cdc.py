@@ -76,7 +76,7 @@ class _Metrics(Protocol):
     def cdc_waiting_records(self, n: int) -> None: ...
 
 
-class _Revoke(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Revoke(ConsumerRebalanceListener):
     """Let an in-flight batch finish (produce + commit) before partitions move to another worker."""
 
     def __init__(self, lock: asyncio.Lock) -> None:
@@ -424,7 +424,7 @@ def attach(app: Any, settings: Settings, mapping: CdcMapping, **kwargs: Any) -> 
 
     ingest = CdcIngest(settings, mapping, **kwargs)
 
-    class _Service(Service, CdcIngestService):  # type: ignore[misc]
+    class _Service(Service, CdcIngestService):
         async def on_start(self) -> None:
             await ingest.start()
             self.add_future(ingest.run())

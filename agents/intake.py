@@ -46,7 +46,7 @@ TICK_SECONDS = 0.25
 POLL_TIMEOUT_MS = 200
 
 
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Rebalance(ConsumerRebalanceListener):
     def __init__(self, intake: ChangeIntake) -> None:
         self._intake = intake
 
@@ -242,7 +242,7 @@ def attach(app: Any, intake: ChangeIntake) -> ChangeIntake:
     """
     from mode import Service
 
-    class ChangeIntakeService(Service):  # type: ignore[misc]
+    class ChangeIntakeService(Service):
         async def on_start(self) -> None:
             await intake.start()
             self.add_future(self._guard(intake.run()))

@@ -23,9 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from models.events import ChangeEvent
-
-TopicPartition = tuple[str, int]
-"""(topic, partition)."""
+from sinks.committed_offsets import PartitionId, Source
 
 EventRef = tuple[str, str]
 """(world_id, event_id): the identity of an event. Event ids are unique per world, not globally."""
@@ -39,13 +37,23 @@ class Arrival:
     """One decoded event and where it was read from; the unit the gate, dedupe and batcher pass around."""
 
     event: ChangeEvent
-    topic: str
-    partition: int
-    offset: int
+    source: Source
 
     @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.partition)
+    def topic(self) -> str:
+        return self.source.topic
+
+    @property
+    def partition(self) -> int:
+        return self.source.partition
+
+    @property
+    def offset(self) -> int:
+        return self.source.offset
+
+    @property
+    def tp(self) -> PartitionId:
+        return (self.source.topic, self.source.partition)
 
     @property
     def ref(self) -> EventRef:
@@ -81,16 +89,16 @@ class OffsetTracker:
     """
 
     def __init__(self) -> None:
-        self._parts: dict[TopicPartition, _Partition] = {}
-        self._fenced: set[TopicPartition] = set()
+        self._parts: dict[PartitionId, _Partition] = {}
+        self._fenced: set[PartitionId] = set()
 
-    def assign(self, tp: TopicPartition, position: int | None = None, generation: int | None = None) -> None:
+    def assign(self, tp: PartitionId, position: int | None = None, generation: int | None = None) -> None:
         """Start tracking ``tp`` afresh at ``position`` (its committed offset, committable at once;
         None: the first consumed offset) in consumer-group ``generation`` (None: not checked)."""
         self._fenced.discard(tp)
         self._parts[tp] = _Partition(position, generation)
 
-    def revoke(self, tp: TopicPartition, *, fence: bool = False) -> None:
+    def revoke(self, tp: PartitionId, *, fence: bool = False) -> None:
         """Forget ``tp``: its in-flight events are re-read by the partition's next owner.
 
         ``fence``: refuse its records until ``assign`` (a rebalance took it away); without it the next
@@ -100,22 +108,22 @@ class OffsetTracker:
         if fence:
             self._fenced.add(tp)
 
-    def fenced(self) -> list[TopicPartition]:
+    def fenced(self) -> list[PartitionId]:
         """Partitions revoked with ``fence=True`` and not assigned since."""
         return sorted(self._fenced)
 
-    def is_tracked(self, tp: TopicPartition) -> bool:
+    def is_tracked(self, tp: PartitionId) -> bool:
         """Whether ``tp`` is tracked now (assigned or consumed, and not revoked since)."""
         return tp in self._parts
 
-    def is_assigned(self, tp: TopicPartition, generation: int | None = None) -> bool:
+    def is_assigned(self, tp: PartitionId, generation: int | None = None) -> bool:
         """Whether records of ``tp`` (fetched in ``generation``, if given) are taken."""
         if tp in self._fenced:
             return False
         part = self._parts.get(tp)
         return part is None or generation is None or part.generation is None or part.generation == generation
 
-    def consumed(self, tp: TopicPartition, offset: int, generation: int | None = None) -> bool:
+    def consumed(self, tp: PartitionId, offset: int, generation: int | None = None) -> bool:
         """Record that ``offset`` was read; False if it must be skipped: already seen here (a
         re-fetch), its partition is fenced (revoked, not assigned again), or it was fetched in
         another ``generation`` than the partition's assignment."""
@@ -131,7 +139,7 @@ class OffsetTracker:
         part.position = offset + 1
         return True
 
-    def done(self, tp: TopicPartition, offset: int) -> bool:
+    def done(self, tp: PartitionId, offset: int) -> bool:
         """Mark ``offset`` committed or dead-lettered; False if ``tp`` is unknown or already done.
 
         Raises ValueError for an offset of a tracked partition that was never consumed: acking what was
@@ -151,7 +159,7 @@ class OffsetTracker:
             part.done.discard(queue.popleft())
         return True
 
-    def committable(self, tp: TopicPartition) -> int | None:
+    def committable(self, tp: PartitionId) -> int | None:
         """The offset to commit for ``tp`` (first consumed offset not yet done), or None if unknown."""
         part = self._parts.get(tp)
         if part is None:
@@ -160,23 +168,23 @@ class OffsetTracker:
             return part.queue[0]
         return part.position
 
-    def committable_all(self) -> dict[TopicPartition, int]:
+    def committable_all(self) -> dict[PartitionId, int]:
         """Committable offsets of every tracked partition that has one."""
-        out: dict[TopicPartition, int] = {}
+        out: dict[PartitionId, int] = {}
         for tp in self._parts:
             offset = self.committable(tp)
             if offset is not None:
                 out[tp] = offset
         return out
 
-    def in_flight(self, tp: TopicPartition | None = None) -> int:
+    def in_flight(self, tp: PartitionId | None = None) -> int:
         """How many consumed offsets are not done yet (of ``tp``, or of all partitions)."""
         if tp is not None:
             part = self._parts.get(tp)
             return len(part.inflight) if part else 0
         return sum(len(p.inflight) for p in self._parts.values())
 
-    def partitions(self) -> list[TopicPartition]:
+    def partitions(self) -> list[PartitionId]:
         """The partitions being tracked."""
         return list(self._parts)
 

@@ -69,6 +69,7 @@ from sinks.nessie import SyncNessieClient
 from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
 from sinks.tables import COMMON, EVENTS, contracts
+from streams.kafka import topic_partitions
 from streams.security import kafka_client_options
 from streams.settings import Settings
 from worlds.manager import world_ids
@@ -334,8 +335,7 @@ async def read_control_counts(settings: Settings, timeout_s: float = 10.0) -> di
     )
     await consumer.start()
     try:
-        parts = await consumer._client.fetch_all_metadata()  # noqa: SLF001 - no public per-topic lookup
-        ids = parts.partitions_for_topic(settings.control_counts_topic) or set()
+        ids = await topic_partitions(consumer, settings.control_counts_topic)
         tps = [KafkaTP(settings.control_counts_topic, p) for p in sorted(ids)]
         if not tps:
             return {}
@@ -384,11 +384,11 @@ async def publish_runs(settings: Settings, reports: Iterable[RunReport], existin
     try:
         key = runs_key(settings)
         if entries:
-            await client.hset(key, mapping=entries)  # type: ignore[misc,arg-type]
+            await client.hset(key, mapping=entries)  # type: ignore[arg-type]
         if existing is not None:
-            gone = {_text(k) for k in await client.hkeys(key)} - set(existing)  # type: ignore[misc]
+            gone = {_text(k) for k in await client.hkeys(key)} - set(existing)
             if gone:
-                await client.hdel(key, *gone)  # type: ignore[misc]
+                await client.hdel(key, *gone)
     finally:
         await client.aclose()
 
@@ -402,7 +402,7 @@ async def read_runs(settings: Settings) -> dict[str, dict[str, Any]]:
 
     client = aioredis.from_url(settings.redis_url)
     try:
-        raw = await client.hgetall(runs_key(settings))  # type: ignore[misc]
+        raw = await client.hgetall(runs_key(settings))
     finally:
         await client.aclose()
     out = {}
@@ -591,7 +591,7 @@ def attach(
 
     timer = ReconcileTimer(settings, metrics or Metrics(), served or (lambda: ()))
 
-    class ReconcileService(Service):  # type: ignore[misc]
+    class ReconcileService(Service):
         async def on_start(self) -> None:
             self.add_future(timer.run())
 

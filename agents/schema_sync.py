@@ -264,7 +264,7 @@ class _Held:
     remaining: set[str] = field(default_factory=set)
 
 
-class _Revoke(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Revoke(ConsumerRebalanceListener):
     def __init__(self, sync: SchemaSync) -> None:
         self._sync = sync
 
@@ -575,7 +575,7 @@ def attach(app: Any, settings: Settings, metrics: Metrics | None = None) -> Sche
 
     sync = SchemaSync(settings, metrics)
 
-    class SchemaSyncService(Service):  # type: ignore[misc]
+    class SchemaSyncService(Service):
         async def on_start(self) -> None:
             await sync.start()
             self.add_future(sync.run())

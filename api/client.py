@@ -203,7 +203,7 @@ class WorldClient:
     @staticmethod
     def conflicts_of(error: grpc.RpcError) -> pb.MergeResponse | None:
         """The conflicts an ABORTED merge carries in its rich status details, or None."""
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
+        status = rpc_status.from_call(error)
         for detail in status.details if status else ():
             out = pb.MergeResponse()
             if detail.Unpack(out):

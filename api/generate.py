@@ -14,7 +14,7 @@ PROTO = "api/world_manager.proto"
 
 
 def main() -> int:
-    from grpc_tools import protoc  # type: ignore[import-untyped]
+    from grpc_tools import protoc
 
     args = ["protoc", f"-I{ROOT}", f"--python_out={ROOT}", f"--pyi_out={ROOT}", f"--grpc_python_out={ROOT}", PROTO]
     code = protoc.main(args)

@@ -132,4 +132,5 @@ class SagaOutcome:
     compensated: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return orjson.loads(orjson.dumps(self.__dict__))
+        doc: dict[str, Any] = orjson.loads(orjson.dumps(self.__dict__))
+        return doc

@@ -138,7 +138,7 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
                 raise InvalidRequest("idempotency_key is longer than 200 characters")
             bare = type(request)()
             bare.CopyFrom(request)
-            bare.ClearField("idempotency_key")  # type: ignore[arg-type]
+            bare.ClearField("idempotency_key")
             fp = fingerprint(method, bare.SerializeToString(deterministic=True))
 
             async def run() -> bytes:

@@ -51,7 +51,7 @@ def _add_overrides(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
 
 
-def _profile(args: argparse.Namespace, **extra: object):  # type: ignore[no-untyped-def]
+def _profile(args: argparse.Namespace, **extra: object):
     changes = {
         k: getattr(args, k)
         for k in (
@@ -87,7 +87,7 @@ def _profile(args: argparse.Namespace, **extra: object):  # type: ignore[no-unty
     return PROFILES[args.profile].with_(**changes)
 
 
-def _run(profile, args: argparse.Namespace) -> dict:  # type: ignore[no-untyped-def]
+def _run(profile, args: argparse.Namespace) -> dict:
     run = Run(profile, out_dir=args.out, py_spy=args.py_spy, log=lambda m: print(m, flush=True))
     doc = asyncio.run(run.run())
     json_path, md_path = save(doc, args.out)
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _headline(fig: dict) -> dict:  # type: ignore[type-arg]
+def _headline(fig: dict) -> dict:
     keys = ("events_per_s", "latency_s", "peak_rss_mb", "cpu_s_per_1k_events", "rewrite_amplification", "commit_s")
     return {k: fig[k] for k in keys}
 

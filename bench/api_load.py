@@ -142,7 +142,7 @@ class Tally:
             self.examples.setdefault(name, exc.details() if rpc else str(exc))  # type: ignore[attr-defined]
 
 
-def _timed(tally: Tally, kind: str, fn):  # type: ignore[no-untyped-def]
+def _timed(tally: Tally, kind: str, fn):
     t0 = time.perf_counter()
     try:
         out = fn()

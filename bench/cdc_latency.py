@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench.workload import CdcRecord
+from cli.workload import CdcRecord
 
 Offsets = dict[tuple[str, int, int], tuple[int, int]]  # (topic, partition, offset) → (timestamp ms, bytes)
 Change = tuple[str, int, int, bytes]  # topic, partition, offset, value

@@ -100,7 +100,7 @@ class Ceiling(Contender):
                 except orjson.JSONDecodeError:
                     doc = None
                 ok = isinstance(doc, dict) and isinstance(doc.get("event_id"), str) and doc.get("change_type")
-                world = doc.get("world_id") if ok else None  # type: ignore[union-attr]
+                world = doc.get("world_id") if ok else None
                 if world in self.cfg.branches:
                     by_world[world].append((tp.topic, tp.partition, rec.offset, doc))
                 else:

@@ -43,7 +43,7 @@ from bench import cdc_latency, measure
 from bench.contender import ContenderConfig, quantiles_summary
 from bench.procs import PYTHON, ROOT, GroupWatch, Sampler, service_pids, start_worker, stop, worker_env
 from bench.profiles import Profile
-from bench.workload import CdcRecord, Record, Workload, WorkloadParams, debezium_mapping, debezium_records, generate
+from cli.workload import CdcRecord, Record, Workload, WorkloadParams, debezium_mapping, debezium_records, generate
 from models.events import EntityKind
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog

@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     files = list(log.scan().plan_files())
     trail_counts = []
     for pk in random.sample(sorted(versions), 5):
-        expr = And(EqualTo("entity_type", "widget"), EqualTo("entity_pk", f"pk-{pk:09d}"))
+        expr = And(EqualTo("entity_type", "widget"), EqualTo("entity_pk", f"pk-{pk:09d}"))  # type: ignore[call-arg, arg-type]
         trail_counts.append(len(list(log.scan(row_filter=expr).plan_files())))
     day = 1
     lo, hi = T0 + day * DAY_MS, T0 + (day + 1) * DAY_MS
-    window = And(GreaterThanOrEqual("occurred_at", lo * 1000), LessThan("occurred_at", hi * 1000))
+    window = And(GreaterThanOrEqual("occurred_at", lo * 1000), LessThan("occurred_at", hi * 1000))  # type: ignore[call-arg, arg-type]
     window_files = len(list(log.scan(row_filter=window).plan_files()))
     print(
         f"events={args.events} keys={args.keys} days={args.days} flush={args.flush} target={args.target_bytes}: "

@@ -26,7 +26,7 @@ import psutil
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from monitoring.lag import partition_lag
+from streams.lag import partition_lag
 from streams.security import kafka_client_options
 from streams.settings import Settings, env_name
 

@@ -25,7 +25,7 @@ from bench import measure
 from bench.harness import Run, machine, versions
 from bench.procs import GroupWatch, Sampler, service_pids, stop
 from bench.profiles import Profile
-from bench.workload import generate
+from cli.workload import generate
 from models.events import EntityKind
 from streams.security import kafka_client_options
 

@@ -21,13 +21,13 @@ import click
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from bench.workload import WorkloadParams, expected_state, generate
+from cli.workload import WorkloadParams, expected_state, generate
 from models.events import EntityKind
 from models.worlds import WorldNaming
-from monitoring.lag_probe import group_lag
 from sinks.committer import PROP_BATCH
 from sinks.nessie import NessieClient
 from sinks.readback import read_world
+from streams.lag_probe import group_lag
 from streams.security import kafka_client_options
 from streams.settings import Settings
 from streams.topics import ensure_topics

@@ -29,6 +29,7 @@ from streams.security import (
     security_reason,
 )
 from streams.settings import Settings
+from streams.topics import ensure_topic
 
 PROBE_TIMEOUT_S = 5.0
 PROBES = {"kafka": probe_kafka, "redis": probe_redis, "nessie": probe_nessie}
@@ -51,6 +52,7 @@ async def _kafka_round_trip(settings: Settings) -> str:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     topic = "causeway.doctor"
+    await ensure_topic(settings, topic)  # created up front: auto-creation on produce logs an ERROR first
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=10_000, **kafka_client_options(settings)
     )

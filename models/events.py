@@ -208,7 +208,7 @@ def validate(doc: Any, topic_kind: EntityKind | None = None) -> ChangeEvent:
     if topic_kind is EntityKind.OBJECT and is_link:
         raise _Reject("wrong-topic", "link events belong on the links topic")
 
-    raw_change = doc.get("change_type")
+    raw_change: Any = doc.get("change_type")
     try:
         change_type = ChangeType(raw_change)
     except ValueError:
@@ -218,6 +218,8 @@ def validate(doc: Any, topic_kind: EntityKind | None = None) -> ChangeEvent:
         ) from None
 
     from_pk = to_pk = None
+    entity_type: str | None
+    entity_pk: str | None
     if is_link:
         kind = EntityKind.LINK
         entity_type = _str_field(doc, "link_type", MAX_ID_LEN)

@@ -536,7 +536,7 @@ class StorageSchemaUpdated:
         return f"{self.world_id}::{self.kind}:{self.type_name}".encode()
 
     def encode(self) -> bytes:
-        return orjson.dumps({k: getattr(self, k) for k in self.__slots__})  # type: ignore[attr-defined]
+        return orjson.dumps({k: getattr(self, k) for k in self.__slots__})
 
     @classmethod
     def decode(cls, value: bytes) -> StorageSchemaUpdated:

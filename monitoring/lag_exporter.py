@@ -3,7 +3,7 @@
 A worker cannot report its own lag when it matters: stalled, stopped or dead, it answers no scrape and
 its lag series vanish exactly while the lag grows. This process asks the broker every
 ``CAUSEWAY_LAG_POLL_INTERVAL_S`` for each watched group's committed offsets and each partition's end
-offset (``monitoring.lag_probe``), computes lag with ``monitoring.lag`` and serves it on
+offset (``streams.lag_probe``), computes lag with ``streams.lag`` and serves it on
 ``CAUSEWAY_LAG_EXPORTER_PORT``. It watches the groups of ``CAUSEWAY_LAG_GROUPS`` (default: the app id,
 which is the workers' group) on the topics of ``CAUSEWAY_LAG_TOPICS`` (default: the objects and links
 topics) plus every topic the group has committed offsets for, so a partition no worker owns still
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from monitoring import discovery
-from monitoring.lag import PartitionOffsets
-from monitoring.lag_probe import OffsetProbe
 from monitoring.metrics import MetricInfo, serve
+from streams.lag import PartitionOffsets
+from streams.lag_probe import OffsetProbe
 from streams.security import kafka_client_options
 from streams.settings import Settings, SettingsError
 

@@ -312,13 +312,13 @@ class Metrics:
         return metric
 
     def _counter(self, name: str, doc: str, labels: tuple[str, ...]) -> Counter:
-        return self._add(Counter, name, doc, labels)  # type: ignore[no-any-return]
+        return self._add(Counter, name, doc, labels)
 
     def _gauge(self, name: str, doc: str, labels: tuple[str, ...]) -> Gauge:
-        return self._add(Gauge, name, doc, labels)  # type: ignore[no-any-return]
+        return self._add(Gauge, name, doc, labels)
 
     def _histogram(self, name: str, doc: str, labels: tuple[str, ...], buckets: tuple[float, ...]) -> Histogram:
-        return self._add(Histogram, name, doc, labels, buckets=buckets)  # type: ignore[no-any-return]
+        return self._add(Histogram, name, doc, labels, buckets=buckets)
 
     def _world(self, world: str | None) -> str:
         """The label for ``world``; on first sight, create its outcome series at 0 so rate() has data."""
@@ -446,7 +446,7 @@ class Metrics:
             self.commit_retries_exhausted.labels(w).inc()
         self.commit_duration.labels(w).observe(duration_s)
 
-    def commit_retry(self, world: str, reason: RetryReason) -> None:
+    def commit_retry(self, world: str, reason: str) -> None:
         """One commit attempt will be retried; a ``conflict`` also counts as an OCC conflict."""
         w = self._world(world)
         self.commit_retries.labels(w, _check(reason, RETRY_REASONS, "retry reason")).inc()

@@ -83,7 +83,7 @@ class TokenProxy:
             hmac.compare_digest(client_id, self.client_id) and hmac.compare_digest(client_secret, self.client_secret)
         ):
             return web.json_response({"error": "invalid_client"}, status=401)
-        ttl = min(self.ttl_s, float(form.get("ttl_s", self.ttl_s)))
+        ttl = min(self.ttl_s, float(str(form.get("ttl_s", self.ttl_s))))
         token = secrets.token_urlsafe(32)
         now = time.monotonic()
         self.issued = {t: e for t, e in self.issued.items() if e > now}

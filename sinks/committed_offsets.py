@@ -17,15 +17,30 @@ from dataclasses import dataclass, field
 
 import orjson
 
-TopicPartition = tuple[str, int]
+PartitionId = tuple[str, int]
+"""(topic, partition): a plain tuple, so pure code needs no Kafka client. aiokafka's own
+``PartitionId`` (a named tuple of the same two fields) is used only where a client wants one."""
 
 
-def tp_name(tp: TopicPartition) -> str:
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where an event was read: its Kafka topic, partition and offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def tp(self) -> PartitionId:
+        return (self.topic, self.partition)
+
+
+def tp_name(tp: PartitionId) -> str:
     """``"onto.changes.objects/3"``: the key used in commit properties and summaries."""
     return f"{tp[0]}/{tp[1]}"
 
 
-def parse_tp(name: str) -> TopicPartition:
+def parse_tp(name: str) -> PartitionId:
     topic, _, partition = name.rpartition("/")
     if not topic or not partition.isdigit():
         raise ValueError(f"not a topic/partition: {name!r}")
@@ -156,10 +171,10 @@ def format_ranges(offsets: Iterable[int]) -> str:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in compact(offsets))
 
 
-OffsetMap = dict[TopicPartition, OffsetSet]
+OffsetMap = dict[PartitionId, OffsetSet]
 
 
-def dumps_map(offsets: Mapping[TopicPartition, OffsetSet]) -> str:
+def dumps_map(offsets: Mapping[PartitionId, OffsetSet]) -> str:
     """The JSON summary stored as a table property (sorted, stable)."""
     return orjson.dumps(
         {tp_name(tp): s.to_json() for tp, s in sorted(offsets.items())}, option=orjson.OPT_SORT_KEYS
@@ -174,9 +189,9 @@ def loads_map(text: str | None) -> OffsetMap:
 
 
 def merge_maps(
-    base: Mapping[TopicPartition, OffsetSet],
-    added: Mapping[TopicPartition, OffsetSet],
-    settled: Mapping[TopicPartition, int] | None = None,
+    base: Mapping[PartitionId, OffsetSet],
+    added: Mapping[PartitionId, OffsetSet],
+    settled: Mapping[PartitionId, int] | None = None,
 ) -> OffsetMap:
     """``base ∪ added``, with each partition's floor raised to ``settled`` where given."""
     out: OffsetMap = {tp: OffsetSet(s.floor, list(s.ranges)) for tp, s in base.items()}

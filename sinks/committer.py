@@ -107,7 +107,16 @@ from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
 from sinks import projection
 from sinks.catalog import NessieCatalog
-from sinks.committed_offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
+from sinks.committed_offsets import (
+    OffsetSet,
+    PartitionId,
+    Source,
+    dumps_map,
+    format_ranges,
+    loads_map,
+    merge_maps,
+    tp_name,
+)
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
 from sinks.layout import key_filter
 from sinks.logcompact import choose, compact_log, small_file
@@ -120,7 +129,7 @@ from sinks.rowdelta import (
     read_state,
     write_partition_deletes,
 )
-from sinks.rows import Source, events_arrow, projection_arrow
+from sinks.rows import events_arrow, projection_arrow
 from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, contracts, table_properties
 from streams.settings import Settings
 
@@ -147,15 +156,15 @@ class Batch:
     world_id: str
     batch_id: str
     events: Sequence[ChangeEvent]
-    offsets: Mapping[TopicPartition, OffsetSet] = field(default_factory=dict)
+    offsets: Mapping[PartitionId, OffsetSet] = field(default_factory=dict)
     sources: Sequence[Source | None] | None = None
-    settled: Mapping[TopicPartition, int] = field(default_factory=dict)
+    settled: Mapping[PartitionId, int] = field(default_factory=dict)
 
     @classmethod
     def from_sources(
         cls, world_id: str, batch_id: str, items: Sequence[tuple[ChangeEvent, Source]], **kw: object
     ) -> Batch:
-        by_tp: dict[TopicPartition, list[int]] = {}
+        by_tp: dict[PartitionId, list[int]] = {}
         for _, src in items:
             by_tp.setdefault(src.tp, []).append(src.offset)
         offsets = {tp: OffsetSet.of(offs) for tp, offs in by_tp.items()}  # ranges, not one insert per offset
@@ -320,7 +329,7 @@ class BatchCommitter:
         """``applied_events`` in a worker thread."""
         return await asyncio.to_thread(self.applied_events, world_id, ids)
 
-    def committed_offsets(self, branch: str) -> dict[TopicPartition, OffsetSet]:
+    def committed_offsets(self, branch: str) -> dict[PartitionId, OffsetSet]:
         """The exact committed offsets recorded on ``branch`` (``branch@hash`` works too).
 
         An offset ``o`` of partition ``tp`` was committed on the branch iff ``o in result[tp]``
@@ -437,7 +446,7 @@ class BatchCommitter:
         }
         # Exactly the offsets this commit applied (its events' sources), never a floor-absorbed
         # form: an OffsetSet folds a prefix starting at 0 into its floor, which format() leaves out.
-        applied: dict[TopicPartition, list[int]] = {}
+        applied: dict[PartitionId, list[int]] = {}
         for _, src in items:
             if src is not None:
                 applied.setdefault(src.tp, []).append(src.offset)
@@ -493,7 +502,7 @@ class BatchCommitter:
         batch: Batch,
         now: datetime,
         stale_ids: set[str],
-        offsets: Mapping[TopicPartition, OffsetSet],
+        offsets: Mapping[PartitionId, OffsetSet],
     ) -> FlushStats:
         stats = FlushStats()
         tx = table.transaction()
@@ -637,7 +646,7 @@ class BatchCommitter:
         rd.remove(obsolete)
         stats.files_removed += len(obsolete)
         if survivors:  # one delete file per partition: deletes never cross a partition
-            dfiles = write_partition_deletes(table, state.files, survivors)  # type: ignore[arg-type]
+            dfiles = write_partition_deletes(table, state.files, survivors)
             rd.add(dfiles)
             stats.files_added += len(dfiles)
             written = sum(d.file_size_in_bytes for d in dfiles)
@@ -797,13 +806,13 @@ def _finish(outcome: CommitOutcome, started: float) -> CommitOutcome:
     return replace(outcome, seconds=time.monotonic() - started)
 
 
-def _select(batch: Batch, committed: Mapping[TopicPartition, OffsetSet]) -> list[tuple[ChangeEvent, Source | None]]:
+def _select(batch: Batch, committed: Mapping[PartitionId, OffsetSet]) -> list[tuple[ChangeEvent, Source | None]]:
     """The batch's events minus offsets already committed on the branch and repeated event ids."""
     return _split(batch, committed)[0]
 
 
 def _split(
-    batch: Batch, committed: Mapping[TopicPartition, OffsetSet]
+    batch: Batch, committed: Mapping[PartitionId, OffsetSet]
 ) -> tuple[list[tuple[ChangeEvent, Source | None]], list[ChangeEvent]]:
     """``_select``'s events, and the events dropped because the branch recorded their offset."""
     sources = list(batch.sources) if batch.sources is not None else [None] * len(batch.events)
@@ -841,7 +850,7 @@ def logged_events(table: Table, ids: set[str]) -> dict[str, bool]:
     return out
 
 
-def format_offsets(offsets: Mapping[TopicPartition, Sequence[int]]) -> dict[str, str]:
+def format_offsets(offsets: Mapping[PartitionId, Sequence[int]]) -> dict[str, str]:
     """``{("t", 3): [100, 101, 105]}`` → ``{"t/3": "100-101,105"}`` (for logs and CLI output)."""
     return {tp_name(tp): format_ranges(v) for tp, v in offsets.items()}
 

@@ -343,7 +343,7 @@ class KeyScan:
         return bucket[1] in self._buckets(bucket[0])
 
     def _buckets(self, n: int) -> frozenset[int]:
-        cache = self.__dict__.setdefault("_bucket_cache", {})
+        cache: dict[int, frozenset[int]] = self.__dict__.setdefault("_bucket_cache", {})
         if n not in cache:
             import pyarrow as pa
 

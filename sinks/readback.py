@@ -101,5 +101,6 @@ def recent_event_ids(
         tbl = cat.load_table((settings.namespace, ENTITY_EVENTS))
     except NoSuchTableError:
         return []
-    rows = tbl.scan(row_filter=In("batch_id", batch_ids), selected_fields=("event_id",)).to_arrow()
+    wanted = In("batch_id", batch_ids)  # type: ignore[call-arg, arg-type]
+    rows = tbl.scan(row_filter=wanted, selected_fields=("event_id",)).to_arrow()
     return rows.column("event_id").to_pylist()

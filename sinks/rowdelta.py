@@ -339,7 +339,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def empty(self) -> bool:
         return not (self._added_data_files or self._added_deletes or self._removed)
 
-    def _summary(self, snapshot_properties: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    def _summary(self, snapshot_properties: dict[str, str] | None = None):
         # The base collector counts what is in _added_data_files; delete files are added too.
         saved = self._added_data_files
         self._added_data_files = saved + self._added_deletes

@@ -5,34 +5,20 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import pyarrow as pa
 
 from models.events import ChangeEvent, ChangeType
 from models.schema import Primitive, Property, PropType, TypeSchema
-from sinks.committed_offsets import TopicPartition
+from sinks.committed_offsets import Source
 from sinks.tables import EDGE, EVENTS, TableDef
 
 #: The log's sort order (see ``sinks.layout.DEFAULT_LAYOUTS``), then its batch order.
 EVENTS_SORT = [(c, "ascending") for c in ("entity_type", "entity_pk", "version", "batch_seq")]
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where an event was read: its Kafka topic, partition and offset."""
-
-    topic: str
-    partition: int
-    offset: int
-
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.partition)
 
 
 def _json(value: object) -> str | None:
@@ -140,10 +126,20 @@ def projection_arrow(
     return pa.table(cols, schema=schema)
 
 
+class PropertySource(Protocol):
+    """What ``typed_columns`` reads of an event (a ``ChangeEvent``, or a row rebuilt from the log)."""
+
+    @property
+    def entity_type(self) -> str: ...
+
+    @property
+    def after(self) -> Mapping[str, Any] | None: ...
+
+
 def typed_columns(
     schema: pa.Schema,
     types: Mapping[str, TypeSchema],
-    events: Sequence[ChangeEvent],
+    events: Sequence[PropertySource],
     deleted: Sequence[bool],
     unconverted: Counter[str] | None = None,
 ) -> dict[str, pa.Array]:

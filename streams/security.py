@@ -125,7 +125,7 @@ def _token_provider(source: TokenSource) -> Any:
 
     _answer_oauth_error_challenges()
 
-    class _Provider(AbstractTokenProvider):  # type: ignore[misc]
+    class _Provider(AbstractTokenProvider):
         async def token(self) -> str:
             return (await asyncio.to_thread(source.read)).reveal()
 

@@ -391,7 +391,7 @@ def env_name(field_name: str) -> str:
 
 
 def _coerce(f: dataclasses.Field[Any], raw: str) -> Any:
-    kind = type(f.default)
+    kind: type[Any] = type(f.default)
     try:
         if kind is bool:
             return raw.strip().lower() in ("1", "true", "yes", "on")

@@ -47,6 +47,19 @@ async def ensure_topics(settings: Settings, extra: dict[str, int] | None = None)
         settings.dlq_topic: 1,
         **(extra or {}),
     }
+    return await _create_missing(settings, wanted)
+
+
+async def ensure_topic(settings: Settings, name: str, partitions: int = 1) -> bool:
+    """Create one topic if it is missing; True when it was created.
+
+    Producing to a missing topic also creates it (the broker's auto-create), but aiokafka first logs
+    ``ERROR aiokafka.cluster: Topic ... not found in cluster metadata``: a healthy first run must not.
+    """
+    return bool(await _create_missing(settings, {name: partitions}))
+
+
+async def _create_missing(settings: Settings, wanted: dict[str, int]) -> list[str]:
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, **kafka_client_options(settings))
     await admin.start()
     try:

@@ -1,6 +1,7 @@
 """Shared fixtures. Integration tests use the real services started by scripts/services.sh.
 
-A missing service is an error, never a skip: the message says how to start it.
+A missing service is an error, never a skip: the message says how to start it. A missing tool
+(promtool) is a skip outside CI and an error in CI (env CI set).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from urllib.parse import urlparse
 import pytest
 
 from streams.settings import Settings
+from tests.tools import require_promtool
 
 START_HINT = "start the services with: scripts/services.sh start"
 
@@ -69,6 +71,12 @@ def prometheus_url(settings: Settings) -> str:
 def unique() -> str:
     """A short unique suffix for topic, branch and key names, so tests never collide."""
     return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """promtool's path; missing: skipped outside CI, a failure in CI (``tests.tools.require_promtool``)."""
+    return require_promtool()
 
 
 @pytest.fixture

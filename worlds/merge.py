@@ -546,13 +546,13 @@ def merge(
     counts = {SOURCE: vec.num_rows, TARGET: 0, "merged": 0, "same": 0}
     for key in sorted(python_keys):
         row = rows[key]
-        d = decided.get(key)
-        if key not in settle and d is not None and d.open:
+        found = decided.get(key)
+        if key not in settle and found is not None and found.open:
             continue
-        state = settle[key] if key in settle else d.result  # type: ignore[union-attr]
+        state = settle[key] if key in settle else found.result  # type: ignore[union-attr]
         current = row.target if row.in_t else row.base
         if state.same(current):
-            counts["same" if d is not None and d.taken == "same" else TARGET] += 1
+            counts["same" if found is not None and found.taken == "same" else TARGET] += 1
             continue
         taken = SOURCE if state.same(row.source) and row.in_s else "merged"
         counts[taken] += 1

@@ -177,7 +177,7 @@ class MergeOps(WorldsBase):
         schema = []
         for n in names:
             for c in schema_conflicts(
-                n, *(t[n].schema() if t[n] is not None else None for t in (base_t, src_t, tgt_t))
+                n, *(tbl.schema() if (tbl := t[n]) is not None else None for t in (base_t, src_t, tgt_t))
             ):
                 schema.append({"table": c.table, "column": c.column, "detail": c.detail})
         s_changes = side_changes(base_t, src_t, "s_")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from monitoring.lag import partition_lag
+from sinks.committed_offsets import PartitionId
+from streams.lag import partition_lag
 
-TopicPartition = tuple[str, int]
 STRATEGIES = ("earliest", "latest", "timestamp", "offset")
 
 
@@ -74,13 +74,13 @@ def check_resettable(state: GroupState) -> None:
 
 def plan_reset(
     strategy: str,
-    tps: Sequence[TopicPartition],
+    tps: Sequence[PartitionId],
     *,
-    committed: Mapping[TopicPartition, int | None],
-    starts: Mapping[TopicPartition, int],
-    ends: Mapping[TopicPartition, int],
-    by_time: Mapping[TopicPartition, int | None] | None = None,
-    offsets: Mapping[TopicPartition, int] | None = None,
+    committed: Mapping[PartitionId, int | None],
+    starts: Mapping[PartitionId, int],
+    ends: Mapping[PartitionId, int],
+    by_time: Mapping[PartitionId, int | None] | None = None,
+    offsets: Mapping[PartitionId, int] | None = None,
 ) -> list[ResetRow]:
     """Target offset per partition; clamped to ``[log start, log end]`` like Kafka's tool.
 
@@ -107,9 +107,9 @@ def plan_reset(
     return rows
 
 
-def parse_offset_targets(values: Sequence[str], tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+def parse_offset_targets(values: Sequence[str], tps: Sequence[PartitionId]) -> dict[PartitionId, int]:
     """``["120"]`` (every partition) or ``["0:120", "orders/1:80"]`` → ``{tp: offset}``."""
-    out: dict[TopicPartition, int] = {}
+    out: dict[PartitionId, int] = {}
     for value in values:
         where, sep, num = value.rpartition(":")
         if not num.isdigit():

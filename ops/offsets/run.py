@@ -10,6 +10,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import OffsetAndMetadata
 
 from ops.offsets.plan import GroupState, LagRow, Member, ResetRow, check_resettable
+from streams.kafka import topic_partitions
 
 
 async def describe_group(bootstrap: str, group: str, kafka_options: dict[str, Any] | None = None) -> GroupState:
@@ -35,10 +36,7 @@ async def describe_group(bootstrap: str, group: str, kafka_options: dict[str, An
 async def _partitions(consumer: AIOKafkaConsumer, topics: Sequence[str]) -> list[TopicPartition]:
     out = []
     for topic in topics:
-        parts = consumer.partitions_for_topic(topic)
-        if not parts:
-            await consumer._client.force_metadata_update()  # metadata is fetched lazily
-            parts = consumer.partitions_for_topic(topic)
+        parts = await topic_partitions(consumer, topic)
         if not parts:
             raise ValueError(f"topic {topic} does not exist")
         out += [TopicPartition(topic, p) for p in sorted(parts)]

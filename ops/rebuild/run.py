@@ -16,7 +16,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -28,7 +27,8 @@ from ops.rebuild.plan import LOG_COLUMNS, Key, Rebuilt, Row, TableDiff, diff, fo
 from sinks.catalog import NessieCatalog
 from sinks.errors import NessieConflict, NessieNotFound
 from sinks.nessie import Reference, SyncNessieClient
-from sinks.tables import COMMON, EDGE, ENTITY_EVENTS, TableDef, table_properties
+from sinks.rows import typed_columns
+from sinks.tables import COMMON, EDGE, ENTITY_EVENTS, TableDef, contracts, table_properties
 from streams.settings import Settings
 
 PROP_REBUILD_OF = "causeway.rebuild_of"
@@ -191,31 +191,28 @@ def _write(settings: Settings, client: SyncNessieClient, rb: str, world: str, he
     return published.hash
 
 
+@dataclass(frozen=True)
+class _Props:
+    """A rebuilt row as ``sinks.rows.typed_columns`` reads it."""
+
+    entity_type: str
+    after: dict[str, Any] | None
+
+
 def _arrow(table: Any, tdef: TableDef, rows: list[Row]) -> pa.Table:
     """The rebuilt rows under the table's *current* schema.
 
     Typed property columns added by schema evolution are filled from the JSON properties with the
-    contracts recorded on the table, as the live committer fills them, when that code is present.
+    contracts recorded on the table, as the live committer fills them.
     """
     base = pa.Table.from_pylist(rows, schema=tdef.arrow_schema)
     schema = table.schema().as_arrow()
     extra = [n for n in schema.names if n not in base.column_names]
     typed: dict[str, pa.Array] = {}
     if extra and rows:
-        try:
-            from sinks.rows import typed_columns  # type: ignore[attr-defined]
-            from sinks.tables import contracts  # type: ignore[attr-defined]
-        except ImportError:
-            pass
-        else:
-            shims = [
-                SimpleNamespace(
-                    entity_type=r[tdef.key[0]], after=orjson.loads(r["properties"]) if r["properties"] else None
-                )
-                for r in rows
-            ]
-            deleted = [r["deleted"] for r in rows]
-            typed = typed_columns(schema, contracts(table.metadata.properties), shims, deleted)  # type: ignore[arg-type]
+        props = [_Props(r[tdef.key[0]], orjson.loads(r["properties"]) if r["properties"] else None) for r in rows]
+        deleted = [r["deleted"] for r in rows]
+        typed = typed_columns(schema, contracts(table.metadata.properties), props, deleted)
     cols = {
         n: base.column(n) if n in base.column_names else typed.get(n, pa.nulls(len(rows), schema.field(n).type))
         for n in schema.names

@@ -30,6 +30,7 @@ from ops.redrive.plan import (
     topic_kind,
 )
 from sinks.nessie import NessieClient
+from streams.kafka import topic_partitions
 from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from worlds.manager import WorldManager
@@ -52,10 +53,7 @@ async def read_dlq(
     )
     try:
         await consumer.start()  # inside: a failed start still closes the client (no "Unclosed" noise)
-        parts = consumer.partitions_for_topic(settings.dlq_topic)
-        if not parts:
-            await consumer._client.force_metadata_update()
-            parts = consumer.partitions_for_topic(settings.dlq_topic) or set()
+        parts = await topic_partitions(consumer, settings.dlq_topic)
         tps = [TopicPartition(settings.dlq_topic, p) for p in sorted(parts)]
         if not tps:
             return [], 0

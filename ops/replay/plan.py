@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from models.events import ChangeEvent
-from sinks.committed_offsets import TopicPartition, parse_tp, tp_name
+from sinks.committed_offsets import PartitionId, parse_tp, tp_name
 
 _RANGE = re.compile(r"(?:(?P<topic>[^/:]+)/)?(?P<partition>\d+):(?P<start>\d+)?-(?P<end>\d+)?")
 
@@ -87,7 +87,7 @@ class ReplaySpec:
             raise ReplayError(f"topic {topic} has no partition {missing[0]} (it has {len(avail)})")
         return sorted(set(named))
 
-    def explicit(self, tp: TopicPartition) -> OffsetRange | None:
+    def explicit(self, tp: PartitionId) -> OffsetRange | None:
         for r in self.ranges:
             if r.partition == tp[1] and r.topic in (None, tp[0]):
                 return r
@@ -102,7 +102,7 @@ class ReplaySpec:
 
 def resolve_range(
     spec: ReplaySpec,
-    tp: TopicPartition,
+    tp: PartitionId,
     beginning: int,
     end: int,
     at_from: int | None,
@@ -160,7 +160,7 @@ class Checkpoint:
 
     @classmethod
     def start(
-        cls, replay_id: str, spec: ReplaySpec, ranges: Mapping[TopicPartition, tuple[int, int]], now_ms: int
+        cls, replay_id: str, spec: ReplaySpec, ranges: Mapping[PartitionId, tuple[int, int]], now_ms: int
     ) -> Checkpoint:
         return cls(
             replay_id,
@@ -171,10 +171,10 @@ class Checkpoint:
             updated_ms=now_ms,
         )
 
-    def tps(self) -> list[TopicPartition]:
+    def tps(self) -> list[PartitionId]:
         return [parse_tp(name) for name in self.ranges]
 
-    def remaining(self) -> dict[TopicPartition, tuple[int, int]]:
+    def remaining(self) -> dict[PartitionId, tuple[int, int]]:
         """``{tp: (next, end)}`` of partitions not finished."""
         out = {}
         for name, (_, end) in self.ranges.items():
@@ -195,7 +195,7 @@ class Checkpoint:
     def complete(self) -> bool:
         return not self.remaining()
 
-    def advance(self, tp: TopicPartition, offset: int) -> None:
+    def advance(self, tp: PartitionId, offset: int) -> None:
         """Record that ``tp`` may resume at ``offset`` (never moves backwards)."""
         name = tp_name(tp)
         self.next[name] = max(self.next.get(name, 0), min(offset, self.ranges[name][1]))

@@ -48,6 +48,7 @@ from sinks.committer import Batch, BatchCommitter, CommitOutcome
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
 from sinks.tables import ENTITY_EVENTS
+from streams.kafka import topic_partitions
 from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
 from worlds.manager import ForkSource, WorldManager
@@ -222,10 +223,7 @@ async def plan(settings: Settings, spec: ReplaySpec) -> dict[tuple[str, int], tu
     try:
         tps: list[TopicPartition] = []
         for topic in spec.topics:
-            available = consumer.partitions_for_topic(topic)
-            if not available:
-                await consumer._client.force_metadata_update()  # lazily fetched for unknown topics
-                available = consumer.partitions_for_topic(topic)
+            available = await topic_partitions(consumer, topic)
             if not available:
                 raise ReplayError(f"topic {topic} does not exist")
             tps += [TopicPartition(topic, p) for p in spec.partitions(topic, available)]

@@ -10,7 +10,7 @@ import pytest
 from bench.api_load import ApiProcess, start_api
 from sinks.nessie import SyncNessieClient
 from streams.settings import Settings
-from tests.integration.test_committer import empty_root
+from tests.integration.commits import empty_root
 from tests.integration.worlds_fixtures import cleanup_refs
 
 

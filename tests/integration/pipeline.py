@@ -18,11 +18,11 @@ import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.procs import ROOT, Worker, free_port, start_worker, wait_healthy, worker_env
-from bench.workload import Record, WorkloadParams
+from cli.workload import Record, WorkloadParams, expected_state
 from models.deadletter import DeadLetter
-from models.events import EntityKind
-from monitoring.lag_probe import group_lag
+from models.events import ChangeEvent, EntityKind
 from sinks.readback import BranchState, read_world
+from streams.lag_probe import group_lag
 from streams.security import kafka_client_options, nessie_http_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
@@ -176,3 +176,15 @@ class Pipeline:
 
     def state(self, world: str) -> BranchState:
         return read_world(self.settings, world)
+
+
+def assert_matches_model(pipe: Pipeline, events: list[ChangeEvent]) -> None:
+    for world, want in expected_state(events).items():
+        got = pipe.state(world)
+        assert not got.duplicate_event_ids, f"{world}: duplicate events {got.duplicate_event_ids[:5]}"
+        assert set(got.event_ids) == want.event_ids, (
+            f"{world}: event log differs: missing {sorted(want.event_ids - set(got.event_ids))[:5]}, "
+            f"extra {sorted(set(got.event_ids) - want.event_ids)[:5]}"
+        )
+        assert got.objects == want.objects, f"{world}: entity_common differs from the model"
+        assert got.links == want.links, f"{world}: entity_edge differs from the model"

@@ -180,7 +180,7 @@ def stack(unique: str, tmp_path: Path, kafka_bootstrap: str, nessie_url: str, re
         prom.stop()
 
 
-def test_alerts_fire_when_they_matter_and_stay_quiet_when_they_do_not(stack: dict, unique: str) -> None:
+def test_alerts_fire_when_they_matter_and_stay_quiet_when_they_do_not(stack: dict, unique: str, promtool: str) -> None:
     pipeline: Pipeline = stack["pipeline"]
     prom: Prom = stack["prom"]
     s = pipeline.settings
@@ -204,7 +204,7 @@ def test_alerts_fire_when_they_matter_and_stay_quiet_when_they_do_not(stack: dic
     # promtool check metrics on the worker's own exposition.
     text = worker.metrics_text()
     assert "causeway_dead_letters_total" in text and "faust_" not in text
-    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    lint = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
     # 1. A dead-letter reason this worker has never seen fires at once (no for:).

@@ -20,7 +20,7 @@ from cli.main import cli
 from streams.settings import Settings
 from tests.integration import api_fixtures as afx
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import link, obj
+from tests.integration.commits import link, obj
 from tests.integration.worlds_fixtures import WrittenWorld
 
 pytestmark = pytest.mark.integration

@@ -12,13 +12,16 @@ from click.testing import CliRunner, Result
 from bench.api_load import ApiProcess
 from bench.procs import worker_env
 from cli.main import cli
-from tests.integration import test_api_merge_publish as mp
-from tests.integration.test_committer import obj
+from tests.integration import api_fixtures as afx
+from tests.integration import api_merge_fixtures as amf
+from tests.integration import worlds_fixtures as fx
+from tests.integration.commits import obj
 from tests.integration.worlds_fixtures import WrittenWorld
 
 pytestmark = pytest.mark.integration
-world_settings, wclient, written, api, api_settings = mp.world_settings, mp.wclient, mp.written, mp.api, mp.api_settings
-server, pair = mp.server, mp.pair
+world_settings, wclient, written, api = fx.world_settings, fx.wclient, fx.written, fx.api
+api_settings = afx.api_settings
+server, pair = amf.server, amf.pair
 
 
 def _envs(server: ApiProcess, role: str = "operator") -> tuple[dict[str, str], dict[str, str]]:

@@ -3,44 +3,25 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import orjson
 import pytest
 
 from api.client import WorldClient
-from bench.api_load import ApiProcess, start_api
-from streams.settings import Settings
+from bench.api_load import ApiProcess
 from tests.integration import api_fixtures as afx
+from tests.integration import api_merge_fixtures as amf
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import obj
-from tests.integration.test_world_merge import fork
-from tests.integration.worlds_fixtures import WrittenWorld
+from tests.integration.commits import obj
+from tests.integration.worlds_fixtures import fork
 from worlds.api import Worlds
 from worlds.publish_run import Publisher
 
 pytestmark = pytest.mark.integration
 world_settings, wclient, written, api = fx.world_settings, fx.wclient, fx.written, fx.api
 api_settings = afx.api_settings
-
-
-@pytest.fixture
-def server(api_settings: Settings, tmp_path: Path, unique: str) -> Iterator[ApiProcess]:
-    """The server with its own pending-merge directory and publish log branch."""
-    settings = api_settings.replace(data_dir=str(tmp_path / "data"), publish_log_branch=f"publish-log-{unique}")
-    proc = start_api(settings, tmp_path)
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def pair(written: WrittenWorld, api: Worlds) -> tuple[WrittenWorld, WrittenWorld]:
-    """(target, source): the target holds p1..p4; the source is forked from it."""
-    w = written.world
-    written.commit("base", [obj(w, f"p{i}", "CREATE", 1, name=f"n{i}") for i in range(1, 5)])
-    return written, fork(written, api, f"{w}-src")
+server, pair = amf.server, amf.pair
 
 
 def _error(call) -> grpc.RpcError:  # type: ignore[no-untyped-def]

@@ -10,23 +10,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.workload import Record, expected_state, generate
+from cli.workload import Record, generate
 from models.events import ChangeEvent, ChangeType, EntityKind
-from tests.integration.pipeline import Pipeline
+from tests.factories import change_event
+from tests.integration.pipeline import Pipeline, assert_matches_model
 
 pytestmark = pytest.mark.integration
-
-
-def assert_matches_model(pipe: Pipeline, events: list[ChangeEvent]) -> None:
-    for world, want in expected_state(events).items():
-        got = pipe.state(world)
-        assert not got.duplicate_event_ids, f"{world}: duplicate events {got.duplicate_event_ids[:5]}"
-        assert set(got.event_ids) == want.event_ids, (
-            f"{world}: event log differs: missing {sorted(want.event_ids - set(got.event_ids))[:5]}, "
-            f"extra {sorted(set(got.event_ids) - want.event_ids)[:5]}"
-        )
-        assert got.objects == want.objects, f"{world}: entity_common differs from the model"
-        assert got.links == want.links, f"{world}: entity_edge differs from the model"
 
 
 @pytest.fixture
@@ -62,21 +51,18 @@ async def test_workload_lands_exactly_as_the_model(pipe: Pipeline) -> None:
 
 
 def _event(pipe: Pipeline, n: int, pk: str, caused_by: str | None = None, version: int = 1) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{pipe.unique}-c{n}",
-        world_id="prod",
-        kind=EntityKind.OBJECT,
+    return change_event(
+        f"{pipe.unique}-c{n}",
+        world="prod",
         entity_type="Sensor",
-        entity_pk=pk,
-        change_type=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
+        pk=pk,
+        change=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
         version=version,
-        before=None,
         after={"n": n},
         caused_by=caused_by,
         causal_order=n,
         occurred_at_ms=1_767_225_600_000 + n,
         schema_version=1,
-        source="test",
     )
 
 
@@ -169,7 +155,7 @@ async def _three_workers(pipe: Pipeline) -> None:
 async def test_bad_input_corpus_never_takes_good_events_down(unique: str, tmp_path: Path) -> None:
     """Every kind of bad input of the unit corpus, plus the kinds only a running worker can see
     (unknown world, stale version, causal cycle, missing cause), interleaved with good events."""
-    from tests.unit.test_events import BAD
+    from tests.wire_events import BAD
 
     pipe = await Pipeline.create(
         unique, tmp_path, max_event_bytes=500_000, unknown_world_policy="dlq", causal_timeout_s=3.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -11,23 +10,13 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from sinks.catalog import NessieCatalog, ReadOnlyReference
 from sinks.errors import NessieConflict
-from sinks.nessie import Reference, SyncNessieClient
+from sinks.nessie import SyncNessieClient
+from tests.integration.commits import empty_root
 
 pytestmark = pytest.mark.integration
 
 
-def empty_root(client: SyncNessieClient) -> Reference:
-    """The repository's first (empty) commit: test branches start from it, whatever main holds."""
-    return Reference("main", "BRANCH", client.config().no_ancestor_hash)
-
-
 SCHEMA = pa.schema([pa.field("x", pa.int64(), nullable=False)])
-
-
-@pytest.fixture
-def client(nessie_url: str) -> Iterator[SyncNessieClient]:
-    with SyncNessieClient(nessie_url) as c:
-        yield c
 
 
 @pytest.fixture

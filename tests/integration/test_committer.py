@@ -4,119 +4,20 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 
 import orjson
 import pyarrow.compute as pc
 import pytest
 
-from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import OffsetSet
 from sinks.committer import Batch, BatchCommitter, RetriesExhausted, Source
 from sinks.errors import CommitStateUnknown
-from sinks.nessie import Reference, SyncNessieClient
+from sinks.nessie import SyncNessieClient
 from streams.settings import Settings
+from tests.integration.commits import LNK, OBJ, batch, batch_commits, empty_root, event_ids, link, obj, objects
 
 pytestmark = pytest.mark.integration
-
-
-def empty_root(client: SyncNessieClient) -> Reference:
-    """The repository's first (empty) commit: test branches start from it, whatever main holds."""
-    return Reference("main", "BRANCH", client.config().no_ancestor_hash)
-
-
-OBJ = "onto.changes.objects"
-LNK = "onto.changes.links"
-
-
-@pytest.fixture
-def client(nessie_url: str) -> Iterator[SyncNessieClient]:
-    with SyncNessieClient(nessie_url) as c:
-        yield c
-
-
-@pytest.fixture
-def sink_settings(settings: Settings, warehouse: str) -> Settings:
-    return settings.replace(warehouse=warehouse, commit_backoff_s=0.02)
-
-
-@pytest.fixture
-def world(client: SyncNessieClient, unique: str) -> str:
-    """A fresh world with its branch forked from main."""
-    world_id = f"t{unique}"
-    client.create_branch(f"world-{world_id}", empty_root(client))
-    return world_id
-
-
-def obj(world: str, pk: str, change: str, version: int, typ: str = "person", **after: object) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{world}-{pk}-{change}-{version}-{uuid.uuid4().hex[:6]}",
-        world_id=world,
-        kind=EntityKind.OBJECT,
-        entity_type=typ,
-        entity_pk="*" if change == "TRUNCATE" else pk,
-        change_type=ChangeType(change),
-        version=version,
-        before=None,
-        after=dict(after) if change not in ("DELETE", "TRUNCATE") else None,
-        caused_by=None,
-        causal_order=None,
-        occurred_at_ms=1_700_000_000_000,
-        schema_version=0,
-        source="test",
-    )
-
-
-def link(world: str, pk: str, version: int, frm: str, to: str) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{world}-{pk}-{version}-{uuid.uuid4().hex[:6]}",
-        world_id=world,
-        kind=EntityKind.LINK,
-        entity_type="knows",
-        entity_pk=pk,
-        change_type=ChangeType.CREATE,
-        version=version,
-        before=None,
-        after={"since": 2020},
-        caused_by=None,
-        causal_order=None,
-        occurred_at_ms=1_700_000_000_000,
-        schema_version=0,
-        source="test",
-        from_pk=frm,
-        to_pk=to,
-    )
-
-
-def batch(world: str, batch_id: str, events: list[ChangeEvent], first_offset: int, partition: int = 0) -> Batch:
-    items = [
-        (e, Source(LNK if e.kind is EntityKind.LINK else OBJ, partition, first_offset + i))
-        for i, e in enumerate(events)
-    ]
-    return Batch.from_sources(world, batch_id, items)
-
-
-def objects(cat: NessieCatalog) -> dict[str, tuple[int, bool, str | None]]:
-    t = cat.load_table("onto.entity_common").scan().to_arrow()
-    out: dict[str, tuple[int, bool, str | None]] = {}
-    for r in t.to_pylist():
-        assert r["object_pk"] not in out, f"duplicate live row for {r['object_pk']}"
-        out[r["object_pk"]] = (r["version"], r["deleted"], r["properties"])
-    return out
-
-
-def event_ids(cat: NessieCatalog) -> list[str]:
-    return cat.load_table("onto.entity_events").scan().to_arrow().column("event_id").to_pylist()
-
-
-def batch_commits(client: SyncNessieClient, branch: str, batch_id: str) -> list[str]:
-    return [
-        e.hash
-        for page in client.history(branch, filter=f"commit.properties['causeway.batch_id'] == '{batch_id}'")
-        for e in page
-    ]
 
 
 def test_batch_applies_log_and_projections_in_one_commit(

@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from monitoring import discovery, promql_check
-from monitoring.lag import PartitionOffsets
 from monitoring.lag_exporter import LagMetrics
 from monitoring.metrics import Metrics, serve
+from streams.lag import PartitionOffsets
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -14,14 +14,11 @@ import redis.asyncio as aioredis
 from agents.marks import AppliedMarks
 from sinks.readback import read_world
 from streams.settings import Settings
-from tests.integration import test_exactly_once as eo
-from tests.integration.test_exactly_once import Dlq, applier, rec
+from tests.integration.applier_setup import Dlq, applier, rec
 
 pytestmark = pytest.mark.integration
 
 # The exactly-once suite's fixtures: a fresh world branch, settings with a private warehouse.
-world = eo.world
-eo_settings = eo.eo_settings
 
 WINDOW = 60
 

@@ -7,104 +7,19 @@ branch is the real one, so what the committer reads back is what decides.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
 import pytest
 
-from agents.applier import Applier, RawRecord
-from models.deadletter import DeadLetter
-from monitoring.metrics import Metrics
 from sinks.committer import BatchCommitter
-from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_world
 from streams.settings import Settings
-from tests.unit.test_applier_fakes import FakeMarks as Marks
+from tests.fakes import FakeMarks as Marks
+from tests.integration.applier_setup import OBJ, Clock, Crash, Dlq, applier, rec
 
 pytestmark = pytest.mark.integration
-
-OBJ = "onto.changes.objects"
-
-
-class Crash(BaseException):
-    """A kill -9 at a point of the flush: nothing after it runs (BaseException escapes retries)."""
-
-
-class Dlq:
-    def __init__(self) -> None:
-        self.letters: list[DeadLetter] = []
-        self.crash_next = False
-
-    async def publish(self, letters: Sequence[DeadLetter]) -> None:
-        if self.crash_next:
-            self.crash_next = False
-            raise Crash
-        self.letters.extend(letters)
-
-
-class Worlds:
-    async def exists(self, world_id: str) -> bool:
-        return True
-
-    async def ensure(self, world_id: str) -> None:
-        raise AssertionError("worlds exist in these tests")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def world(nessie_url: str, unique: str) -> Iterator[str]:
-    with SyncNessieClient(nessie_url) as client:
-        world_id = f"eo{unique}"
-        client.create_branch(f"world-{world_id}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
-        yield world_id
-
-
-@pytest.fixture
-def eo_settings(settings: Settings, tmp_path: Path) -> Settings:
-    return settings.replace(
-        warehouse=f"file://{tmp_path}/warehouse",
-        batch_max_events=100,
-        batch_max_seconds=0.0,
-        causal_timeout_s=5.0,
-        commit_backoff_s=0.02,
-    )
-
-
-def applier(settings: Settings, marks: Marks, dlq: Dlq, clock: Clock) -> Applier:
-    return Applier(
-        settings,
-        marks=marks,
-        committer=BatchCommitter(settings),
-        dead_letters=dlq,
-        worlds=Worlds(),
-        metrics=Metrics(),
-        clock=clock,
-    )
-
-
-def rec(
-    world: str, offset: int, eid: str, pk: str, *, version: int = 1, caused_by: str | None = None, partition: int = 0
-) -> RawRecord:
-    doc = {
-        "event_id": eid,
-        "world_id": world,
-        "object_type": "T",
-        "object_pk": pk,
-        "change_type": "CREATE" if version == 1 else "UPDATE",
-        "after_properties": {"v": version},
-        "version": version,
-        "occurred_at": 0,
-        "caused_by": caused_by,
-    }
-    return RawRecord(OBJ, partition, offset, f"{world}::{pk}".encode(), orjson.dumps(doc), [], f"h{offset}")
 
 
 async def test_a_dead_lettered_event_redelivered_under_a_floor_is_not_marked_applied(
@@ -219,7 +134,7 @@ def test_a_live_commit_between_the_replays_two_reads_does_not_commit_an_event_tw
     recorded offsets: E looked recorded-but-absent and was committed a second time."""
     from ops.replay.run import ReplayCommitter
     from sinks.committer import Batch, Source
-    from tests.integration.test_committer import obj
+    from tests.integration.commits import obj
 
     live = BatchCommitter(eo_settings)
     e = obj(world, "p1", "CREATE", 1)

@@ -15,12 +15,11 @@ import orjson
 import pytest
 
 from agents.faults import POINTS
-from bench.workload import Record, Workload, generate
+from cli.workload import Record, Workload, generate
 from models.deadletter import DeadLetter
 from models.events import EntityKind
 from sinks.catalog import NessieCatalog
-from tests.integration.pipeline import Pipeline
-from tests.integration.test_applier import assert_matches_model
+from tests.integration.pipeline import Pipeline, assert_matches_model
 
 pytestmark = pytest.mark.integration
 

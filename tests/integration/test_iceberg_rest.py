@@ -25,7 +25,7 @@ from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_branch
 from streams.settings import Secret, Settings
 from tests.integration import s3_fixtures
-from tests.integration.test_committer import batch, link, obj
+from tests.integration.commits import batch, link, obj
 
 pytestmark = pytest.mark.integration
 s3_endpoint = s3_fixtures.s3_endpoint

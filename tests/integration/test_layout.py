@@ -24,13 +24,10 @@ from sinks.layout import DEFAULT_LAYOUTS, PROJECTION_BUCKETS
 from sinks.layout_run import TableLayouts
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ALL_TABLES, COMMON, EVENTS, table_properties
-from tests.integration import test_committer as base
-from tests.integration.test_committer import batch, empty_root, obj, objects
+from tests.integration.commits import batch, empty_root, obj, objects
 
 pytestmark = pytest.mark.integration
 
-client = base.client  # the committer tests' fixtures: a Nessie client, settings on a fresh warehouse
-sink_settings = base.sink_settings
 
 DAY_MS = 86_400_000
 T0 = 1_700_006_400_000  # 2023-11-15T00:00:00Z

@@ -24,14 +24,14 @@ from sinks.committer import BatchCommitter
 from sinks.readback import read_world
 from streams.settings import Settings
 from streams.topics import ensure_topics
-from tests.integration.test_exactly_once import Clock, Worlds, eo_settings, world  # noqa: F401
-from tests.integration.test_exactly_once import rec as obj_rec
+from tests.integration.applier_setup import Clock, Worlds
+from tests.integration.applier_setup import rec as obj_rec
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def dl_settings(eo_settings: Settings, unique: str) -> AsyncIterator[Settings]:  # noqa: F811
+async def dl_settings(eo_settings: Settings, unique: str) -> AsyncIterator[Settings]:
     # Topics of their own: dead-letter keys name the origin, which must not be another test's.
     s = eo_settings.replace(dlq_topic=f"dlq-once-{unique}", objects_topic=f"objects-once-{unique}")
     await ensure_topics(s)
@@ -74,7 +74,7 @@ async def letters(settings: Settings) -> list[tuple[int, str]]:
 
 
 async def test_dead_lettered_events_redelivered_after_a_crash_keep_their_one_letter(
-    world: str,  # noqa: F811
+    world: str,
     dl_settings: Settings,
 ) -> None:
     """stale-version and cause-missing letters, then a crash before the offset commit: the second

@@ -38,9 +38,10 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from bench.workload import Record, generate
+from cli.workload import Record, generate
 from models.events import ChangeEvent, ChangeType, EntityKind
 from monitoring import docs, promql_check
+from tests.factories import change_event
 from tests.integration.pipeline import ROOT, Pipeline, Worker
 
 pytestmark = pytest.mark.integration
@@ -128,21 +129,16 @@ def _restamp(records: list[Record], now_ms: int, stamped: dict[str, ChangeEvent]
 
 async def _publish_orphan(pipe: Pipeline, world: str, unique: str) -> tuple[int, int]:
     """An event whose cause is never published: it stays parked. Returns its (partition, offset)."""
-    ev = ChangeEvent(
-        event_id=f"{unique}-orphan",
-        world_id=world,
-        kind=EntityKind.OBJECT,
+    ev = change_event(
+        f"{unique}-orphan",
+        world=world,
         entity_type="Sensor",
-        entity_pk=f"orphan-{unique}",
-        change_type=ChangeType.CREATE,
-        version=1,
-        before=None,
+        pk=f"orphan-{unique}",
+        change=ChangeType.CREATE,
         after={"name": "orphan"},
         caused_by=f"{unique}-never-published",
-        causal_order=None,
         occurred_at_ms=int(time.time() * 1000),
         schema_version=1,
-        source="test",
     )
     producer = AIOKafkaProducer(bootstrap_servers=pipe.settings.kafka_bootstrap)
     await producer.start()

@@ -18,8 +18,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from click.testing import CliRunner, Result
 
 from agents.marks import AppliedMarks
-from bench.workload import Record, expected_state, generate
 from cli.main import cli
+from cli.workload import Record, expected_state, generate
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent
 from models.worlds import WorldNaming

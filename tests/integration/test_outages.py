@@ -14,10 +14,9 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from bench.workload import generate
-from tests.integration.pipeline import Pipeline
+from cli.workload import generate
+from tests.integration.pipeline import Pipeline, assert_matches_model
 from tests.integration.proxy import CuttableProxy
-from tests.integration.test_applier import assert_matches_model
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from sinks.errors import NessieNotFound
 from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Secret, Settings
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import obj
+from tests.integration.commits import obj
 from tests.integration.worlds_fixtures import WrittenWorld
-from tests.unit.test_publish_notify import serve_hook
+from tests.webhooks import serve_hook
 from worlds.api import Worlds
 from worlds.publish import Thresholds, Verdict
 from worlds.publish_run import Publisher
@@ -189,7 +189,8 @@ def test_drift_timer_audits_a_pending_world_and_exports_its_series(
 ) -> None:
     from prometheus_client import CollectorRegistry
 
-    from worlds.publish_timer import PublishGauges, audit_once
+    from monitoring.publish_metrics import PublishGauges
+    from worlds.publish_timer import audit_once
 
     target, source = pair
     t, s = target.world, source.world

@@ -27,8 +27,8 @@ from pyiceberg.expressions import EqualTo, In
 
 from agents.reconcile import ControlCount, Reconciler, ReconcileTimer, RunReport, publish_runs, reconcile
 from agents.schema_sync import SchemaStore
-from bench.workload import Record
 from cli.main import cli
+from cli.workload import Record
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.schema import validate_change
 from monitoring.metrics import Metrics, serve
@@ -37,27 +37,22 @@ from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_world
 from streams.settings import Settings, env_name
+from tests.factories import change_event
 from tests.integration.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
 
 
 def event(world: str, typ: str, pk: str, version: int, change: ChangeType = ChangeType.CREATE) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
-        world_id=world,
-        kind=EntityKind.OBJECT,
+    return change_event(
+        f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
+        world=world,
         entity_type=typ,
-        entity_pk=pk,
-        change_type=change,
+        pk=pk,
+        change=change,
         version=version,
-        before=None,
         after=None if change is ChangeType.DELETE else {"n": version, "pk": pk},
-        caused_by=None,
-        causal_order=None,
         occurred_at_ms=int(time.time() * 1000),
-        schema_version=0,
-        source="test",
     )
 
 
@@ -389,10 +384,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_promtool_stale_alert_fires_on_what_a_worker_exports_after_a_cli_run(tmp_path: Path) -> None:
+def test_promtool_stale_alert_fires_on_what_a_worker_exports_after_a_cli_run(tmp_path: Path, promtool: str) -> None:
     """The series a worker exports from a CLI run's record (no runs_total, no worker timer) fires the alert."""
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool is not installed; scripts/services.sh fetch installs it"
     rule = next(
         r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
         if r.get("alert") == "CausewayReconciliationStale"

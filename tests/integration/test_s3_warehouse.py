@@ -6,10 +6,11 @@ import boto3
 import httpx
 import pytest
 
-from models.events import ChangeEvent, ChangeType, EntityKind
+from models.events import ChangeType
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.readback import read_world
 from streams.settings import Secret, Settings
+from tests.factories import change_event
 from tests.integration import s3_fixtures
 
 pytestmark = pytest.mark.integration
@@ -36,20 +37,13 @@ def test_tables_land_in_s3_and_read_back(s3_endpoint: str, nessie_url: str, uniq
         json={"type": "BRANCH", "name": "main", "hash": root},
     ).raise_for_status()
     events = [
-        ChangeEvent(
-            event_id=f"e{i}-{unique}",
-            world_id=settings.prod_world,
-            kind=EntityKind.OBJECT,
-            entity_type="T",
-            entity_pk=f"p{i % 3}",
-            change_type=ChangeType.SNAPSHOT,
+        change_event(
+            f"e{i}-{unique}",
+            world=settings.prod_world,
+            pk=f"p{i % 3}",
+            change=ChangeType.SNAPSHOT,
             version=i + 1,
-            before=None,
             after={"i": i},
-            caused_by=None,
-            causal_order=None,
-            occurred_at_ms=0,
-            schema_version=0,
             source="",
         )
         for i in range(6)

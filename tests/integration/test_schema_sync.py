@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.schema_sync import SchemaStore, SchemaSync
-from bench.workload import Record
+from cli.workload import Record
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.schema import StorageSchemaUpdated, validate_change
@@ -22,6 +22,8 @@ from sinks.catalog import NessieCatalog
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Settings
+from tests import factories
+from tests.factories import change_event
 from tests.integration.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
@@ -30,36 +32,20 @@ TYPE = "Equipment"
 
 
 def event(world: str, pk: str, version: int, **after: object) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
-        world_id=world,
-        kind=EntityKind.OBJECT,
+    return change_event(
+        f"{pk}-{version}-{uuid.uuid4().hex[:6]}",
+        world=world,
         entity_type=TYPE,
-        entity_pk=pk,
-        change_type=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
+        pk=pk,
+        change=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
         version=version,
-        before=None,
         after=dict(after),
-        caused_by=None,
-        causal_order=None,
         occurred_at_ms=int(time.time() * 1000),
-        schema_version=0,
-        source="test",
     )
 
 
 def schema_change(world: str, version: int, *ops: dict[str, object]) -> bytes:
-    doc = {
-        "change_id": f"{world}-v{version}-{uuid.uuid4().hex[:4]}",
-        "world_id": world,
-        "kind": "object",
-        "type_name": TYPE,
-        "version": version,
-        "occurred_at": int(time.time() * 1000),
-        "changes": list(ops),
-    }
-    validate_change(doc)  # the test sends only well-formed changes
-    return orjson.dumps(doc)
+    return factories.schema_change(world, version, *ops, type_name=TYPE)
 
 
 def rows(cat: NessieCatalog, *cols: str) -> dict[str, dict[str, object]]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.workload import expected_state, generate
+from cli.workload import expected_state, generate
 from tests.integration.pipeline import ROOT, Pipeline, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.secured]
@@ -130,7 +130,7 @@ async def committed(pipe: Pipeline) -> int:
     """Sum of the worker group's committed offsets over the change topics (0 when none)."""
     from aiokafka.errors import GroupCoordinatorNotAvailableError
 
-    from monitoring.lag_probe import OffsetProbe
+    from streams.lag_probe import OffsetProbe
     from streams.security import kafka_client_options
 
     s = pipe.settings
@@ -358,7 +358,7 @@ async def test_cdc_ingest_over_sasl_ssl(secured: SecureStack, unique: str) -> No
     from cdc.mapping_loader import load_mapping
     from streams.security import kafka_client_options
     from streams.settings import Settings
-    from tests.integration.test_cdc_ingest import order_record
+    from tests.integration.cdc_records import order_record
 
     s = Settings.from_env().replace(
         objects_topic=f"objs.{unique}",
@@ -581,7 +581,7 @@ async def test_schema_sync_over_sasl_ssl(secured: SecureStack, unique: str, tmp_
     from sinks.nessie import Reference, SyncNessieClient
     from streams.security import kafka_client_options
     from streams.settings import Settings
-    from tests.integration.test_schema_sync import schema_change
+    from tests.factories import schema_change
 
     s = Settings.from_env().replace(
         warehouse=f"file://{tmp_path}/warehouse",

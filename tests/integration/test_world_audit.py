@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from streams.settings import Settings
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import link, obj
+from tests.integration.commits import link, obj
 from tests.integration.worlds_fixtures import WrittenWorld
 from worlds.api import Worlds
 

@@ -17,7 +17,7 @@ from sinks.readback import read_branch
 from streams.settings import Settings
 from tests.integration import s3_fixtures
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import obj
+from tests.integration.commits import obj
 from tests.integration.worlds_fixtures import WrittenWorld
 from worlds.api import Worlds
 from worlds.gc_run import GcOutcome, list_files, run_gc
@@ -64,7 +64,7 @@ def _put(settings: Settings, uri: str) -> None:
 def _gc_round_trip(gc_settings: Settings, wclient: SyncNessieClient, unique: str) -> tuple[GcOutcome, GcOutcome]:
     w = f"t{unique}"
     branch = f"world-{w}"
-    from tests.integration.test_committer import empty_root
+    from tests.integration.commits import empty_root
 
     wclient.create_branch(branch, empty_root(wclient))
     written = WrittenWorld(w, branch, BatchCommitter(gc_settings, wclient), wclient)
@@ -137,7 +137,7 @@ class _Churning(SyncNessieClient):
 def test_gc_marks_references_created_meanwhile_and_ignores_deleted_ones(
     gc_settings: Settings, wclient, unique: str, nessie_url: str
 ) -> None:
-    from tests.integration.test_committer import empty_root
+    from tests.integration.commits import empty_root
 
     w = f"t{unique}"
     wclient.create_branch(f"world-{w}", empty_root(wclient))

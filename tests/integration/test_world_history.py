@@ -12,7 +12,7 @@ from cli.main import cli
 from sinks.nessie import Reference
 from streams.settings import Settings
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import link, obj
+from tests.integration.commits import link, obj
 from tests.integration.worlds_fixtures import WrittenWorld
 from worlds.api import Worlds, WorldsError
 

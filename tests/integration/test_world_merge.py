@@ -11,20 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from sinks.nessie import Reference
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import link, obj
-from tests.integration.worlds_fixtures import WrittenWorld
+from tests.integration.commits import link, obj
+from tests.integration.worlds_fixtures import WrittenWorld, fork
 from worlds.api import Worlds
 
 pytestmark = pytest.mark.integration
 world_settings, wclient, written, api = fx.world_settings, fx.wclient, fx.written, fx.api
-
-
-def fork(written: WrittenWorld, api: Worlds, name: str) -> WrittenWorld:
-    head = api.head(written.world)
-    api.client.create_branch(f"world-{name}", Reference(head.name, "BRANCH", head.hash))
-    return WrittenWorld(name, f"world-{name}", written.committer, written.client, next_offset=100_000)
 
 
 def state(api: Worlds, world: str) -> dict[tuple[str, str], dict[str, Any]]:

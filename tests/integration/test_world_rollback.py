@@ -17,7 +17,7 @@ from sinks.nessie import Reference
 from sinks.readback import read_branch
 from streams.settings import Settings
 from tests.integration import worlds_fixtures as fx
-from tests.integration.test_committer import OBJ, batch, obj
+from tests.integration.commits import OBJ, batch, obj
 from tests.integration.worlds_fixtures import WrittenWorld
 from worlds.api import Worlds, WorldsError
 

@@ -9,9 +9,9 @@ import pytest
 
 from models.events import ChangeEvent
 from sinks.committer import BatchCommitter
-from sinks.nessie import SyncNessieClient
+from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Settings
-from tests.integration.test_committer import batch, empty_root
+from tests.integration.commits import batch, empty_root
 from worlds.api import Worlds
 
 
@@ -67,3 +67,9 @@ def written(world_settings: Settings, wclient: SyncNessieClient, unique: str) ->
 def api(world_settings: Settings, wclient: SyncNessieClient) -> Iterator[Worlds]:
     with Worlds(world_settings, wclient) as a:
         yield a
+
+
+def fork(written: WrittenWorld, api: Worlds, name: str) -> WrittenWorld:
+    head = api.head(written.world)
+    api.client.create_branch(f"world-{name}", Reference(head.name, "BRANCH", head.hash))
+    return WrittenWorld(name, f"world-{name}", written.committer, written.client, next_offset=100_000)

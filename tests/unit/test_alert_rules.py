@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.tools import require_promtool
+
 ROOT = Path(__file__).resolve().parents[2]
 PROM = ROOT / "monitoring" / "prometheus"
 RULE_FILES = sorted((PROM / "rules").glob("*.yml"))
 TEST_FILES = sorted((PROM / "tests").glob("*.yml"))
-PROMTOOL = shutil.which("promtool")
 
 
 def _promtool(*args: str) -> None:
-    """Run promtool; a missing promtool is a failure (like a missing service), never a skip."""
-    if PROMTOOL is None:
-        pytest.fail("promtool is not installed; scripts/services.sh fetch installs it", pytrace=False)
-    proc = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, cwd=PROM)
+    """Run promtool (missing: skipped outside CI, a failure in CI; see ``tests.tools``)."""
+    proc = subprocess.run([require_promtool(), *args], capture_output=True, text=True, cwd=PROM)
     if proc.returncode != 0:
         pytest.fail(f"promtool {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
 

@@ -3,91 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
 
-import orjson
-
-from agents.applier import Applier, RawRecord
+from agents.applier import RawRecord
 from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
-from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
-from streams.settings import Settings
-
-
-class FakeMarks:
-    def __init__(self) -> None:
-        self.marked: set[tuple[str, str]] = set()
-
-    async def applied(self, pairs: Any) -> set[tuple[str, str]]:
-        return {p for p in pairs if p in self.marked}
-
-    async def mark(self, pairs: Any) -> int:
-        self.marked |= set(pairs)
-        return len(pairs)
-
-
-class FakeCommitter:
-    def __init__(self) -> None:
-        self.batches: list[Batch] = []
-
-    async def commit_batch_async(self, batch: Batch) -> CommitOutcome:
-        self.batches.append(batch)
-        return CommitOutcome(batch.world_id, batch.batch_id, "main", "h" * 64, 1, False, len(batch.events), 0, 0, 0.01)
-
-
-class FakeDlq:
-    def __init__(self) -> None:
-        self.letters: list[DeadLetter] = []
-
-    async def publish(self, letters: Sequence[DeadLetter]) -> None:
-        self.letters.extend(letters)
-
-
-class FakeWorlds:
-    async def exists(self, world_id: str) -> bool:
-        return world_id == "prod"
-
-    async def ensure(self, world_id: str) -> None:
-        raise AssertionError("policy is dlq")
-
-
-def make() -> tuple[Applier, FakeCommitter, FakeDlq, FakeMarks]:
-    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0)
-    committer, dlq, marks = FakeCommitter(), FakeDlq(), FakeMarks()
-    applier = Applier(
-        settings,
-        marks=marks,
-        committer=committer,
-        dead_letters=dlq,
-        worlds=FakeWorlds(),
-        metrics=Metrics(),
-        clock=lambda: 100.0,
-    )
-    return applier, committer, dlq, marks
-
-
-def event(n: int, world: str = "prod", caused_by: str | None = None) -> bytes:
-    return orjson.dumps(
-        {
-            "event_id": f"e{n}",
-            "world_id": world,
-            "object_type": "T",
-            "object_pk": f"p{n}",
-            "change_type": "CREATE",
-            "after_properties": {},
-            "version": 1,
-            "occurred_at": 0,
-            "caused_by": caused_by,
-        }
-    )
-
-
-def rec(offset: int, value: bytes, key: bytes | None = None, headers: list | None = None) -> RawRecord:
-    if key is None:
-        doc = orjson.loads(value)
-        key = f"{doc['world_id']}::{doc['object_pk']}".encode()
-    return RawRecord("onto.changes.objects", 0, offset, key, value, headers or [], f"h{offset}")
+from tests.fakes import event, make, rec
 
 
 async def test_good_bad_and_waiting_events_ack_in_offset_order() -> None:

@@ -7,12 +7,12 @@ from hypothesis import strategies as st
 
 from sinks.committed_offsets import OffsetSet
 from sinks.committer import Batch, Source
-from tests.unit.test_dedupe import arrival
+from tests.factories import change_event
 
 
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 60)), max_size=80))
 def test_batch_offsets_equal_one_insert_per_offset(sources: list[tuple[int, int]]) -> None:
-    event = arrival("e").event
+    event = change_event("e", entity_type="Person", after={"v": 1})
     batch = Batch.from_sources("w1", "b", [(event, Source("t", p, o)) for p, o in sources])
     expected: dict[tuple[str, int], OffsetSet] = {}
     for p, o in sources:

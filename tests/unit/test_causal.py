@@ -13,7 +13,9 @@ from agents.batching import BatchAccumulator
 from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED, CausalGate, GateOutput
 from agents.dedupe import STALE_VERSION, decide_versions, drop_duplicates, entity_ref, refs_to_check
 from agents.offset_tracker import Arrival, EventRef, OffsetTracker
-from models.events import ChangeEvent, ChangeType, EntityKind
+from models.events import ChangeEvent, EntityKind
+from sinks.committed_offsets import Source
+from tests.factories import change_event
 
 OBJECTS = "onto.changes.objects"
 LINKS = "onto.changes.links"
@@ -27,21 +29,8 @@ def event(
     version: int = 1,
     kind: EntityKind = EntityKind.OBJECT,
 ) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=event_id,
-        world_id=world,
-        kind=kind,
-        entity_type="T",
-        entity_pk=pk,
-        change_type=ChangeType.UPDATE,
-        version=version,
-        before=None,
-        after={"v": version},
-        caused_by=caused_by,
-        causal_order=None,
-        occurred_at_ms=0,
-        schema_version=0,
-        source="test",
+    return change_event(
+        event_id, world=world, kind=kind, pk=pk, version=version, after={"v": version}, caused_by=caused_by
     )
 
 
@@ -57,7 +46,7 @@ class Feed:
         topic = str(kw.pop("topic", OBJECTS))
         off = self.next.get((topic, partition), 0)
         self.next[(topic, partition)] = off + 1
-        return Arrival(event(event_id, pk, caused_by, **kw), topic, partition, off)  # type: ignore[arg-type]
+        return Arrival(event(event_id, pk, caused_by, **kw), Source(topic, partition, off))  # type: ignore[arg-type]
 
 
 def ids(arrivals: Iterable[Arrival]) -> list[str]:
@@ -406,7 +395,7 @@ class Worker:
         for off in range(start, min(start + count, len(log))):
             s = log[off]
             e = event(s.eid, s.pk, s.cause, world=s.world, version=s.version)
-            batch.append(Arrival(e, OBJECTS, p, off))
+            batch.append(Arrival(e, Source(OBJECTS, p, off)))
             assert self.tracker.consumed((OBJECTS, p), off)
         self.pos[p] = start + len(batch)
         marked = self.lookup(refs_to_check(batch, self.gate.unknown_causes()))
@@ -597,3 +586,72 @@ def test_a_late_copy_is_stale_and_still_settles_its_effects() -> None:
         ("x", 0, CAUSE_MISSING),
         ("x", 2, STALE_VERSION),
     ]
+
+
+# --- the batch offer (``CausalGate.offer_all``): a fast path for events with no cause -------------------
+
+
+def test_events_without_a_cause_on_free_keys_are_released_at_once_without_a_deadline() -> None:
+    gate, feed = CausalGate(timeout_s=10.0, max_parked=100), Feed()
+    parked = gate.offer_all([feed("a", "p1"), feed("b", "p2"), feed("c", "p1")], now=0)
+    assert parked == []
+    assert ids(gate.drain().ready) == ["a", "b", "c"]
+    assert gate.pending_count == 3 and gate.next_deadline() is None
+
+
+def test_an_event_without_a_cause_behind_a_parked_one_on_its_key_waits_and_is_reported_parked() -> None:
+    gate, feed = CausalGate(timeout_s=10.0, max_parked=100), Feed()
+    parked = gate.offer_all([feed("e", "p1", caused_by="c"), feed("f", "p1"), feed("g", "p2")], now=0)
+    assert ids(parked) == ["e", "f"]
+    assert ids(gate.drain().ready) == ["g"]
+    # The cause arrives without a cause of its own: fast path, and it wakes what waits on it.
+    assert gate.offer_all([feed("c", "p3")], now=1) == []
+    assert ids(gate.drain().ready) == ["c", "e", "f"]
+
+
+def test_copies_of_held_or_applied_events_are_duplicates_on_the_fast_path_too() -> None:
+    gate, feed = CausalGate(timeout_s=10.0, max_parked=100), Feed()
+    gate.learn_applied([("w1", "old")])
+    gate.offer_all([feed("a", "p1"), feed("a", "p2"), feed("old", "p3")], now=0)
+    out = gate.drain()
+    assert ids(out.ready) == ["a"] and ids(out.duplicates) == ["a", "old"]
+
+
+_steps = st.lists(
+    st.tuples(
+        st.sampled_from(["e0", "e1", "e2", "e3", "e4", "e5"]),  # event ids (repeats are copies)
+        st.sampled_from(["p0", "p1", "p2"]),  # keys
+        st.one_of(st.none(), st.sampled_from(["e0", "e1", "e2", "e3", "e4", "e5", "gone"])),  # causes
+        st.integers(0, 1),  # partition
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=st.lists(_steps, min_size=1, max_size=4), applied=st.sets(st.sampled_from(["e0", "e3", "gone"])))
+def test_offer_all_equals_offering_one_by_one(batches: list[list[tuple]], applied: set[str]) -> None:
+    one, many = CausalGate(timeout_s=5.0, max_parked=1_000), CausalGate(timeout_s=5.0, max_parked=1_000)
+    for gate in (one, many):
+        gate.learn_applied([("w1", i) for i in sorted(applied)])
+    feed_one, feed_many = Feed(), Feed()
+    for t, steps in enumerate(batches):
+        arrivals_one = [feed_one(i, pk, cause, partition=p) for i, pk, cause, p in steps]
+        arrivals_many = [feed_many(i, pk, cause, partition=p) for i, pk, cause, p in steps]
+        parked_one: list[Arrival] = []
+        for a in arrivals_one:
+            held_before = one.is_parked(a.ref)  # then this one is a copy: a duplicate, not parked
+            one.offer(a, now=t)
+            if one.is_parked(a.ref) and not held_before:
+                parked_one.append(a)
+        parked_many = many.offer_all(arrivals_many, now=t)
+        assert [(a.ref, a.offset) for a in parked_many] == [(a.ref, a.offset) for a in parked_one]
+        for gate in (one, many):
+            gate.expire(now=t + 3)
+        a_out, b_out = one.drain(), many.drain()
+        for part in ("ready", "duplicates"):
+            got = [(x.ref, x.offset) for x in getattr(b_out, part)]
+            assert got == [(x.ref, x.offset) for x in getattr(a_out, part)]
+        assert [(r.arrival.offset, r.reason) for r in a_out.dead] == [(r.arrival.offset, r.reason) for r in b_out.dead]
+        assert (one.parked_count, one.pending_count) == (many.parked_count, many.pending_count)
+        assert one.unknown_causes() == many.unknown_causes()

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,28 +12,19 @@ from agents.cdc import plan_batch
 from cdc.convert import Converted, Ignored, Position, Rejected, convert
 from cdc.mapping_loader import load_mapping
 from models.deadletter import H_DETAIL, H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, DeadLetter
-from streams.settings import Settings
-from tests.unit.test_debezium import dec_b64, field, payload, pg_source, wrap
-
-TOPIC = "cdc.raw.erp.orders"
-MAPPING = load_mapping(
-    {
-        "tables": [
-            {"topic": TOPIC, "world": "prod", "object_type": "Order", "pk": ["id"]},
-            {"topic": "cdc.raw.erp.tenanted", "world": {"column": "tenant"}, "object_type": "T", "pk": "id"},
-        ]
-    }
+from tests.debezium_records import (
+    MAPPING,
+    SETTINGS,
+    TOPIC,
+    Rec,
+    dec_b64,
+    field,
+    good,
+    j,
+    payload,
+    pg_source,
+    wrap,
 )
-SETTINGS = Settings(objects_topic="objs", links_topic="links", dlq_topic="dlq", max_event_bytes=4096)
-
-
-def j(doc: Any) -> bytes:
-    return orjson.dumps(doc)
-
-
-def good(id_: Any = 1, **more: Any) -> bytes:
-    return j(payload("c", after={"id": id_, "customer": "acme", **more}))
-
 
 TYPED = [field("id", "int32", optional=False), field("customer", "string")]
 DECIMAL_ROW = [
@@ -122,16 +110,6 @@ def test_nesting_too_deep_to_write_is_rejected() -> None:
     value = good(doc="DEEP").replace(b'"DEEP"', deep)
     result = convert(value, MAPPING, Position(TOPIC, 0, 0), max_bytes=1_000_000)
     assert isinstance(result, Rejected) and result.reason == "unencodable"
-
-
-@dataclass
-class Rec:
-    topic: str
-    partition: int
-    offset: int
-    value: bytes | None
-    key: bytes | None = b'{"id":1}'
-    headers: list[tuple[str, bytes]] = dataclasses.field(default_factory=list)
 
 
 def test_batch_goes_on_around_bad_records_and_dead_letters_them_with_headers() -> None:

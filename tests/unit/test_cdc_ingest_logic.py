@@ -28,8 +28,7 @@ from models.deadletter import H_DETAIL, H_REASON, DeadLetter
 from monitoring.metrics import Metrics
 from streams.settings import Settings
 from streams.topics import BROKER_DEFAULT_MESSAGE_BYTES, MESSAGE_HEADROOM_BYTES, message_bytes_needed
-from tests.unit.test_cdc_bad_input import MAPPING, SETTINGS, TOPIC, Rec, good, j
-from tests.unit.test_debezium import payload
+from tests.debezium_records import MAPPING, SETTINGS, TOPIC, Rec, good, j, payload
 
 ROOT = Path(__file__).resolve().parents[2]
 INLINE = orjson.dumps({"tables": [{"topic": TOPIC, "world": "prod", "object_type": "Order", "pk": "id"}]}).decode()

@@ -17,7 +17,7 @@ from cdc.mapping import CdcMapping, MappingError, parse_mapping
 from cdc.mapping_loader import load_cdc_mapping, load_mapping
 from models.events import ChangeEvent, ChangeType, EntityKind, decode
 from streams.settings import Settings
-from tests.unit.test_debezium import TS, dec_b64, field, mysql_source, payload, pg_source, wrap
+from tests.debezium_records import TS, dec_b64, field, mysql_source, payload, pg_source, wrap
 
 TOPIC = "cdc.raw.erp.orders"
 POS = Position(TOPIC, 2, 41)

@@ -22,7 +22,7 @@ from models.events import EntityKind
 from models.schema import PropType, Verdict, decide, validate_change
 from sinks.rows import typed_columns
 from sinks.tables import iceberg_type
-from tests.unit.test_debezium import TS, field, payload, wrap
+from tests.debezium_records import TS, field, payload, wrap
 
 TOPIC = "cdc.raw.erp.shipments"
 MAPPING = load_mapping({"tables": [{"topic": TOPIC, "world": "prod", "object_type": "Shipment", "pk": "id"}]})

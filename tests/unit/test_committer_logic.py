@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.events import ChangeEvent, ChangeType, EntityKind
+from models.events import ChangeEvent, ChangeType
 from sinks import projection
 from sinks.catalog import RefSpec
 from sinks.committed_offsets import (
@@ -19,25 +19,19 @@ from sinks.committed_offsets import (
 )
 from sinks.committer import Batch, Source, _select
 from sinks.projection import Stored
+from tests.factories import change_event
 
 T = "onto.changes.objects"
 
 
 def ev(eid: str, pk: str, change: str, version: int, typ: str = "person", **after: object) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=eid,
-        world_id="w1",
-        kind=EntityKind.OBJECT,
-        entity_type=typ,
-        entity_pk="*" if change == "TRUNCATE" else pk,
-        change_type=ChangeType(change),
+    return change_event(
+        eid,
+        pk=pk,
+        change=change,
         version=version,
-        before=None,
+        entity_type=typ,
         after=dict(after) if change not in ("DELETE", "TRUNCATE") else None,
-        caused_by=None,
-        causal_order=None,
-        occurred_at_ms=0,
-        schema_version=0,
         source="",
     )
 
@@ -197,26 +191,11 @@ def test_ref_spec_rejects(bad: str) -> None:
 def test_unchanged_properties_carry_over_within_a_batch() -> None:
     from dataclasses import replace
 
-    from models.events import ChangeEvent, ChangeType, EntityKind
     from sinks import projection
 
     def ev(n: int, change: str, version: int, after: dict, unchanged: tuple[str, ...] = ()) -> ChangeEvent:
-        return ChangeEvent(
-            f"e{n}",
-            "w",
-            EntityKind.OBJECT,
-            "T",
-            "k",
-            ChangeType(change),
-            version,
-            None,
-            after,
-            None,
-            None,
-            0,
-            0,
-            "",
-            unchanged=unchanged,
+        return change_event(
+            f"e{n}", world="w", pk="k", change=change, version=version, after=after, source="", unchanged=unchanged
         )
 
     p = projection.plan([ev(1, "CREATE", 1, {"a": 1, "big": "x"}), ev(2, "UPDATE", 2, {"a": 2}, ("big", "z"))], {})

@@ -20,7 +20,9 @@ from agents.dedupe import (
     refs_to_check,
 )
 from agents.offset_tracker import Arrival
-from models.events import ChangeEvent, ChangeType, EntityKind
+from models.events import ChangeType
+from sinks.committed_offsets import Source
+from tests.factories import change_event
 
 TOPIC = "onto.changes.objects"
 
@@ -35,23 +37,17 @@ def arrival(
     offset: int = 0,
     entity_type: str = "Person",
 ) -> Arrival:
-    event = ChangeEvent(
-        event_id=event_id,
-        world_id=world,
-        kind=EntityKind.OBJECT,
+    event = change_event(
+        event_id,
+        world=world,
         entity_type=entity_type,
-        entity_pk="*" if change is ChangeType.TRUNCATE else pk,
-        change_type=change,
+        pk=pk,
+        change=change,
         version=version,
-        before=None,
         after={"v": version},
         caused_by=caused_by,
-        causal_order=None,
-        occurred_at_ms=0,
-        schema_version=0,
-        source="test",
     )
-    return Arrival(event, TOPIC, 0, offset)
+    return Arrival(event, Source(TOPIC, 0, offset))
 
 
 def test_key_format_and_parse() -> None:

@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from monitoring import discovery
-from monitoring.lag import PartitionOffsets, lag_seconds, next_to_read, partition_lag
+from streams.lag import PartitionOffsets, lag_seconds, next_to_read, partition_lag
 
 
 def test_registered_writes_a_file_sd_target_and_removes_it_on_exit(tmp_path) -> None:

@@ -12,7 +12,7 @@ from agents.flushing import CommitBudget, FlushScheduler
 from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
 from streams.settings import Settings
-from tests.unit.test_applier_fakes import FakeDlq, FakeMarks, event
+from tests.fakes import FakeDlq, FakeMarks, event
 
 TOPIC = "onto.changes.objects"
 

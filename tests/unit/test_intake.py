@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from agents.intake import ChangeIntake
-from tests.unit.test_applier_fakes import event, make
+from tests.fakes import event, make
 
 TOPIC = "onto.changes.objects"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)

@@ -9,7 +9,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import StringType
 
-from models.events import ChangeEvent, ChangeType, EntityKind
+from models.events import ChangeEvent, ChangeType
 from ops.rebuild.plan import fold
 from sinks.layout import (
     DEFAULT_LAYOUTS,
@@ -28,6 +28,7 @@ from sinks.layout import (
 from sinks.logcompact import Candidate, choose, cut, tier
 from sinks.rows import events_arrow
 from sinks.tables import ALL_TABLES, COMMON, EVENTS
+from tests.factories import change_event
 
 
 def test_spec_text_round_trips_through_iceberg() -> None:
@@ -121,20 +122,15 @@ def test_cut_slices_a_sorted_table_in_order() -> None:
 
 
 def _ev(eid: str, pk: str, change: ChangeType, version: int, typ: str = "person") -> ChangeEvent:
-    return ChangeEvent(
-        event_id=eid,
-        world_id="w",
-        kind=EntityKind.OBJECT,
+    return change_event(
+        eid,
+        world="w",
         entity_type=typ,
-        entity_pk=pk,
-        change_type=change,
+        pk=pk,
+        change=change,
         version=version,
-        before=None,
         after=None if change in (ChangeType.DELETE, ChangeType.TRUNCATE) else {"v": version},
-        caused_by=None,
-        causal_order=None,
         occurred_at_ms=1_700_000_000_000,
-        schema_version=0,
         source="t",
     )
 

@@ -10,7 +10,7 @@ from agents.letter_marks import by_tag, dead_key, letter_key
 from models.deadletter import H_REDRIVE, DeadLetter
 from monitoring.metrics import Metrics
 from streams.settings import Settings
-from tests.unit.test_applier_fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event, rec
+from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event, rec
 
 OBJ = "onto.changes.objects"
 

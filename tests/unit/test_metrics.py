@@ -4,7 +4,6 @@ they say."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring import docs
 from monitoring.dashboards import DASHBOARDS, build
-from monitoring.lag import PartitionOffsets
 from monitoring.lag_exporter import LagMetrics
 from monitoring.metrics import (
     ALL_WORLDS,
@@ -27,6 +25,7 @@ from monitoring.metrics import (
     reason_label,
     world_label,
 )
+from streams.lag import PartitionOffsets
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWED_LABELS = {
@@ -104,10 +103,7 @@ def test_label_sets_are_small_and_bounded() -> None:
         assert not any("id" in label.split("_") for label in info.labels), f"{info.name} labels by id"
 
 
-def test_exposition_passes_promtool_lint(m: Metrics) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is not installed; scripts/services.sh fetch installs it", pytrace=False)
+def test_exposition_passes_promtool_lint(m: Metrics, promtool: str) -> None:
     text = generate_latest(_busy(m).registry).decode()
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -196,10 +192,7 @@ def test_lag_exporter_marks_success_and_failure() -> None:
     assert get("causeway_lag_exporter_polls_total", {"outcome": "ok"}) == 1
 
 
-def test_lag_exporter_exposition_passes_promtool_lint() -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is not installed; scripts/services.sh fetch installs it", pytrace=False)
+def test_lag_exporter_exposition_passes_promtool_lint(promtool: str) -> None:
     lm = LagMetrics()
     lm.record("g", _rows((0, 10, 0, 4, 1.0)), now=2.0)
     lm.succeeded(2.0)

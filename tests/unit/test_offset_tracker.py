@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.offset_tracker import (
+    Arrival,
     OffsetTracker,
     format_ranges,
     in_ranges,
@@ -199,3 +200,17 @@ def test_faust_commits_past_an_unacked_offset_right_after_the_committed_one() ->
     t.consumed(TP, 11)
     t.done(TP, 11)
     assert t.committable(TP) == 10
+
+
+def test_an_arrival_carries_the_source_the_committer_records() -> None:
+    """One record says where an event was read: the committer's ``Source`` is the arrival's own."""
+    from sinks.committed_offsets import Source
+    from sinks.committer import Batch
+    from tests.factories import change_event
+
+    arrival = Arrival(change_event("e1", world="prod"), Source("onto.changes.objects", 3, 17))
+    assert (arrival.topic, arrival.partition, arrival.offset, arrival.tp) == (
+        "onto.changes.objects", 3, 17, ("onto.changes.objects", 3),
+    )  # fmt: skip
+    batch = Batch.from_sources("prod", "b1", [(arrival.event, arrival.source)])
+    assert batch.sources == [arrival.source]

@@ -5,25 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from models.deadletter import H_REDRIVE, DeadLetter
-from models.events import ChangeEvent, ChangeType, EntityKind
+from models.events import ChangeType, EntityKind
 from ops.redrive.plan import H_REDRIVEN_FROM, DlqFilter, DlqRecord, causes_wanted, collapse, decide, redrive_headers
+from tests.factories import change_event
 
-EV = ChangeEvent(
-    event_id="e-1",
-    world_id="w1",
-    kind=EntityKind.OBJECT,
-    entity_type="Sensor",
-    entity_pk="pk",
-    change_type=ChangeType.CREATE,
-    version=1,
-    before=None,
-    after={"x": 1},
-    caused_by=None,
-    causal_order=None,
-    occurred_at_ms=0,
-    schema_version=0,
-    source="",
-)
+EV = change_event("e-1", world="w1", entity_type="Sensor", pk="pk", change=ChangeType.CREATE, after={"x": 1}, source="")
 
 
 def _rec(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cli.progress import render
-from models.events import ChangeEvent, ChangeType, EntityKind, decode
+from models.events import ChangeEvent, EntityKind, decode
 from ops.replay.plan import (
     Checkpoint,
     OffsetRange,
@@ -16,24 +16,21 @@ from ops.replay.plan import (
     resolve_range,
     rewrite,
 )
+from tests.factories import change_event
 
 
 def _event(world: str = "prod", etype: str = "Sensor", caused_by: str | None = "c-1") -> ChangeEvent:
-    return ChangeEvent(
-        event_id="e-1",
-        world_id=world,
-        kind=EntityKind.OBJECT,
+    return change_event(
+        "e-1",
+        world=world,
         entity_type=etype,
-        entity_pk="pk-1",
-        change_type=ChangeType.UPDATE,
+        pk="pk-1",
         version=3,
-        before=None,
         after={"a": 1},
         caused_by=caused_by,
         causal_order=7,
         occurred_at_ms=1_767_225_600_000,
         schema_version=1,
-        source="test",
     )
 
 

@@ -2,44 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from tests.webhooks import Hook, serve_hook
 from worlds.publish_notify import NOTIFY_FAILURES, notify
 
 
-class _Hook(BaseHTTPRequestHandler):
-    received: list[dict] = []
-    status = 200
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).received.append(json.loads(body))
-        self.send_response(type(self).status)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@contextmanager
-def serve_hook() -> Iterator[tuple[str, type[_Hook]]]:
-    """A webhook receiver on a free local port: ``(url, handler class with .received)``."""
-    handler = type("Hook", (_Hook,), {"received": [], "status": 200})
-    server = HTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", handler
-    server.shutdown()
-
-
 @pytest.fixture
-def hook() -> Iterator[tuple[str, type[_Hook]]]:
+def hook() -> Iterator[tuple[str, type[Hook]]]:
     with serve_hook() as h:
         yield h
 

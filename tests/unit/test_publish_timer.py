@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
+from monitoring.publish_metrics import PublishGauges
 from worlds.publish import BranchState, Heads, Observed, Thresholds, audit
-from worlds.publish_timer import PublishGauges, WorldHead, due, gauge_values
+from worlds.publish_timer import WorldHead, due, gauge_values
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 DAY = 86_400.0

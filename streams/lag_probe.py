@@ -1,4 +1,4 @@
-"""Consumer-group offsets from the broker: the I/O half of ``monitoring.lag``.
+"""Consumer-group offsets from the broker: the I/O half of ``streams.lag``.
 
 ``OffsetProbe`` asks the broker, with its own long-lived clients (never a worker's consumer), for
 
@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from monitoring.lag import PartitionOffsets
+from streams.lag import PartitionOffsets
 
 log = logging.getLogger(__name__)
 

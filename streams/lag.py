@@ -9,7 +9,7 @@ The time lag is how long the oldest record the group has not committed has been 
 of the poll minus that record's timestamp, 0 when the group is caught up. It grows with a stall
 whatever the rate, where a message count means different things at 10 and at 10,000 records/s.
 
-The broker reads are in ``monitoring.lag_probe``; the exporter process in ``monitoring.lag_exporter``;
+The broker reads are in ``streams.lag_probe``; the exporter process in ``monitoring.lag_exporter``;
 ``cli`` offsets and the demo read lag through the same functions.
 """
 
