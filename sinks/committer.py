@@ -476,7 +476,7 @@ class BatchCommitter:
             return cat.create_table(
                 (ns, tdef.name),
                 tdef.schema,
-                partition_spec=tdef.spec,
+                partition_spec=tdef.spec_with(self.settings.projection_buckets),
                 sort_order=tdef.sort_order,
                 properties=table_properties(self.settings.target_file_bytes),
             )

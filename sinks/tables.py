@@ -48,7 +48,7 @@ from pyiceberg.types import (
 
 from models.events import EntityKind
 from models.schema import AddColumn, ColumnOp, DocColumn, Primitive, PropType, RenameColumn, TypeSchema, WidenColumn
-from sinks.layout import DEFAULT_LAYOUTS, Layout, partition_spec, sort_order
+from sinks.layout import DEFAULT_LAYOUTS, PROJECTION_BUCKETS, Layout, default_layout, partition_spec, sort_order
 
 ENTITY_EVENTS = "entity_events"
 ENTITY_COMMON = "entity_common"
@@ -140,6 +140,10 @@ class TableDef:
     @property
     def spec(self) -> PartitionSpec:
         return partition_spec(self.layout.spec, self.schema)
+
+    def spec_with(self, buckets: int = PROJECTION_BUCKETS) -> PartitionSpec:
+        """The spec a new table gets with ``buckets`` buckets of its key (``Settings.projection_buckets``)."""
+        return partition_spec(default_layout(self.name, buckets).spec, self.schema)
 
     @property
     def sort_order(self) -> SortOrder:

@@ -180,15 +180,20 @@ def _legacy_tables(committer: BatchCommitter, world: str) -> None:
     cat.publish("legacy tables")
 
 
-def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(client, sink_settings) -> None:
-    world = new_world(client)
-    committer = BatchCommitter(sink_settings, client)
+def legacy_world_with_data(committer: BatchCommitter, world: str) -> tuple[list[ChangeEvent], dict]:  # type: ignore[type-arg]
+    """Tables as before layouts, holding two types' objects; the events and the projection."""
     _legacy_tables(committer, world)
     first = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(60)]
     first += [obj(world, f"p{i}", "UPDATE", 2, n=i * 10) for i in range(0, 60, 3)]
     first += [obj(world, f"q{i}", "CREATE", 1, typ="place", n=i) for i in range(20)]
     committer.commit_batch(batch(world, "before", first, 0))
-    before = objects(cat_of(committer, world))
+    return first, objects(cat_of(committer, world))
+
+
+def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(client, sink_settings) -> None:
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client)
+    first, before = legacy_world_with_data(committer, world)
 
     layouts = TableLayouts(sink_settings, committer)
     dry = layouts.evolve(world, COMMON.name, DEFAULT_LAYOUTS[COMMON.name].spec, None, dry_run=True)
@@ -208,6 +213,13 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     assert len(common.specs()) == 2 and not common.spec().is_unpartitioned()
     assert objects(cat) == before, "evolution changed what readers see"
 
+    writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
+
+
+def writes_reads_and_rebuild_after_evolution(settings, committer, world, first, before) -> None:  # type: ignore[no-untyped-def]
+    """After an evolution of a world holding ``first`` (projection ``before``): writes across old-
+    and new-spec files give the model's projection, the log keeps every row, both specs are in use,
+    and a rebuild from the log equals the live projection."""
     # Writes after the change: updates of rows in old-spec files, deletes, a truncate, new keys.
     # (few enough that the old-spec file stays under compaction's half-deleted threshold)
     after = [obj(world, f"p{i}", "UPDATE", 3, n=i * 100) for i in range(0, 60, 6)]
@@ -233,7 +245,7 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     specs_in_use = {t.file.spec_id for t in cat.load_table(("onto", COMMON.name)).scan().plan_files()}
     assert len(specs_in_use) == 2, "old files keep their spec, new ones use the new spec"
 
-    result = rebuild(sink_settings, world, write=False)
+    result = rebuild(settings, world, write=False)
     assert result.identical, [d.sample() for d in result.diffs]
 
 

@@ -163,3 +163,15 @@ def test_a_legacy_log_without_batch_seq_gets_rows_in_batch_order() -> None:
     rows = events_arrow([(e, None) for e in batch], "b", datetime.now(UTC), set(), legacy)
     assert "batch_seq" not in rows.schema.names
     assert rows.column("entity_pk").to_pylist() == ["p2", "p1"]
+
+
+def test_the_projection_bucket_count_is_a_setting() -> None:
+    from streams.settings import Settings
+
+    four = parse_spec("default", COMMON.name, buckets=4)
+    assert format_spec(four) == "identity(object_type_id), bucket(4, object_pk)"
+    assert format_spec(parse_spec("default", COMMON.name, buckets=0)) == "identity(object_type_id)"
+    assert parse_spec("default", EVENTS.name, buckets=4) == DEFAULT_LAYOUTS[EVENTS.name].spec
+    assert from_iceberg(COMMON.spec_with(4), COMMON.schema) == four
+    assert len(COMMON.spec_with(0).fields) == 1
+    assert Settings.from_env({"CAUSEWAY_PROJECTION_BUCKETS": "4"}).projection_buckets == 4
