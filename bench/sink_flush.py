@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -129,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         f"rows rewritten {rewritten} / written {written} "
         f"= {rewritten / max(1, written):.2f}x; commit CPU mean {statistics.mean(cpu):.2f}s "
         f"p50 {statistics.median(cpu):.2f}s, total {sum(cpu):.1f}s; "
-        f"files (data + delete) {len(table.inspect.files())}"
+        f"files (data + delete) {len(table.inspect.files())}\n"
+        f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
+        f"key index cache {committer.file_cache._bytes / 2**20:.0f} MiB of {committer.file_cache.max_bytes / 2**20:.0f}"
     )
     return 0 if ok else 1
 

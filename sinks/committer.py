@@ -118,6 +118,7 @@ from sinks.rowdelta import (
     TableState,
     positions,
     read_state,
+    write_data_files,
     write_partition_deletes,
 )
 from sinks.rows import Source, events_arrow, projection_arrow
@@ -223,7 +224,7 @@ class BatchCommitter:
         compact_budget: float = 2.0,
         max_delete_files: int = 8,
         max_small_files: int = 8,
-        index_cache_bytes: int = 256 * 1024 * 1024,
+        index_cache_bytes: int | None = None,
         on_retry: Callable[[str, str], None] | None = None,
     ) -> None:
         self.settings = settings
@@ -237,7 +238,7 @@ class BatchCommitter:
         self.compact_budget = compact_budget
         self.max_delete_files = max_delete_files
         self.max_small_files = max_small_files
-        self.file_cache = FileCache(index_cache_bytes)
+        self.file_cache = FileCache(settings.index_cache_bytes if index_cache_bytes is None else index_cache_bytes)
         self._catalog_template = NessieCatalog.from_settings(settings, settings.main_branch, client=self.client)
 
     # --- public API ------------------------------------------------------------------------------
@@ -601,7 +602,7 @@ class BatchCommitter:
         tx = table.transaction()
         rd = RowDelta(tx, {"causeway.batch_id": batch.batch_id})
         if data.num_rows:
-            files = list(_dataframe_to_data_files(tx.table_metadata, data, table.io))
+            files = write_data_files(tx.table_metadata, data, table.io)  # one writer call per partition
             rd.add(files)
             new_bytes = sum(f.file_size_in_bytes for f in files)
             stats.bytes_written += new_bytes

@@ -21,6 +21,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +38,8 @@ from pyiceberg.manifest import (
     ManifestFile,
     ManifestWriterV2,
 )
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _SnapshotProducer
@@ -270,6 +273,47 @@ def write_partition_deletes(
         if written is not None:
             out.append(written)
     return out
+
+
+def partition_runs(df: pa.Table, spec: PartitionSpec, schema: Schema) -> list[pa.Table]:
+    """``df`` cut into one slice per partition of ``spec`` (rows of a partition keep their order). Pure.
+
+    pyiceberg's partitioned writer filters the whole table once per partition (O(partitions ×
+    rows): with 32 (type, bucket) partitions, 8 % of a flush's CPU in a profile); a stable sort on
+    the partition key and zero-copy slices cost one pass.
+    """
+    if spec.is_unpartitioned() or df.num_rows == 0:
+        return [df]
+    codes: pa.Array | None = None
+    for f in spec.fields:
+        column = schema.find_column_name(f.source_id)
+        values = f.transform.pyarrow_transform(schema.find_field(f.source_id).field_type)(
+            df.column(column).combine_chunks()
+        )
+        encoded = pc.dictionary_encode(values, null_encoding="encode")
+        index = encoded.indices.cast(pa.int64())
+        codes = index if codes is None else pc.add(pc.multiply(codes, len(encoded.dictionary)), index)
+    assert codes is not None
+    order = pc.sort_indices(codes)  # stable
+    ordered, sorted_codes = df.take(order), codes.take(order)
+    counts = pc.value_counts(sorted_codes).field("counts").to_pylist()  # in order of appearance: sorted
+    out, start = [], 0
+    for n in counts:
+        out.append(ordered.slice(start, n))
+        start += n
+    return out
+
+
+def write_data_files(metadata: Any, df: pa.Table, io: FileIO) -> list[DataFile]:
+    """Data files of ``df`` under the current spec of ``metadata`` (pyiceberg's writer, one call
+    per partition: see :func:`partition_runs`)."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    return [
+        data_file
+        for part in partition_runs(df, metadata.spec(), metadata.schema())
+        for data_file in _dataframe_to_data_files(metadata, part, io)
+    ]
 
 
 def new_delete_location(table: object) -> str:

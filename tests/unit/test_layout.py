@@ -175,3 +175,34 @@ def test_the_projection_bucket_count_is_a_setting() -> None:
     assert from_iceberg(COMMON.spec_with(4), COMMON.schema) == four
     assert len(COMMON.spec_with(0).fields) == 1
     assert Settings.from_env({"CAUSEWAY_PROJECTION_BUCKETS": "4"}).projection_buckets == 4
+
+
+def test_partition_runs_cut_rows_into_one_slice_per_partition_in_their_order() -> None:
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import _determine_partitions
+
+    from sinks.rowdelta import partition_runs
+
+    spec = partition_spec(parse_spec("default", COMMON.name, buckets=4), COMMON.schema)
+    n = 400
+    rows = pa.table(
+        {
+            "object_type_id": pa.array(["widget" if i % 3 else "gadget" for i in range(n)]),
+            "object_pk": pa.array([f"pk-{i * 7919 % n}" for i in range(n)]),
+            "version": pa.array(range(n), pa.int64()),
+        }
+    )
+    runs = partition_runs(rows, spec, COMMON.schema)
+    expected = {
+        tuple(p.partition_key.partition): p.arrow_table_partition.column("version").to_pylist()
+        for p in _determine_partitions(spec, COMMON.schema, rows)
+    }
+    assert len(runs) == len(expected) == 8  # 2 types × 4 buckets
+    got = {}
+    for run in runs:
+        types = set(run.column("object_type_id").to_pylist())
+        buckets = {BucketTransform(4).transform(StringType())(pk) for pk in run.column("object_pk").to_pylist()}
+        assert len(types) == 1 and len(buckets) == 1, "a slice holds one partition"
+        got[(types.pop(), buckets.pop())] = run.column("version").to_pylist()
+    assert got == expected, "same rows per partition as pyiceberg's writer, in the same order"
+    assert partition_runs(rows, partition_spec((), COMMON.schema), COMMON.schema) == [rows]
