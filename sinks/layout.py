@@ -4,7 +4,7 @@ A layout is written as text so that an operator can type it (``causeway tables e
 reader can see it (``causeway tables show``)::
 
     day(occurred_at)                                  # entity_events
-    identity(object_type_id), bucket(16, object_pk)   # entity_common
+    identity(object_type_id), bucket(4, object_pk)    # entity_common
     none                                              # unpartitioned
 
 Terms: ``COL`` or ``identity(COL)``, ``bucket(N, COL)``, ``truncate(W, COL)``, ``year(COL)``,
@@ -43,7 +43,7 @@ from pyiceberg.transforms import (
 from pyiceberg.types import StringType
 
 #: Buckets of a projection's key in the standard layout (see docs/architecture.md, "Table layout").
-PROJECTION_BUCKETS = 16
+PROJECTION_BUCKETS = 4
 #: First partition field id Iceberg assigns (field ids of a spec start here).
 PARTITION_FIELD_ID_START = 1000
 

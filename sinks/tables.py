@@ -17,8 +17,9 @@ older event cannot resurrect it; readers filter ``not deleted``.
 
 Layouts (``sinks.layout``, justified in docs/architecture.md "Table layout"): the log is
 partitioned by ``day(occurred_at)`` and its files are sorted by ``(entity_type, entity_pk,
-version)``; the projections are partitioned by type and ``bucket(16, pk)`` and sorted by key, so a
-flush reads and rewrites only the buckets it touches. Tables created before these layouts keep
+version)``; the projections are partitioned by type and ``bucket(N, pk)`` (N =
+``Settings.projection_buckets``, 4 by default) and sorted by key, so a flush reads and rewrites
+only the buckets it touches. Tables created before these layouts keep
 theirs until ``causeway tables evolve`` moves them (Iceberg partition evolution: metadata only).
 """
 

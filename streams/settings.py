@@ -170,7 +170,7 @@ class Settings:
         "grow; an evicted file is read again from storage when a flush touches its bucket.",
     )
     projection_buckets: int = _opt(
-        16,
+        4,
         "Buckets of the key in a new projection table's layout (identity(type), bucket(N, pk); 0 = type only). "
         "A flush writes a file per (type, bucket) it touches: more buckets prune more, but random keys then "
         "write more, smaller files to compact. Existing tables change only by `causeway tables evolve`.",

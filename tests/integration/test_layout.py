@@ -46,8 +46,8 @@ def cat_of(committer: BatchCommitter, world: str) -> NessieCatalog:
     return committer.catalog(f"world-{world}")
 
 
-def bucket_of(pk: str) -> int:
-    return BucketTransform(PROJECTION_BUCKETS).transform(StringType())(pk)
+def bucket_of(pk: str, buckets: int = PROJECTION_BUCKETS) -> int:
+    return BucketTransform(buckets).transform(StringType())(pk)
 
 
 class ReadRecorder:
@@ -80,19 +80,20 @@ def test_new_tables_get_the_standard_layouts_and_gc_disabled(client, sink_settin
 
 
 def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_settings) -> None:
+    n = 16  # 2 of 16 buckets (the default is PROJECTION_BUCKETS; the setting picks any count)
     world = new_world(client)
-    committer = BatchCommitter(sink_settings, client)
+    committer = BatchCommitter(sink_settings.replace(projection_buckets=n), client)
     pks = [f"p-{i:04d}" for i in range(600)]
     committer.commit_batch(batch(world, "seed", [obj(world, pk, "CREATE", 1, n=0) for pk in pks], 0))
     table = cat_of(committer, world).load_table(("onto", COMMON.name))
     files_per_bucket: dict[int, set[str]] = {}
     for task in table.scan().plan_files():
         files_per_bucket.setdefault(task.file.partition[1], set()).add(task.file.file_path)
-    assert len(files_per_bucket) == PROJECTION_BUCKETS  # 600 keys reach every bucket
+    assert len(files_per_bucket) == n  # 600 keys reach every bucket
 
     touched_buckets = sorted(files_per_bucket)[:2]
-    chosen = [pk for pk in pks if bucket_of(pk) in touched_buckets][:40]
-    assert {bucket_of(pk) for pk in chosen} == set(touched_buckets)
+    chosen = [pk for pk in pks if bucket_of(pk, n) in touched_buckets][:40]
+    assert {bucket_of(pk, n) for pk in chosen} == set(touched_buckets)
     reads = ReadRecorder(committer)
     out = committer.commit_batch(batch(world, "upd", [obj(world, pk, "UPDATE", 2, n=1) for pk in chosen], 1000))
 
@@ -101,7 +102,7 @@ def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_s
     assert data_reads, "the flush must read the touched buckets' key columns"
     assert set(data_reads) <= allowed, "a flush read a data file of a bucket it did not touch"
     all_files = set().union(*files_per_bucket.values())
-    assert len(set(data_reads)) <= len(all_files) * 2 / PROJECTION_BUCKETS
+    assert len(set(data_reads)) <= len(all_files) * 2 / n
 
     # What the commit wrote and removed lies in the touched buckets only.
     after = cat_of(committer, world).load_table(("onto", COMMON.name))
@@ -304,7 +305,7 @@ def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
 
     dry = runner.invoke(cli, ["tables", "evolve", world, "entity_common", "--spec", "default", "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert "none  ->  identity(object_type_id), bucket(16, object_pk)" in dry.output
+    assert "none  ->  identity(object_type_id), bucket(4, object_pk)" in dry.output
     assert "dry run" in dry.output
 
     every = runner.invoke(
@@ -320,7 +321,7 @@ def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
     assert shown.exit_code == 0, shown.output
     assert (
         "spec 0: none" in shown.output
-        and "spec 1: identity(object_type_id), bucket(16, object_pk)  (current)" in shown.output
+        and "spec 1: identity(object_type_id), bucket(4, object_pk)  (current)" in shown.output
     )
     assert "gc.enabled: false" in shown.output and "(unpartitioned)" in shown.output
 
