@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flush", type=int, default=10_000, help="events per timed flush")
     ap.add_argument("--flushes", type=int, default=20, help="timed flushes")
     ap.add_argument("--seed-batch", type=int, default=100_000, help="events per flush while seeding")
-    ap.add_argument("--max-small-files", type=int, default=8, help="committer's small-file bin-packing fanout")
+    ap.add_argument("--max-small-files", type=int, default=16, help="committer's small-file bin-packing fanout")
     ap.add_argument("--warehouse", default="", help="file:///path or s3://bucket (default: a temp dir)")
     args = ap.parse_args(argv)
 

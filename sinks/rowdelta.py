@@ -275,6 +275,27 @@ def write_partition_deletes(
     return out
 
 
+def deletes_to_merge(delete_files: Mapping[str, DataFile], live: Iterable[str], max_per_partition: int) -> list[str]:
+    """The live delete files a flush merges: per (spec, partition), the smaller half (at least two)
+    once the partition holds more than ``max_per_partition`` of them, counting the one the flush adds.
+
+    Tiered, like an LSM, so a merge rewrites recent deletes rather than all of them. Counted per
+    partition because a flush writes one delete file per partition it deletes from: a global count
+    could not bound them (a merge's output is one file per partition). After a flush every
+    partition holds at most ``max_per_partition`` delete files. Pure.
+    """
+    groups: dict[tuple[object, ...], list[str]] = {}
+    for path in live:
+        df = delete_files[path]
+        groups.setdefault((spec_of(df, -1), tuple(df.partition or ())), []).append(path)
+    out: list[str] = []
+    for _, paths in sorted(groups.items(), key=lambda kv: repr(kv[0])):
+        if len(paths) + 1 > max_per_partition:
+            paths.sort(key=lambda d: (delete_files[d].record_count, d))
+            out += paths[: max(2, len(paths) // 2)]
+    return out
+
+
 def partition_runs(df: pa.Table, spec: PartitionSpec, schema: Schema) -> list[pa.Table]:
     """``df`` cut into one slice per partition of ``spec`` (rows of a partition keep their order). Pure.
 

@@ -206,3 +206,24 @@ def test_partition_runs_cut_rows_into_one_slice_per_partition_in_their_order() -
         got[(types.pop(), buckets.pop())] = run.column("version").to_pylist()
     assert got == expected, "same rows per partition as pyiceberg's writer, in the same order"
     assert partition_runs(rows, partition_spec((), COMMON.schema), COMMON.schema) == [rows]
+
+
+def test_delete_files_are_merged_per_partition_not_across_them() -> None:
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    from sinks.rowdelta import deletes_to_merge
+
+    def delete_file(path: str, bucket: int, rows: int) -> DataFile:
+        df = DataFile.from_args(
+            content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+            partition=Record("widget", bucket), record_count=rows, file_size_in_bytes=100,
+        )  # fmt: skip
+        df.spec_id = 1
+        return df
+
+    # A flush of random keys adds one delete file to each bucket: two flushes over 4 buckets.
+    files = {f"d{b}-{n}": delete_file(f"d{b}-{n}", b, 10 + n) for b in range(4) for n in range(2)}
+    assert deletes_to_merge(files, files, 3) == [], "no partition would hold more than 3"
+    # One partition at the limit: the smaller half of that partition only, never another's.
+    files["d1-2"] = delete_file("d1-2", 1, 12)
+    assert deletes_to_merge(files, files, 3) == ["d1-0", "d1-1"]
