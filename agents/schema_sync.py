@@ -41,6 +41,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka import TopicPartition as KafkaTP
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
+from agents import layout_events
 from agents.kafka_loop import KafkaLoop
 from agents.offset_tracker import OffsetTracker
 from models.deadletter import DeadLetter
@@ -412,6 +413,10 @@ class SchemaSync(KafkaLoop):
             return
         if rec.topic == self.settings.schema_intelligence_topic:
             await self._intelligence(rec.value)
+            self._tracker.done(tp, rec.offset)
+            return
+        if layout_events.is_layout_event(rec.value):  # partition evolution (agents/layout_events.py)
+            await layout_events.handle(self, rec)
             self._tracker.done(tp, rec.offset)
             return
         change = decode_change(rec.value)

@@ -7,7 +7,7 @@ import orjson
 
 from models.worlds import InvalidWorldId
 from sinks.errors import NessieError
-from sinks.layout import LayoutError, format_sort, format_spec, parse_sort, parse_spec
+from sinks.layout import LayoutError, format_sort, format_spec
 from sinks.layout_run import EvolveResult, TableLayoutError, TableLayouts, TableMissing, TableReport
 from sinks.tables import ALL_TABLES
 from streams.settings import Settings
@@ -112,9 +112,7 @@ def evolve(
     layouts = _layouts(settings)
     for name in names:
         try:
-            new_spec = parse_spec(spec, name) if spec is not None else None
-            new_sort = parse_sort(sort, name) if sort is not None else None
-            result = layouts.evolve(world, name, new_spec, new_sort, dry_run=dry_run)
+            result = layouts.evolve_text(world, name, spec, sort, dry_run=dry_run)
         except TableMissing as exc:
             if table != "all":
                 raise _fail(settings, exc) from exc

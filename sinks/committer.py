@@ -61,7 +61,7 @@ each rewritten row was paid for by at least one deleted row; a flush rewrites at
 (``target_file_bytes`` caps that); once more than ``max_small_files`` files of one partition and
 size tier are small (each flush adds one per partition it touches), they are bin-packed under the
 same budget. Delete files are merged tiered (the
-smaller half, when there are more than ``max_delete_files``), and delete files that name no live
+smaller half of a partition's, when it has more than ``max_delete_files``), and delete files that name no live
 data file are dropped. The price is a read: each flush reads the key/version columns of the
 projection to build the index; parsed columns of the immutable files are kept in a bounded LRU
 (:class:`sinks.rowdelta.FileCache`), so only new files are read from storage.
@@ -125,8 +125,10 @@ from sinks.rowdelta import (
     FileCache,
     RowDelta,
     TableState,
+    deletes_to_merge,
     positions,
     read_state,
+    write_data_files,
     write_partition_deletes,
 )
 from sinks.rows import events_arrow, projection_arrow
@@ -233,8 +235,8 @@ class BatchCommitter:
         compact_below: float = 0.5,
         compact_budget: float = 2.0,
         max_delete_files: int = 8,
-        max_small_files: int = 8,
-        index_cache_bytes: int = 256 * 1024 * 1024,
+        max_small_files: int = 16,
+        index_cache_bytes: int | None = None,
         on_retry: Callable[[str, str], None] | None = None,
     ) -> None:
         self.settings = settings
@@ -248,7 +250,7 @@ class BatchCommitter:
         self.compact_budget = compact_budget
         self.max_delete_files = max_delete_files
         self.max_small_files = max_small_files
-        self.file_cache = FileCache(index_cache_bytes)
+        self.file_cache = FileCache(settings.index_cache_bytes if index_cache_bytes is None else index_cache_bytes)
         self._catalog_template = NessieCatalog.from_settings(settings, settings.main_branch, client=self.client)
 
     # --- public API ------------------------------------------------------------------------------
@@ -488,7 +490,7 @@ class BatchCommitter:
             return cat.create_table(
                 (ns, tdef.name),
                 tdef.schema,
-                partition_spec=tdef.spec,
+                partition_spec=tdef.spec_with(self.settings.projection_buckets),
                 sort_order=tdef.sort_order,
                 properties=table_properties(self.settings.target_file_bytes),
             )
@@ -613,7 +615,7 @@ class BatchCommitter:
         tx = table.transaction()
         rd = RowDelta(tx, {"causeway.batch_id": batch.batch_id})
         if data.num_rows:
-            files = list(_dataframe_to_data_files(tx.table_metadata, data, table.io))
+            files = write_data_files(tx.table_metadata, data, table.io)  # one writer call per partition
             rd.add(files)
             new_bytes = sum(f.file_size_in_bytes for f in files)
             stats.bytes_written += new_bytes
@@ -632,17 +634,13 @@ class BatchCommitter:
             state.delete_files[d] for d, refs in state.delete_positions.items() if not set(refs) & surviving_files
         ]
         gone = {df.file_path for df in obsolete}
-        live_deletes = sorted(
-            (d for d in state.delete_files if d not in gone), key=lambda d: state.delete_files[d].record_count
-        )
-        merge: list[str] = []
-        if len(live_deletes) + 1 > self.max_delete_files:
-            merge = live_deletes[: max(2, len(live_deletes) // 2)]
-            for d in merge:
-                for path, pos in state.delete_positions[d].items():
-                    if path not in removed and path in state.files:
-                        survivors.setdefault(path, []).extend(pos.to_pylist())
-                obsolete.append(state.delete_files[d])
+        live_deletes = [d for d in state.delete_files if d not in gone]
+        merge = deletes_to_merge(state.delete_files, live_deletes, self.max_delete_files)  # per partition
+        for d in merge:
+            for path, pos in state.delete_positions[d].items():
+                if path not in removed and path in state.files:
+                    survivors.setdefault(path, []).extend(pos.to_pylist())
+            obsolete.append(state.delete_files[d])
         rd.remove(obsolete)
         stats.files_removed += len(obsolete)
         if survivors:  # one delete file per partition: deletes never cross a partition

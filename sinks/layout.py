@@ -4,7 +4,7 @@ A layout is written as text so that an operator can type it (``causeway tables e
 reader can see it (``causeway tables show``)::
 
     day(occurred_at)                                  # entity_events
-    identity(object_type_id), bucket(16, object_pk)   # entity_common
+    identity(object_type_id), bucket(4, object_pk)    # entity_common
     none                                              # unpartitioned
 
 Terms: ``COL`` or ``identity(COL)``, ``bucket(N, COL)``, ``truncate(W, COL)``, ``year(COL)``,
@@ -43,7 +43,7 @@ from pyiceberg.transforms import (
 from pyiceberg.types import StringType
 
 #: Buckets of a projection's key in the standard layout (see docs/architecture.md, "Table layout").
-PROJECTION_BUCKETS = 16
+PROJECTION_BUCKETS = 4
 #: First partition field id Iceberg assigns (field ids of a spec start here).
 PARTITION_FIELD_ID_START = 1000
 
@@ -108,17 +108,27 @@ class Layout:
         return f"spec {format_spec(self.spec)}; sorted by {format_sort(self.sort)}"
 
 
-DEFAULT_LAYOUTS: dict[str, Layout] = {
-    "entity_events": Layout((PartField("day", "occurred_at"),), ("entity_type", "entity_pk", "version")),
-    "entity_common": Layout(
-        (PartField("identity", "object_type_id"), PartField("bucket", "object_pk", PROJECTION_BUCKETS)),
-        ("object_type_id", "object_pk"),
-    ),
-    "entity_edge": Layout(
-        (PartField("identity", "link_type"), PartField("bucket", "link_pk", PROJECTION_BUCKETS)),
-        ("link_type", "link_pk"),
-    ),
-}
+def default_layouts(buckets: int = PROJECTION_BUCKETS) -> dict[str, Layout]:
+    """The standard layout of each table, with ``buckets`` buckets of a projection's key.
+
+    ``buckets`` = 0 leaves the key unbucketed (projections partitioned by type only). The count is
+    ``Settings.projection_buckets``: a flush of random keys writes a data file and a delete file per
+    (type, bucket) it touches, so more buckets mean smaller files and more compaction (measured
+    in docs/architecture.md, "Table layout").
+    """
+
+    def projection(type_col: str, pk_col: str) -> Layout:
+        bucket = (PartField("bucket", pk_col, buckets),) if buckets > 0 else ()
+        return Layout((PartField("identity", type_col), *bucket), (type_col, pk_col))
+
+    return {
+        "entity_events": Layout((PartField("day", "occurred_at"),), ("entity_type", "entity_pk", "version")),
+        "entity_common": projection("object_type_id", "object_pk"),
+        "entity_edge": projection("link_type", "link_pk"),
+    }
+
+
+DEFAULT_LAYOUTS: dict[str, Layout] = default_layouts()
 
 
 # --- text -------------------------------------------------------------------------------------------
@@ -146,17 +156,19 @@ def _split_top(text: str) -> list[str]:
     return parts
 
 
-def default_layout(table: str | None) -> Layout:
-    if table not in DEFAULT_LAYOUTS:
+def default_layout(table: str | None, buckets: int = PROJECTION_BUCKETS) -> Layout:
+    layouts = default_layouts(buckets)
+    if table not in layouts:
         raise LayoutError(f"no default layout for table {table!r}")
-    return DEFAULT_LAYOUTS[table]
+    return layouts[table]
 
 
-def parse_spec(text: str, table: str | None = None) -> Spec:
-    """``"identity(a), bucket(16, b)"`` → fields; ``none`` → (); ``default`` → the table's standard."""
+def parse_spec(text: str, table: str | None = None, buckets: int = PROJECTION_BUCKETS) -> Spec:
+    """``"identity(a), bucket(16, b)"`` → fields; ``none`` → (); ``default`` → the table's standard
+    (with ``buckets`` buckets of a projection's key, ``Settings.projection_buckets``)."""
     stripped = text.strip()
     if stripped.lower() == "default":
-        return default_layout(table).spec
+        return default_layout(table, buckets).spec
     if stripped.lower() in ("none", "unpartitioned", ""):
         return ()
     fields: list[PartField] = []

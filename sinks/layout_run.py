@@ -32,6 +32,8 @@ from sinks.layout import (
     format_sort,
     format_spec,
     from_iceberg,
+    parse_sort,
+    parse_spec,
     part_field,
     plan_evolution,
     sort_columns,
@@ -217,6 +219,17 @@ class TableLayouts:
                 if tables:  # asked for by name: say it is missing
                     raise
         return out
+
+    def evolve_text(
+        self, world: str, table: str, spec: str | None, sort: str | None, dry_run: bool = False
+    ) -> EvolveResult:
+        """:meth:`evolve` with the layout as text (``default`` = the standard layout with
+        ``Settings.projection_buckets``): the one entry point of ``causeway tables evolve`` and of
+        the schema-sync control event (``agents.layout_events``). Raises LayoutError on bad text."""
+        buckets = self.settings.projection_buckets
+        new_spec = parse_spec(spec, table, buckets) if spec is not None else None
+        new_sort = parse_sort(sort, table) if sort is not None else None
+        return self.evolve(world, table, new_spec, new_sort, dry_run=dry_run)
 
     def evolve(
         self, world: str, table: str, spec: tuple[Any, ...] | None, sort: tuple[str, ...] | None, dry_run: bool = False

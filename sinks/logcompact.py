@@ -88,11 +88,10 @@ def compact_log(
     in-memory bytes of a row, from the flush's own rows) lets tiers count rows: pyiceberg cuts
     files at in-memory bytes, which on disk come out several times smaller.
     """
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
     from pyiceberg.table import DataScan
 
     from sinks.committer import read_data_file
-    from sinks.rowdelta import RowDelta
+    from sinks.rowdelta import RowDelta, write_data_files
     from sinks.rows import EVENTS_SORT
 
     metadata = tx.table_metadata
@@ -118,9 +117,7 @@ def compact_log(
         parts = [read_data_file(table, p) for p in paths]
         merged = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
         merged = merged.sort_by([k for k in EVENTS_SORT if k[0] in schema.names])
-        new = [
-            df for chunk in cut(merged, target_file_bytes) for df in _dataframe_to_data_files(metadata, chunk, table.io)
-        ]
+        new = [df for chunk in cut(merged, target_file_bytes) for df in write_data_files(metadata, chunk, table.io)]
         rd.add(new)
         rd.remove(files[p] for p in paths)
         removed += len(paths)

@@ -21,6 +21,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +38,8 @@ from pyiceberg.manifest import (
     ManifestFile,
     ManifestWriterV2,
 )
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _SnapshotProducer
@@ -270,6 +273,68 @@ def write_partition_deletes(
         if written is not None:
             out.append(written)
     return out
+
+
+def deletes_to_merge(delete_files: Mapping[str, DataFile], live: Iterable[str], max_per_partition: int) -> list[str]:
+    """The live delete files a flush merges: per (spec, partition), the smaller half (at least two)
+    once the partition holds more than ``max_per_partition`` of them, counting the one the flush adds.
+
+    Tiered, like an LSM, so a merge rewrites recent deletes rather than all of them. Counted per
+    partition because a flush writes one delete file per partition it deletes from: a global count
+    could not bound them (a merge's output is one file per partition). After a flush every
+    partition holds at most ``max_per_partition`` delete files. Pure.
+    """
+    groups: dict[tuple[object, ...], list[str]] = {}
+    for path in live:
+        df = delete_files[path]
+        groups.setdefault((spec_of(df, -1), tuple(df.partition or ())), []).append(path)
+    out: list[str] = []
+    for _, paths in sorted(groups.items(), key=lambda kv: repr(kv[0])):
+        if len(paths) + 1 > max_per_partition:
+            paths.sort(key=lambda d: (delete_files[d].record_count, d))
+            out += paths[: max(2, len(paths) // 2)]
+    return out
+
+
+def partition_runs(df: pa.Table, spec: PartitionSpec, schema: Schema) -> list[pa.Table]:
+    """``df`` cut into one slice per partition of ``spec`` (rows of a partition keep their order). Pure.
+
+    pyiceberg's partitioned writer filters the whole table once per partition (O(partitions ×
+    rows): with 32 (type, bucket) partitions, 8 % of a flush's CPU in a profile); a stable sort on
+    the partition key and zero-copy slices cost one pass.
+    """
+    if spec.is_unpartitioned() or df.num_rows == 0:
+        return [df]
+    codes: pa.Array | None = None
+    for f in spec.fields:
+        column = schema.find_column_name(f.source_id)
+        values = f.transform.pyarrow_transform(schema.find_field(f.source_id).field_type)(
+            df.column(column).combine_chunks()
+        )
+        encoded = pc.dictionary_encode(values, null_encoding="encode")
+        index = encoded.indices.cast(pa.int64())
+        codes = index if codes is None else pc.add(pc.multiply(codes, len(encoded.dictionary)), index)
+    assert codes is not None
+    order = pc.sort_indices(codes)  # stable
+    ordered, sorted_codes = df.take(order), codes.take(order)
+    counts = pc.value_counts(sorted_codes).field("counts").to_pylist()  # in order of appearance: sorted
+    out, start = [], 0
+    for n in counts:
+        out.append(ordered.slice(start, n))
+        start += n
+    return out
+
+
+def write_data_files(metadata: Any, df: pa.Table, io: FileIO) -> list[DataFile]:
+    """Data files of ``df`` under the current spec of ``metadata`` (pyiceberg's writer, one call
+    per partition: see :func:`partition_runs`)."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    return [
+        data_file
+        for part in partition_runs(df, metadata.spec(), metadata.schema())
+        for data_file in _dataframe_to_data_files(metadata, part, io)
+    ]
 
 
 def new_delete_location(table: object) -> str:

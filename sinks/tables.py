@@ -17,8 +17,9 @@ older event cannot resurrect it; readers filter ``not deleted``.
 
 Layouts (``sinks.layout``, justified in docs/architecture.md "Table layout"): the log is
 partitioned by ``day(occurred_at)`` and its files are sorted by ``(entity_type, entity_pk,
-version)``; the projections are partitioned by type and ``bucket(16, pk)`` and sorted by key, so a
-flush reads and rewrites only the buckets it touches. Tables created before these layouts keep
+version)``; the projections are partitioned by type and ``bucket(N, pk)`` (N =
+``Settings.projection_buckets``, 4 by default) and sorted by key, so a flush reads and rewrites
+only the buckets it touches. Tables created before these layouts keep
 theirs until ``causeway tables evolve`` moves them (Iceberg partition evolution: metadata only).
 """
 
@@ -48,7 +49,7 @@ from pyiceberg.types import (
 
 from models.events import EntityKind
 from models.schema import AddColumn, ColumnOp, DocColumn, Primitive, PropType, RenameColumn, TypeSchema, WidenColumn
-from sinks.layout import DEFAULT_LAYOUTS, Layout, partition_spec, sort_order
+from sinks.layout import DEFAULT_LAYOUTS, PROJECTION_BUCKETS, Layout, default_layout, partition_spec, sort_order
 
 ENTITY_EVENTS = "entity_events"
 ENTITY_COMMON = "entity_common"
@@ -140,6 +141,10 @@ class TableDef:
     @property
     def spec(self) -> PartitionSpec:
         return partition_spec(self.layout.spec, self.schema)
+
+    def spec_with(self, buckets: int = PROJECTION_BUCKETS) -> PartitionSpec:
+        """The spec a new table gets with ``buckets`` buckets of its key (``Settings.projection_buckets``)."""
+        return partition_spec(default_layout(self.name, buckets).spec, self.schema)
 
     @property
     def sort_order(self) -> SortOrder:

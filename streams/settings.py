@@ -188,6 +188,18 @@ class Settings:
     commit_backoff_s: float = _opt(0.05, "Base of the jittered exponential backoff between commit retries.")
     snapshot_expire_every: int = _opt(20, "Expire old snapshots every N commits per table to bound metadata.")
     target_file_bytes: int = _opt(64 * 1024 * 1024, "Roll data files at about this many bytes.")
+    index_cache_bytes: int = _opt(
+        256 * 1024 * 1024,
+        "Bytes of parsed projection key columns (the worker's key index, one entry per data file, so per "
+        "bucket) kept between flushes, least recently used evicted first. Bounds the worker's memory as keys "
+        "grow; an evicted file is read again from storage when a flush touches its bucket.",
+    )
+    projection_buckets: int = _opt(
+        4,
+        "Buckets of the key in a new projection table's layout (identity(type), bucket(N, pk); 0 = type only). "
+        "A flush writes a file per (type, bucket) it touches: more buckets prune more, but random keys then "
+        "write more, smaller files to compact. Existing tables change only by `causeway tables evolve`.",
+    )
     # --- schema sync and reconciliation (agents/schema_sync.py, agents/reconcile.py) -------------
     schema_topic: str = _opt(
         "onto.schema.updated", "Control-plane schema.updated events (models.schema), consumed by schema sync."

@@ -43,8 +43,8 @@ def cat_of(committer: BatchCommitter, world: str) -> NessieCatalog:
     return committer.catalog(f"world-{world}")
 
 
-def bucket_of(pk: str) -> int:
-    return BucketTransform(PROJECTION_BUCKETS).transform(StringType())(pk)
+def bucket_of(pk: str, buckets: int = PROJECTION_BUCKETS) -> int:
+    return BucketTransform(buckets).transform(StringType())(pk)
 
 
 class ReadRecorder:
@@ -77,19 +77,20 @@ def test_new_tables_get_the_standard_layouts_and_gc_disabled(client, sink_settin
 
 
 def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_settings) -> None:
+    n = 16  # 2 of 16 buckets (the default is PROJECTION_BUCKETS; the setting picks any count)
     world = new_world(client)
-    committer = BatchCommitter(sink_settings, client)
+    committer = BatchCommitter(sink_settings.replace(projection_buckets=n), client)
     pks = [f"p-{i:04d}" for i in range(600)]
     committer.commit_batch(batch(world, "seed", [obj(world, pk, "CREATE", 1, n=0) for pk in pks], 0))
     table = cat_of(committer, world).load_table(("onto", COMMON.name))
     files_per_bucket: dict[int, set[str]] = {}
     for task in table.scan().plan_files():
         files_per_bucket.setdefault(task.file.partition[1], set()).add(task.file.file_path)
-    assert len(files_per_bucket) == PROJECTION_BUCKETS  # 600 keys reach every bucket
+    assert len(files_per_bucket) == n  # 600 keys reach every bucket
 
     touched_buckets = sorted(files_per_bucket)[:2]
-    chosen = [pk for pk in pks if bucket_of(pk) in touched_buckets][:40]
-    assert {bucket_of(pk) for pk in chosen} == set(touched_buckets)
+    chosen = [pk for pk in pks if bucket_of(pk, n) in touched_buckets][:40]
+    assert {bucket_of(pk, n) for pk in chosen} == set(touched_buckets)
     reads = ReadRecorder(committer)
     out = committer.commit_batch(batch(world, "upd", [obj(world, pk, "UPDATE", 2, n=1) for pk in chosen], 1000))
 
@@ -98,7 +99,7 @@ def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_s
     assert data_reads, "the flush must read the touched buckets' key columns"
     assert set(data_reads) <= allowed, "a flush read a data file of a bucket it did not touch"
     all_files = set().union(*files_per_bucket.values())
-    assert len(set(data_reads)) <= len(all_files) * 2 / PROJECTION_BUCKETS
+    assert len(set(data_reads)) <= len(all_files) * 2 / n
 
     # What the commit wrote and removed lies in the touched buckets only.
     after = cat_of(committer, world).load_table(("onto", COMMON.name))
@@ -177,15 +178,20 @@ def _legacy_tables(committer: BatchCommitter, world: str) -> None:
     cat.publish("legacy tables")
 
 
-def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(client, sink_settings) -> None:
-    world = new_world(client)
-    committer = BatchCommitter(sink_settings, client)
+def legacy_world_with_data(committer: BatchCommitter, world: str) -> tuple[list[ChangeEvent], dict]:  # type: ignore[type-arg]
+    """Tables as before layouts, holding two types' objects; the events and the projection."""
     _legacy_tables(committer, world)
     first = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(60)]
     first += [obj(world, f"p{i}", "UPDATE", 2, n=i * 10) for i in range(0, 60, 3)]
     first += [obj(world, f"q{i}", "CREATE", 1, typ="place", n=i) for i in range(20)]
     committer.commit_batch(batch(world, "before", first, 0))
-    before = objects(cat_of(committer, world))
+    return first, objects(cat_of(committer, world))
+
+
+def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(client, sink_settings) -> None:
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client)
+    first, before = legacy_world_with_data(committer, world)
 
     layouts = TableLayouts(sink_settings, committer)
     dry = layouts.evolve(world, COMMON.name, DEFAULT_LAYOUTS[COMMON.name].spec, None, dry_run=True)
@@ -205,6 +211,13 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     assert len(common.specs()) == 2 and not common.spec().is_unpartitioned()
     assert objects(cat) == before, "evolution changed what readers see"
 
+    writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
+
+
+def writes_reads_and_rebuild_after_evolution(settings, committer, world, first, before) -> None:  # type: ignore[no-untyped-def]
+    """After an evolution of a world holding ``first`` (projection ``before``): writes across old-
+    and new-spec files give the model's projection, the log keeps every row, both specs are in use,
+    and a rebuild from the log equals the live projection."""
     # Writes after the change: updates of rows in old-spec files, deletes, a truncate, new keys.
     # (few enough that the old-spec file stays under compaction's half-deleted threshold)
     after = [obj(world, f"p{i}", "UPDATE", 3, n=i * 100) for i in range(0, 60, 6)]
@@ -230,7 +243,7 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     specs_in_use = {t.file.spec_id for t in cat.load_table(("onto", COMMON.name)).scan().plan_files()}
     assert len(specs_in_use) == 2, "old files keep their spec, new ones use the new spec"
 
-    result = rebuild(sink_settings, world, write=False)
+    result = rebuild(settings, world, write=False)
     assert result.identical, [d.sample() for d in result.diffs]
 
 
@@ -289,7 +302,7 @@ def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
 
     dry = runner.invoke(cli, ["tables", "evolve", world, "entity_common", "--spec", "default", "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert "none  ->  identity(object_type_id), bucket(16, object_pk)" in dry.output
+    assert "none  ->  identity(object_type_id), bucket(4, object_pk)" in dry.output
     assert "dry run" in dry.output
 
     every = runner.invoke(
@@ -305,7 +318,7 @@ def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
     assert shown.exit_code == 0, shown.output
     assert (
         "spec 0: none" in shown.output
-        and "spec 1: identity(object_type_id), bucket(16, object_pk)  (current)" in shown.output
+        and "spec 1: identity(object_type_id), bucket(4, object_pk)  (current)" in shown.output
     )
     assert "gc.enabled: false" in shown.output and "(unpartitioned)" in shown.output
 

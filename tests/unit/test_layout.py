@@ -159,3 +159,67 @@ def test_a_legacy_log_without_batch_seq_gets_rows_in_batch_order() -> None:
     rows = events_arrow([(e, None) for e in batch], "b", datetime.now(UTC), set(), legacy)
     assert "batch_seq" not in rows.schema.names
     assert rows.column("entity_pk").to_pylist() == ["p2", "p1"]
+
+
+def test_the_projection_bucket_count_is_a_setting() -> None:
+    from streams.settings import Settings
+
+    four = parse_spec("default", COMMON.name, buckets=4)
+    assert format_spec(four) == "identity(object_type_id), bucket(4, object_pk)"
+    assert format_spec(parse_spec("default", COMMON.name, buckets=0)) == "identity(object_type_id)"
+    assert parse_spec("default", EVENTS.name, buckets=4) == DEFAULT_LAYOUTS[EVENTS.name].spec
+    assert from_iceberg(COMMON.spec_with(4), COMMON.schema) == four
+    assert len(COMMON.spec_with(0).fields) == 1
+    assert Settings.from_env({"CAUSEWAY_PROJECTION_BUCKETS": "4"}).projection_buckets == 4
+
+
+def test_partition_runs_cut_rows_into_one_slice_per_partition_in_their_order() -> None:
+    import pyarrow as pa
+    from pyiceberg.io.pyarrow import _determine_partitions
+
+    from sinks.rowdelta import partition_runs
+
+    spec = partition_spec(parse_spec("default", COMMON.name, buckets=4), COMMON.schema)
+    n = 400
+    rows = pa.table(
+        {
+            "object_type_id": pa.array(["widget" if i % 3 else "gadget" for i in range(n)]),
+            "object_pk": pa.array([f"pk-{i * 7919 % n}" for i in range(n)]),
+            "version": pa.array(range(n), pa.int64()),
+        }
+    )
+    runs = partition_runs(rows, spec, COMMON.schema)
+    expected = {
+        tuple(p.partition_key.partition): p.arrow_table_partition.column("version").to_pylist()
+        for p in _determine_partitions(spec, COMMON.schema, rows)
+    }
+    assert len(runs) == len(expected) == 8  # 2 types × 4 buckets
+    got = {}
+    for run in runs:
+        types = set(run.column("object_type_id").to_pylist())
+        buckets = {BucketTransform(4).transform(StringType())(pk) for pk in run.column("object_pk").to_pylist()}
+        assert len(types) == 1 and len(buckets) == 1, "a slice holds one partition"
+        got[(types.pop(), buckets.pop())] = run.column("version").to_pylist()
+    assert got == expected, "same rows per partition as pyiceberg's writer, in the same order"
+    assert partition_runs(rows, partition_spec((), COMMON.schema), COMMON.schema) == [rows]
+
+
+def test_delete_files_are_merged_per_partition_not_across_them() -> None:
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    from sinks.rowdelta import deletes_to_merge
+
+    def delete_file(path: str, bucket: int, rows: int) -> DataFile:
+        df = DataFile.from_args(
+            content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+            partition=Record("widget", bucket), record_count=rows, file_size_in_bytes=100,
+        )  # fmt: skip
+        df.spec_id = 1
+        return df
+
+    # A flush of random keys adds one delete file to each bucket: two flushes over 4 buckets.
+    files = {f"d{b}-{n}": delete_file(f"d{b}-{n}", b, 10 + n) for b in range(4) for n in range(2)}
+    assert deletes_to_merge(files, files, 3) == [], "no partition would hold more than 3"
+    # One partition at the limit: the smaller half of that partition only, never another's.
+    files["d1-2"] = delete_file("d1-2", 1, 12)
+    assert deletes_to_merge(files, files, 3) == ["d1-0", "d1-1"]
