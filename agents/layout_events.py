@@ -107,7 +107,7 @@ def decode_layout_change(value: bytes | None) -> LayoutChange | Invalid:
     return LayoutChange(cid_ok, world, table, spec, sort, dry_run)  # type: ignore[arg-type]
 
 
-def answer(change: LayoutChange, world: str, table: str, result: EvolveResult | None, error: str | None) -> dict:  # type: ignore[type-arg]
+def answer(change: LayoutChange, world: str, table: str, result: EvolveResult | None, error: str | None) -> dict:
     """The answer document of one table of one world (pure)."""
     doc: dict[str, Any] = {"event": LAYOUT_ANSWER, "change_id": change.change_id, "world_id": world, "table": table}
     if result is None:
@@ -123,7 +123,7 @@ def answer(change: LayoutChange, world: str, table: str, result: EvolveResult | 
     }
 
 
-def apply(layouts: TableLayouts, change: LayoutChange, world: str) -> list[dict]:  # type: ignore[type-arg]
+def apply(layouts: TableLayouts, change: LayoutChange, world: str) -> list[dict]:
     """Carry out ``change`` on one world (blocking); one answer per table. Raises on transient errors."""
     out = []
     for table in change.tables():
@@ -166,7 +166,7 @@ async def handle(sync: Any, rec: Any) -> None:
                 await sync._dead_letter(rec, reason, detail, change.change_id, world)
 
 
-async def _send(sync: Any, doc: dict, key: bytes | None) -> None:  # type: ignore[type-arg]
+async def _send(sync: Any, doc: dict, key: bytes | None) -> None:
     producer = sync._producer
     if producer is not None:
         await producer.send_and_wait(sync.settings.schema_answer_topic, orjson.dumps(doc), key=key)

@@ -287,7 +287,8 @@ def deletes_to_merge(delete_files: Mapping[str, DataFile], live: Iterable[str], 
     groups: dict[tuple[object, ...], list[str]] = {}
     for path in live:
         df = delete_files[path]
-        groups.setdefault((spec_of(df, -1), tuple(df.partition or ())), []).append(path)
+        partition: Any = df.partition or ()  # a pyiceberg Record: iterable, typed as not
+        groups.setdefault((spec_of(df, -1), tuple(partition)), []).append(path)
     out: list[str] = []
     for _, paths in sorted(groups.items(), key=lambda kv: repr(kv[0])):
         if len(paths) + 1 > max_per_partition:

@@ -9,22 +9,23 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
-from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import StringType
 
 from cli.main import cli
 from models.events import ChangeEvent
-from ops.rebuild.run import rebuild
-from sinks.catalog import NessieCatalog
 from sinks.committer import BatchCommitter
 from sinks.layout import DEFAULT_LAYOUTS, PROJECTION_BUCKETS
 from sinks.layout_run import TableLayouts
 from sinks.nessie import Reference, SyncNessieClient
-from sinks.tables import ALL_TABLES, COMMON, EVENTS, table_properties
+from sinks.tables import ALL_TABLES, COMMON, EVENTS
 from tests.integration.commits import batch, empty_root, obj, objects
+from tests.integration.layout_helpers import (
+    cat_of,
+    legacy_tables,
+    legacy_world_with_data,
+    writes_reads_and_rebuild_after_evolution,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +38,6 @@ def new_world(client: SyncNessieClient) -> str:
     world_id = f"t{uuid.uuid4().hex[:10]}"
     client.create_branch(f"world-{world_id}", empty_root(client))
     return world_id
-
-
-def cat_of(committer: BatchCommitter, world: str) -> NessieCatalog:
-    return committer.catalog(f"world-{world}")
 
 
 def bucket_of(pk: str, buckets: int = PROJECTION_BUCKETS) -> int:
@@ -159,35 +156,6 @@ def test_audit_trail_and_time_window_reads_prune_the_log(client, sink_settings) 
     assert window.to_arrow().num_rows == sum(120 for b in range(24) if b % 3 == 1)
 
 
-def _legacy_tables(committer: BatchCommitter, world: str) -> None:
-    """Create the three tables as causeway created them before layouts (no spec, no sort, no batch_seq)."""
-    cat = cat_of(committer, world)
-    cat.begin()
-    for tdef in ALL_TABLES:
-        schema = tdef.schema
-        if tdef is EVENTS:
-            schema = Schema(*[f for f in schema.fields if f.name != "batch_seq"])
-        props = {k: v for k, v in table_properties(1 << 26).items() if k != "gc.enabled"}
-        cat.create_table(
-            ("onto", tdef.name),
-            schema,
-            partition_spec=PartitionSpec(),
-            sort_order=UNSORTED_SORT_ORDER,
-            properties=props,
-        )
-    cat.publish("legacy tables")
-
-
-def legacy_world_with_data(committer: BatchCommitter, world: str) -> tuple[list[ChangeEvent], dict]:  # type: ignore[type-arg]
-    """Tables as before layouts, holding two types' objects; the events and the projection."""
-    _legacy_tables(committer, world)
-    first = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(60)]
-    first += [obj(world, f"p{i}", "UPDATE", 2, n=i * 10) for i in range(0, 60, 3)]
-    first += [obj(world, f"q{i}", "CREATE", 1, typ="place", n=i) for i in range(20)]
-    committer.commit_batch(batch(world, "before", first, 0))
-    return first, objects(cat_of(committer, world))
-
-
 def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(client, sink_settings) -> None:
     world = new_world(client)
     committer = BatchCommitter(sink_settings, client)
@@ -212,39 +180,6 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     assert objects(cat) == before, "evolution changed what readers see"
 
     writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
-
-
-def writes_reads_and_rebuild_after_evolution(settings, committer, world, first, before) -> None:  # type: ignore[no-untyped-def]
-    """After an evolution of a world holding ``first`` (projection ``before``): writes across old-
-    and new-spec files give the model's projection, the log keeps every row, both specs are in use,
-    and a rebuild from the log equals the live projection."""
-    # Writes after the change: updates of rows in old-spec files, deletes, a truncate, new keys.
-    # (few enough that the old-spec file stays under compaction's half-deleted threshold)
-    after = [obj(world, f"p{i}", "UPDATE", 3, n=i * 100) for i in range(0, 60, 6)]
-    after += [obj(world, f"p{i}", "DELETE", 4) for i in range(0, 10)]
-    after += [obj(world, "*", "TRUNCATE", 1, typ="place"), obj(world, "q1", "CREATE", 1, typ="place", n=7)]
-    after += [obj(world, f"r{i}", "CREATE", 1, n=i) for i in range(30)]
-    committer.commit_batch(batch(world, "after", after, 1000))
-    cat = cat_of(committer, world)
-    rows = objects(cat)
-    model = dict(before)
-    for i in range(0, 60, 6):
-        model[f"p{i}"] = (3, False, None)
-    for i in range(10):
-        model[f"p{i}"] = (4, True, None)
-    for i in range(20):
-        model.pop(f"q{i}")
-    model["q1"] = (1, False, None)
-    for i in range(30):
-        model[f"r{i}"] = (1, False, None)
-    assert {k: v[:2] for k, v in rows.items()} == {k: v[:2] for k, v in model.items()}
-    events = cat.load_table(("onto", EVENTS.name))
-    assert events.scan().to_arrow().num_rows == len(first) + len(after)
-    specs_in_use = {t.file.spec_id for t in cat.load_table(("onto", COMMON.name)).scan().plan_files()}
-    assert len(specs_in_use) == 2, "old files keep their spec, new ones use the new spec"
-
-    result = rebuild(settings, world, write=False)
-    assert result.identical, [d.sample() for d in result.diffs]
 
 
 def test_expiry_never_deletes_a_file_another_branch_references(client, sink_settings) -> None:
@@ -292,7 +227,7 @@ def test_expiry_never_deletes_a_file_another_branch_references(client, sink_sett
 def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
     world = new_world(client)
     committer = BatchCommitter(sink_settings, client)
-    _legacy_tables(committer, world)
+    legacy_tables(committer, world)
     committer.commit_batch(batch(world, "b1", [obj(world, f"p{i}", "CREATE", 1) for i in range(20)], 0))
     monkeypatch.setenv("CAUSEWAY_WAREHOUSE", sink_settings.warehouse)
     runner = CliRunner()

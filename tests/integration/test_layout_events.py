@@ -11,15 +11,17 @@ from sinks.committer import BatchCommitter
 from sinks.layout import DEFAULT_LAYOUTS, format_spec
 from sinks.tables import ALL_TABLES, COMMON
 from streams.settings import Settings
-from tests.integration.test_layout import (
+from tests.integration import schema_sync_fixtures as ssf
+from tests.integration.layout_helpers import (
     cat_of,
     legacy_world_with_data,
     objects,
     writes_reads_and_rebuild_after_evolution,
 )
-from tests.integration.test_schema_sync import agent, read_topic, sync_settings, wait_for, world  # noqa: F401
+from tests.integration.schema_sync_fixtures import read_topic, wait_for
 
 pytestmark = pytest.mark.integration
+sync_settings, world, agent = ssf.sync_settings, ssf.world, ssf.agent
 
 
 def layout_event(change_id: str, world_id: str, table: str, **fields: object) -> bytes:
@@ -28,9 +30,9 @@ def layout_event(change_id: str, world_id: str, table: str, **fields: object) ->
 
 
 async def test_a_layout_event_evolves_a_world_with_data_like_the_cli(
-    sync_settings: Settings,  # noqa: F811
-    world: str,  # noqa: F811
-    agent,  # noqa: ANN001, F811
+    sync_settings: Settings,
+    world: str,
+    agent,  # noqa: ANN001
 ) -> None:
     s = sync_settings
     committer = BatchCommitter(s)

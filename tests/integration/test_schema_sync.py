@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from agents.schema_sync import SchemaStore, SchemaSync
 from cli.workload import Record
@@ -20,13 +19,15 @@ from models.schema import StorageSchemaUpdated, validate_change
 from monitoring.metrics import Metrics
 from sinks.catalog import NessieCatalog
 from sinks.committer import Batch, BatchCommitter, Source
-from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Settings
 from tests import factories
 from tests.factories import change_event
+from tests.integration import schema_sync_fixtures as ssf
 from tests.integration.pipeline import Pipeline
+from tests.integration.schema_sync_fixtures import read_topic, wait_for
 
 pytestmark = pytest.mark.integration
+sync_settings, world, agent = ssf.sync_settings, ssf.world, ssf.agent
 
 TYPE = "Equipment"
 
@@ -51,62 +52,6 @@ def schema_change(world: str, version: int, *ops: dict[str, object]) -> bytes:
 def rows(cat: NessieCatalog, *cols: str) -> dict[str, dict[str, object]]:
     t = cat.load_table("onto.entity_common").scan(selected_fields=("object_pk", *cols)).to_arrow()
     return {r["object_pk"]: r for r in t.to_pylist()}
-
-
-@pytest.fixture
-def sync_settings(settings: Settings, warehouse: str, unique: str, nessie_url: str, kafka_bootstrap: str) -> Settings:
-    return settings.replace(
-        warehouse=warehouse,
-        app_id=f"cw-{unique}",
-        schema_topic=f"schema.{unique}",
-        schema_answer_topic=f"schema-answer.{unique}",
-        schema_intelligence_topic=f"schema-intel.{unique}",
-        dlq_topic=f"dlq.{unique}",
-        commit_backoff_s=0.02,
-    )
-
-
-@pytest.fixture
-def world(nessie_url: str, unique: str) -> str:
-    with SyncNessieClient(nessie_url) as client:
-        client.create_branch(f"world-t{unique}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
-    return f"t{unique}"
-
-
-@pytest.fixture
-async def agent(sync_settings: Settings) -> AsyncIterator[SchemaSync]:
-    sync = SchemaSync(sync_settings, Metrics(), poll_timeout_ms=100)
-    await sync.start()
-    task = asyncio.create_task(sync.run())
-    yield sync
-    await sync.stop()
-    task.cancel()
-
-
-async def read_topic(settings: Settings, topic: str, n: int, timeout: float = 20) -> list[tuple[bytes, list]]:  # noqa: ASYNC109
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        await consumer.seek_to_beginning(tp)
-        out: list[tuple[bytes, list]] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < n and time.monotonic() < deadline:
-            for recs in (await consumer.getmany(tp, timeout_ms=500)).values():
-                out += [(r.value, list(r.headers)) for r in recs]
-        return out
-    finally:
-        await consumer.stop()
-
-
-async def wait_for(predicate, timeout: float = 20, what: str = "condition") -> None:  # noqa: ASYNC109, ANN001
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(predicate):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_agent_adds_renames_widens_in_version_order_and_refuses_narrowing(
