@@ -49,6 +49,7 @@ from models.debezium import (
     check_hint,
     loads,
 )
+from models.errors import InputError
 from models.events import ChangeEvent, ChangeType, EntityKind, Invalid, decode
 from models.worlds import InvalidWorldId, validate_world_id
 
@@ -68,7 +69,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,199}")
 _SOURCE_KEYS = ("connector", "name", "db", "schema", "table")
 
 
-class MappingError(ValueError):
+class MappingError(InputError, ValueError):
     """The mapping config cannot be used; ``problems`` lists every one, each with its path."""
 
     def __init__(self, problems: list[str], origin: str = "CDC mapping") -> None:
