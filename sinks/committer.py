@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -107,10 +106,11 @@ from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
 from sinks import projection
 from sinks.catalog import NessieCatalog
-from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
+from sinks.errors import NessieError, RetriesExhausted
 from sinks.layout import key_filter
 from sinks.logcompact import choose, compact_log, small_file
 from sinks.nessie import SyncNessieClient
+from sinks.occ import Occ
 from sinks.offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.rowdelta import (
     FileCache,
@@ -202,10 +202,6 @@ class CommitOutcome:
     duplicate_ids: frozenset[str] = frozenset()
 
 
-class RetriesExhausted(NessieConflict):
-    """Every retry of a batch met a conflict; nothing was committed and nothing may be acked."""
-
-
 BeforePublish = Callable[[NessieCatalog, Batch, int], None]
 
 
@@ -238,12 +234,13 @@ class BatchCommitter:
         self.max_delete_files = max_delete_files
         self.max_small_files = max_small_files
         self.file_cache = FileCache(index_cache_bytes)
-        self._catalog_template = NessieCatalog.from_settings(settings, settings.main_branch, client=self.client)
+        #: The commit loop (expected hash, backoff, "did it land?"); shared with the other writers.
+        self.occ = Occ.from_settings(settings, self.client)
 
     # --- public API ------------------------------------------------------------------------------
 
     def catalog(self, branch: str) -> NessieCatalog:
-        return self._catalog_template.at(branch)
+        return self.occ.catalog(branch)
 
     def commit_batch(self, batch: Batch) -> CommitOutcome:
         """Commit ``batch`` to its world's branch exactly once, or raise (then ack nothing).
@@ -253,53 +250,28 @@ class BatchCommitter:
         """
         branch = self.naming.branch(batch.world_id)
         started = time.monotonic()
-        retries = self.settings.commit_retries
-        last: Exception | None = None
-        first_base: str | None = None  # commits of this call can only be newer than this
-        unknown = False
-        for attempt in range(1, retries + 2):
-            if unknown:
-                # An earlier attempt's outcome was unknown: it may land late, so look again (back to
-                # the first attempt's base) before every retry, not only right after the failure.
-                found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
-                if found is not None:
-                    log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
-                    return _finish(self._landed(batch, branch, found, attempt - 1), started)
-            cat = self.catalog(branch)
-            base = cat.begin()
-            first_base = first_base or base
-            try:
-                outcome = self._attempt(cat, batch, branch, attempt, base)
-                return _finish(outcome, started)
-            except NessieConflict as exc:
-                last = exc
-                log.info("batch %s on %s: conflict (attempt %d): %s", batch.batch_id, branch, attempt, exc)
-            except CommitStateUnknown as exc:
-                last = exc
-                unknown = True
-                log.warning("batch %s on %s: commit outcome unknown (attempt %d)", batch.batch_id, branch, attempt)
-            finally:
-                cat.discard()
-            if attempt <= retries:
-                if self.on_retry is not None:
-                    reason = "unknown_state" if isinstance(last, CommitStateUnknown) else "conflict"
-                    self.on_retry(batch.world_id, reason)
-                time.sleep(self.backoff(attempt))
-        if unknown:
-            found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
-            if found is not None:
-                return _finish(self._landed(batch, branch, found, retries + 1), started)
-        raise RetriesExhausted(
-            f"batch {batch.batch_id} for world {batch.world_id}: gave up after {retries + 1} attempts: {last}"
-        ) from last
+
+        def attempt(cat: NessieCatalog, base: str, n: int) -> CommitOutcome:
+            return self._attempt(cat, batch, branch, n, base)
+
+        def landed(found: str, attempts: int) -> CommitOutcome:
+            log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
+            return self._landed(batch, branch, found, attempts)
+
+        on_retry = self.on_retry
+        outcome = self.occ.run(
+            branch,
+            attempt,
+            what=f"batch {batch.batch_id} for world {batch.world_id}",
+            commit_id=batch.batch_id,
+            landed=landed,
+            on_retry=None if on_retry is None else (lambda reason: on_retry(batch.world_id, reason)),
+        )
+        return _finish(outcome, started)
 
     async def commit_batch_async(self, batch: Batch) -> CommitOutcome:
         """``commit_batch`` in a worker thread, for the asyncio worker."""
         return await asyncio.to_thread(self.commit_batch, batch)
-
-    def backoff(self, attempt: int) -> float:
-        """Full-jitter exponential backoff: uniform(0, base * 2**(attempt-1)), capped at 5 s."""
-        return random.uniform(0, min(5.0, self.settings.commit_backoff_s * 2 ** (attempt - 1)))
 
     def applied_events(self, world_id: str, ids: set[str]) -> set[str]:
         """Those of ``ids`` that took effect on the world's branch (its event log, applied=true).
@@ -354,26 +326,6 @@ class BatchCommitter:
             stale_ids=frozenset(i for i, applied in logged.items() if not applied),
             absent_ids=frozenset(ids - set(logged)),
         )
-
-    def find_batch_commit(
-        self, branch: str, batch_id: str, *, since: str | None = None, max_records: int = 2000
-    ) -> str | None:
-        """The hash of the commit on ``branch`` whose properties carry ``batch_id``, or None.
-
-        Walks history newest first and stops at ``since`` (the expected hash of the attempt: a
-        commit of that attempt can only be newer) or after ``max_records`` commits.
-        """
-        seen = 0
-        for page in self.client.history(branch, max_records=min(max_records, 200)):
-            for entry in page:
-                if entry.hash == since:
-                    return None
-                if entry.properties.get(PROP_BATCH) == batch_id:
-                    return entry.hash
-                seen += 1
-                if seen >= max_records:
-                    return None
-        return None
 
     # --- one attempt -----------------------------------------------------------------------------
 
