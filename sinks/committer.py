@@ -315,6 +315,7 @@ class BatchCommitter:
         """Stage and publish the batch against ``base`` (pinned by ``cat.begin()``)."""
         ns = self.settings.namespace
         now = datetime.now(UTC)
+        cat.prefetch([(ns, d.name) for d in (EVENTS, COMMON, EDGE)])  # one contents call for the three
         tables = {d.name: self._load_or_create(cat, ns, d) for d in (EVENTS, COMMON, EDGE)}
         events_table = tables[EVENTS.name]
 
