@@ -6,6 +6,12 @@ not wall time: the box is shared), the Nessie contents calls and ``Transaction.t
 reads per commit. The first ``--warmup`` commits (table creation, first files) are left out.
 
     python -m bench.commit_cpu --commits 30 --events 2000
+
+Measured 2026-11-30 on the shared 2-core box (CPU s per commit, mean / median over the commits
+after warm-up), before / after one contents call and the once-per-change transaction metadata:
+200-event batches (``--commits 40 --warmup 5 --events 200``): 0.689 / 0.673 -> 0.593 / 0.567;
+2,000-event batches (``--commits 25 --warmup 3 --events 2000``): 0.827 / 0.857 -> 0.799 / 0.827;
+contents calls 6 -> 1, ``table_metadata`` builds ~75 -> ~6 per commit.
 """
 
 from __future__ import annotations
