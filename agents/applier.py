@@ -33,7 +33,7 @@ from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler, UnlockedCommits
 from agents.letter_marks import arrival_key, letter_key, split_replays
-from agents.offsets import Arrival, OffsetTracker, TopicPartition
+from agents.offset_tracker import Arrival, OffsetTracker, TopicPartition
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
 from monitoring.metrics import Dependency, Metrics

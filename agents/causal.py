@@ -52,7 +52,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agents.offsets import Arrival, EventRef, TopicPartition
+from agents.offset_tracker import Arrival, EventRef, TopicPartition
 
 CAUSE_MISSING = "cause-missing"
 CAUSAL_CYCLE = "causal-cycle"

@@ -39,7 +39,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -47,8 +46,10 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, MessageSizeTooLargeError
 
-from agents.cdc_mapping import CdcMapping, MappingError, load_mapping
-from agents.cdc_plan import (
+from agents.kafka_loop import KafkaLoop
+from cdc.mapping import CdcMapping, MappingError
+from cdc.mapping_loader import load_cdc_mapping
+from cdc.plan import (
     TOO_LARGE,
     BatchPlan,
     IngestStats,
@@ -59,40 +60,11 @@ from agents.cdc_plan import (
     plan_batch,
     unchecked_world_warning,
 )
-from agents.kafka_loop import KafkaLoop
 from streams.security import kafka_client_options
 from streams.settings import Settings, SettingsError
 from streams.topics import MESSAGE_HEADROOM_BYTES, ensure_topics, message_bytes_needed
 
 log = logging.getLogger(__name__)
-
-DEFAULT_PATTERN = r"^cdc\.raw\..*"
-
-
-@dataclass(frozen=True)
-class IngestOptions:
-    """The ingest's tunables: the ``cdc_*`` fields of ``streams.settings.Settings`` (``CAUSEWAY_CDC_*``)."""
-
-    pattern: str = DEFAULT_PATTERN  # topics to subscribe
-    group_id: str = ""  # consumer group; empty means "<app_id>-cdc"
-    metadata_max_age_ms: int = 5_000  # how soon a new cdc.raw.* topic is noticed
-    max_records: int = 5_000  # records per poll (one batch)
-    poll_timeout_ms: int = 500
-    linger_ms: int = 5  # producer batching delay
-    dlq_max_value_bytes: int = 900_000  # a larger rejected value goes to the DLQ without its bytes
-    retry_backoff_s: float = 1.0  # pause before re-reading a batch whose produce failed
-    ensure_topics: bool = True  # create the change and DLQ topics if missing
-    log_interval_s: float = 60.0  # counters are logged at most this often
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> IngestOptions:
-        values: dict[str, Any] = {f.name: getattr(settings, f"cdc_{f.name}") for f in dataclasses.fields(cls)}
-        values.update(overrides)
-        return cls(**values)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> IngestOptions:
-        return cls.from_settings(Settings.from_env(env), **overrides)
 
 
 class _Metrics(Protocol):
@@ -145,18 +117,16 @@ class CdcIngest(KafkaLoop):
 
     @property
     def retry_pause_s(self) -> float:
-        return self.options.retry_backoff_s
+        return self.settings.cdc_retry_backoff_s
 
     def __init__(
         self,
         settings: Settings,
         mapping: CdcMapping,
-        options: IngestOptions | None = None,
         metrics: _Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.mapping = mapping
-        self.options = options or IngestOptions.from_settings(settings)
         self.metrics = metrics
         self.stats = IngestStats()
         #: topic → the largest record (bytes) it accepts: min(max.message.bytes, the producer's max)
@@ -176,18 +146,18 @@ class CdcIngest(KafkaLoop):
 
     @property
     def group_id(self) -> str:
-        return self.options.group_id or f"{self.settings.app_id}-cdc"
+        return self.settings.cdc_group_id or f"{self.settings.app_id}-cdc"
 
     @property
     def max_request_bytes(self) -> int:
-        return max(self.settings.max_event_bytes, self.options.dlq_max_value_bytes) + MESSAGE_HEADROOM_BYTES
+        return max(self.settings.max_event_bytes, self.settings.cdc_dlq_max_value_bytes) + MESSAGE_HEADROOM_BYTES
 
     def _new_producer(self) -> AIOKafkaProducer:
         return AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap,
             acks="all",
             enable_idempotence=True,
-            linger_ms=self.options.linger_ms,
+            linger_ms=self.settings.cdc_linger_ms,
             max_request_size=self.max_request_bytes,
             **kafka_client_options(self.settings),
         )
@@ -207,7 +177,7 @@ class CdcIngest(KafkaLoop):
         self.limits = {t: min(found.get(t, sys.maxsize), self.max_request_bytes) for t in outputs}
 
     async def start(self) -> None:
-        if self.options.ensure_topics:
+        if self.settings.cdc_ensure_topics:
             await ensure_topics(self.settings)
         await self.refresh_limits()
         self._producer = self._new_producer()
@@ -216,20 +186,20 @@ class CdcIngest(KafkaLoop):
             group_id=self.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            metadata_max_age_ms=self.options.metadata_max_age_ms,
+            metadata_max_age_ms=self.settings.cdc_metadata_max_age_ms,
             isolation_level="read_committed",
             max_partition_fetch_bytes=max(1_048_576, self.settings.max_event_bytes * 2),
             **kafka_client_options(self.settings),
         )
         await self._producer.start()
         try:
-            self._consumer.subscribe(pattern=self.options.pattern, listener=_Revoke(self._lock))
+            self._consumer.subscribe(pattern=self.settings.cdc_pattern, listener=_Revoke(self._lock))
             await self._consumer.start()
         except BaseException:
             await self._producer.stop()
             raise
         self.started_at = time.time()
-        log.info("cdc ingest started: group %s, pattern %s", self.group_id, self.options.pattern)
+        log.info("cdc ingest started: group %s, pattern %s", self.group_id, self.settings.cdc_pattern)
 
     def stop_soon(self) -> None:
         """Ask ``run`` to return after the current batch."""
@@ -262,7 +232,9 @@ class CdcIngest(KafkaLoop):
             if self._stopping.is_set():
                 return 0
             raise RuntimeError("CdcIngest.start() first")
-        batches = await consumer.getmany(timeout_ms=self.options.poll_timeout_ms, max_records=self.options.max_records)
+        batches = await consumer.getmany(
+            timeout_ms=self.settings.cdc_poll_timeout_ms, max_records=self.settings.cdc_max_records
+        )
         if not batches:
             self._export_waiting()
             return 0
@@ -289,7 +261,7 @@ class CdcIngest(KafkaLoop):
                 for tp, rs in batches.items():
                     if tp in assigned and rs:
                         consumer.seek(tp, rs[0].offset)
-                await asyncio.sleep(self.options.retry_backoff_s)
+                await asyncio.sleep(self.settings.cdc_retry_backoff_s)
                 self._record(None)
                 return 0
             offsets = {TopicPartition(t, p): off for (t, p), off in plan.commit.items()}
@@ -314,7 +286,7 @@ class CdcIngest(KafkaLoop):
         too_large: Mapping[tuple[str, int, int], str] | None = None,
         dlq_max_value_bytes: int | None = None,
     ) -> BatchPlan:
-        dlq_max = self.options.dlq_max_value_bytes if dlq_max_value_bytes is None else dlq_max_value_bytes
+        dlq_max = self.settings.cdc_dlq_max_value_bytes if dlq_max_value_bytes is None else dlq_max_value_bytes
         now_ms = int(time.time() * 1000)
         return plan_batch(records, self.mapping, self.settings, now_ms, dlq_max, self.limits, too_large)
 
@@ -411,7 +383,7 @@ class CdcIngest(KafkaLoop):
     def _maybe_log(self, now: float | None = None) -> bool:
         """Log what changed in the counters since the last line, at most every ``log_interval_s``."""
         now = time.monotonic() if now is None else now
-        interval = self.options.log_interval_s
+        interval = self.settings.cdc_log_interval_s
         if interval <= 0 or now - self._logged_at < interval:
             return False
         line = counters_line(self._logged, self.stats, now - self._logged_at)
@@ -428,24 +400,16 @@ class CdcIngest(KafkaLoop):
 async def run_forever(
     settings: Settings | None = None,
     mapping: CdcMapping | None = None,
-    options: IngestOptions | None = None,
 ) -> None:
-    """Standalone entry point: settings, mapping and options from the environment."""
+    """Standalone entry point: settings and mapping from the environment."""
     settings = settings or Settings.from_env()
     mapping = mapping or load_cdc_mapping(settings)  # validated before anything connects
-    ingest = CdcIngest(settings, mapping, options)
+    ingest = CdcIngest(settings, mapping)
     await ingest.start()
     try:
         await ingest.run()
     finally:
         await ingest.stop()
-
-
-def load_cdc_mapping(settings: Settings) -> CdcMapping:
-    """The mapping named by ``CAUSEWAY_CDC_MAPPING``; raises MappingError (every problem listed)."""
-    if not settings.cdc_mapping.strip():
-        raise MappingError(["CAUSEWAY_CDC_MAPPING is not set: give a YAML/JSON file path or inline JSON"])
-    return load_mapping(settings.cdc_mapping)
 
 
 class CdcIngestService:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agents.offsets import Arrival, EventRef
+from agents.offset_tracker import Arrival, EventRef
 from models.events import ChangeEvent, ChangeType
 
 KEY_PREFIX = "causeway:applied:"

@@ -20,7 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agents.offsets import Arrival
+from agents.offset_tracker import Arrival
 from models.deadletter import DeadLetter
 from models.worlds import InvalidWorldId, validate_world_id
 

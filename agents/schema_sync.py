@@ -42,7 +42,7 @@ from aiokafka import TopicPartition as KafkaTP
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from agents.kafka_loop import KafkaLoop
-from agents.offsets import OffsetTracker
+from agents.offset_tracker import OffsetTracker
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid
 from models.schema import (

@@ -22,7 +22,7 @@ import faust
 from aiohttp.web import json_response
 
 from agents.applier import Applier
-from agents.deadletters import DeadLetterPublisher
+from agents.deadletter_publisher import DeadLetterPublisher
 from agents.intake import ChangeIntake
 from agents.intake import attach as attach_intake
 from agents.marks import AppliedMarks, DeadLetterMarks
@@ -95,7 +95,8 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         # CDC ingest runs in the same process when a mapping is configured, with the settings'
         # CAUSEWAY_CDC_* options; a bad mapping stops start-up with every problem listed
         # (MappingError), before any topic is created or record read.
-        from agents.cdc import attach, load_cdc_mapping
+        from agents.cdc import attach
+        from cdc.mapping_loader import load_cdc_mapping
 
         ingest = attach(app, settings, load_cdc_mapping(settings), metrics=metrics)
         # The ingest's own status (last commit, records waiting) when it has one; else completed polls.

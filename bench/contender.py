@@ -28,12 +28,12 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from sinks.catalog import NessieCatalog
+from sinks.committed_offsets import format_ranges, tp_name
 from sinks.committer import PROP_BATCH, PROP_COUNT, PROP_OFFSETS, PROP_WORLD
 from sinks.nessie import SyncNessieClient
-from sinks.offsets import format_ranges, tp_name
 from sinks.tables import TableDef, table_properties
 from streams.security import kafka_client_options
-from streams.settings import Settings
+from streams.settings import Settings, mask_url
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class ContenderConfig:
     namespace: str = "onto"
     batch_size: int = 10  # naive: events per commit; ceiling: records per getmany
     poll_ms: int = 200
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = "redis://127.0.0.1:6379/0"  # shown masked; the contender connects with CAUSEWAY_REDIS_URL
     redis_prefix: str = "processed:"
     causal_retry_s: float = 0.1
     causal_timeout_s: float = 60.0
@@ -63,7 +63,9 @@ class ContenderConfig:
         return cls(**json.loads(Path(path).read_text()))
 
     def dump(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2))
+        """Write the config; a URL's credentials are masked (the process reads secrets from its environment)."""
+        shown = {k: mask_url(v) if isinstance(v, str) and "://" in v else v for k, v in asdict(self).items()}
+        path.write_text(json.dumps(shown, indent=2))
 
 
 @dataclass

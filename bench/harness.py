@@ -49,7 +49,7 @@ from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
-from streams.security import kafka_client_options, nessie_http_options, redis_options
+from streams.security import kafka_client_options, nessie_http_options, redact, redis_options, secret_values
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -590,7 +590,9 @@ def versions(settings: Settings) -> dict[str, Any]:
             out[pkg] = None
     try:
         http = nessie_http_options(settings)
-        out["nessie"] = httpx.get(f"{settings.nessie_url}/config", timeout=5, **http).json().get("actualApiVersion")
+        out["nessie"] = (
+            httpx.get(f"{settings.nessie_url.reveal()}/config", timeout=5, **http).json().get("actualApiVersion")
+        )
         cfg = httpx.get(settings.nessie_url.replace("/api/v2", "/api/v2/config"), timeout=5, **http).json()
         out["nessie_server"] = cfg.get("serverVersion") or cfg.get("specVersion")
     except (httpx.HTTPError, ValueError):
@@ -622,6 +624,8 @@ def save(doc: dict[str, Any], out_dir: Path = RESULTS) -> tuple[Path, Path]:
     base = out_dir / f"{stamp}-{doc['run']['profile']['name']}-{doc['run']['id']}"
     json_path = base.with_suffix(".json")
     md_path = base.with_suffix(".md")
-    json_path.write_text(json.dumps(doc, indent=2, default=str))
-    md_path.write_text(markdown(doc))
+    # A last line of defence: no secret value of this run's settings reaches a result file.
+    secrets = secret_values(Settings.from_env())
+    json_path.write_text(redact(json.dumps(doc, indent=2, default=str), secrets))
+    md_path.write_text(redact(markdown(doc), secrets))
     return json_path, md_path

@@ -19,9 +19,9 @@ from urllib.parse import urlparse
 from pyiceberg.exceptions import NoSuchTableError
 
 from sinks.catalog import NessieCatalog
+from sinks.committed_offsets import parse_tp
 from sinks.committer import PROP_OFFSETS
 from sinks.nessie import SyncNessieClient
-from sinks.offsets import parse_tp
 
 
 def quantiles(values: Sequence[float], qs: Iterable[float] = (0.5, 0.95, 0.99)) -> dict[str, float]:

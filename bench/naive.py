@@ -63,7 +63,7 @@ class Deferred:
 class Naive(Contender):
     def __init__(self, cfg: ContenderConfig) -> None:
         super().__init__(cfg)
-        self.redis = aioredis.Redis.from_url(cfg.redis_url, **redis_options(self.settings))
+        self.redis = aioredis.Redis.from_url(self.settings.redis_url, **redis_options(self.settings))
         self.pending: dict[str, list[tuple[ChangeEvent, Source]]] = defaultdict(list)
         self.pending_since: dict[str, float] = {}
         self.deferred: list[Deferred] = []

@@ -363,7 +363,7 @@ def debezium_records(workload: Workload, source: str = "bench") -> list[CdcRecor
 
 
 def debezium_mapping(source: str = "bench") -> dict[str, Any]:
-    """The CDC mapping (agents.cdc_mapping format) that turns :func:`debezium_records` back into events."""
+    """The CDC mapping (cdc.convert format) that turns :func:`debezium_records` back into events."""
     tables: list[dict[str, Any]] = [
         {"topic": debezium_topic(source, t), "world": {"column": "tenant"}, "object_type": t, "pk": "id"}
         for t in OBJECT_TYPES

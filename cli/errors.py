@@ -20,11 +20,10 @@ import socket
 from collections.abc import Iterator
 from enum import IntEnum
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from streams.settings import Settings
+from streams.settings import Settings, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -55,21 +54,6 @@ class Incomplete(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         click.echo(f"Incomplete: {self.message}", err=True)
-
-
-def mask_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (user names are kept: they help debugging)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -105,10 +89,11 @@ def unavailable(service: str, url: str, why: str, check: str) -> str:
 
 def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] | None:
     """The line and exit code for an expected failure, or None when ``exc`` is not one."""
-    from agents.offsets_admin import ResetRefused
-    from agents.replay import ReplayError
-    from agents.replayer import DependencyDown
     from models.worlds import InvalidWorldId
+    from ops.offsets.plan import ResetRefused
+    from ops.rebuild.run import RebuildError
+    from ops.replay.plan import ReplayError
+    from ops.replay.run import DependencyDown
     from sinks.errors import (
         CommitStateUnknown,
         NessieAuthError,
@@ -117,7 +102,6 @@ def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] |
         NessieUnavailable,
     )
     from worlds.manager import WorldError
-    from worlds.rebuilder import RebuildError
 
     s = settings or Settings()
     check_hint = "check it runs (`causeway doctor`) and "
@@ -190,13 +174,18 @@ class Guarded(click.Group):
         except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001 - the point: one line per failure, by kind
+            from streams.security import redact, secret_values
+
             settings = ctx.obj if isinstance(ctx.obj, Settings) else None
+            secrets = secret_values(settings) if settings else []  # no secret value in the one line
             known = explain(exc, settings)
             if known is not None:
                 log.debug("command failed", exc_info=True)
-                raise CommandError(known[0], known[1]) from exc
+                raise CommandError(redact(known[0], secrets), known[1]) from exc
             if logging.getLogger().isEnabledFor(logging.DEBUG):
                 raise
             raise CommandError(
-                f"unexpected {type(exc).__name__}: {exc} (run with --log-level debug for the traceback)"
+                redact(
+                    f"unexpected {type(exc).__name__}: {exc} (run with --log-level debug for the traceback)", secrets
+                )
             ) from exc

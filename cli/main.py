@@ -10,7 +10,20 @@ from typing import Any
 
 import click
 
+from cli import world_history, world_merge  # noqa: F401  (they add their commands to the worlds group)
+from cli.demo import demo
+from cli.dlq import dlq
 from cli.errors import CommandError, Exit, Guarded, OneLineFormatter
+from cli.gc import gc
+from cli.offsets import offsets
+from cli.publish import publish
+from cli.rebuild import rebuild
+from cli.reconcile import reconcile
+from cli.replay import replay
+from cli.serve import api_token, serve
+from cli.tables import tables
+from cli.worker import worker
+from cli.worlds import worlds
 from streams.security import install_log_redaction
 from streams.settings import Settings, SettingsError, markdown_table
 
@@ -107,38 +120,6 @@ def doctor(settings: Settings) -> None:
         )
 
 
-def _register_optional_groups() -> None:
-    """Attach command groups whose modules exist; each owns its own --help text."""
-    import importlib
-
-    for module, attr in (
-        ("cli.worlds", "worlds"),
-        ("cli.world_history", "worlds"),
-        ("cli.world_merge", "worlds"),
-        ("cli.gc", "gc"),
-        ("cli.worker", "worker"),
-        ("cli.demo", "demo"),
-        ("cli.ops", "replay"),
-        ("cli.ops", "dlq"),
-        ("cli.ops", "offsets"),
-        ("cli.ops", "rebuild"),
-        ("cli.reconcile", "reconcile"),
-        ("cli.serve", "serve"),
-        ("cli.serve", "api_token"),
-        ("cli.tables", "tables"),
-        ("cli.publish", "publish"),
-    ):
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name == module:
-                continue
-            raise
-        command = getattr(mod, attr, None)
-        if command is not None:
-            cli.add_command(command)
-
-
 def _check_services_first(group: click.Group, path: tuple[str, ...] = ()) -> None:
     """Wrap every command's callback so the services it needs (NEEDS) are probed first: after its
     options were parsed (a usage error stays exit 2), before it does anything (cli.preflight)."""
@@ -163,7 +144,24 @@ def _with_preflight(callback: Callable[..., Any], services: tuple[str, ...]) -> 
     return run
 
 
-_register_optional_groups()
+# Every command group, registered with plain imports (a missing module is an ImportError, not a
+# silently absent command). cli.world_history and cli.world_merge add their commands to `worlds`.
+for _command in (
+    worlds,
+    gc,
+    worker,
+    demo,
+    replay,
+    dlq,
+    offsets,
+    rebuild,
+    reconcile,
+    serve,
+    api_token,
+    tables,
+    publish,
+):
+    cli.add_command(_command)
 _check_services_first(cli)
 
 

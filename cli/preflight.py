@@ -13,6 +13,7 @@ import logging
 
 from agents.probes import ProbeResult, probe_all
 from cli.errors import CommandError, Exit, mask_url
+from streams.security import security_reason
 from streams.settings import Settings
 
 #: Seconds a probe may take before its service counts as down (documented in docs/operations.md).
@@ -30,6 +31,8 @@ def failure_line(settings: Settings, result: ProbeResult) -> str:
     """``Nessie unavailable at URL: <detail>; <what to check>`` for a failed probe."""
     service, name = result.service, _NAME[result.service]
     url = mask_url(url_of(settings, service))
+    if security_reason(result.detail):  # it answers, and refuses us (the probes put the reason first)
+        return f"{name} at {url} refused the connection: {result.detail}; check the {name} settings in docs/security.md"
     if result.verdict == "down":
         check = f"is {name} running there? (`causeway doctor`; {_SETTING[service]})"
         return f"{name} unavailable at {url}: {result.detail}; {check}"

@@ -20,8 +20,8 @@ def worker(settings: Settings, web_port: int | None) -> None:
     Example:
       causeway worker --web-port 6066
     """
-    from agents.cdc_mapping import MappingError
     from agents.worker import run_worker
+    from cdc.mapping import MappingError
 
     if web_port is not None:
         settings = settings.replace(web_port=web_port)

@@ -88,7 +88,9 @@ def _rows(table: pa.Table, columns: list[str]) -> list[dict[str, Any]]:
 @click.option("--author", default=None, help="Only commits by this author.")
 @click.option("--no-counts", is_flag=True, help="Skip per-table row counts (reads no table metadata).")
 @click.option(
-    "--changes", is_flag=True, help="Count events per kind and change type (reads each commit's new log file)."
+    "--changes",
+    is_flag=True,
+    help="Also count events per kind and change type of older commits that lack them (reads their log files).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per commit.")
 @click.pass_obj

@@ -6,14 +6,14 @@ class name or message text. Areas and where their concrete errors live:
 
 * :class:`ConfigError` – settings and configuration files (``streams.settings.SettingsError``);
 * :class:`InputError` – bad input a producer or operator can fix: invalid events, CDC envelopes and
-  mappings, world ids, refused schema changes (``models``, ``agents.cdc_mapping``);
+  mappings, world ids, refused schema changes (``models``, ``cdc``);
 * :class:`StorageError` – Nessie and the Iceberg warehouse (``sinks.errors``: ``NessieError`` and its
   subclasses), with :class:`CommitError` for the commit loop's own outcomes (``RetriesExhausted``,
   ``CommitStateUnknown``, ``BranchMissing``);
 * :class:`BrokerError` – Kafka, :class:`MarksError` – Redis (for our own refusals; the client
   libraries raise their own types, which callers attribute to a dependency explicitly);
 * :class:`WorldsError` – world management, reads, merges, publishes (``worlds``);
-* :class:`OperatorError` – operator tools that refuse a request (replay, offsets, reconcile scope).
+* :class:`OperatorError` – operator tools that refuse a request (``ops``: replay, offsets; reconcile scope).
 
 This module imports nothing of the project, so every layer may import it.
 """

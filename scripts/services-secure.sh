@@ -3,15 +3,25 @@
 # At first start it generates, under $RUN_DIR (mode 700):
 #   tls/ca.{crt,key}          a throwaway CA (openssl), and tls/server.{crt,key,p12} signed by it for
 #                             127.0.0.1 and localhost (Kafka, Redis and the Nessie proxy share it)
+#   tls/client.{crt,key}      a client certificate for mutual TLS (CN=causeway); the key is encrypted
+#                             with CLIENT_KEY_PASSWORD
 #   secrets.env               random passwords and tokens (mode 600), read by `env` and the tests
 # Kafka: a SASL_SSL listener with SCRAM-SHA-256/512 users `causeway` and `admin` created at storage
-# format time (the KRaft controller listener stays on 127.0.0.1 in plaintext: it is not a client port).
+# format time, PLAIN (the same user and password, from the broker's JAAS config) and OAUTHBEARER checked by
+# Kafka's unsecured-JWS validator (a test setup: it accepts any unsigned token with `sub` and `exp`; never
+# in production); and an SSL listener on $KAFKA_MTLS_PORT that requires a client certificate signed by the
+# CA (the KRaft controller listener stays on 127.0.0.1 in plaintext: it is not a client port).
 # Redis: TLS only (no plaintext port), `requirepass` for the default user plus an ACL user `causeway`.
 # Nessie: scripts/nessie_token_proxy.py over HTTPS in front of $NESSIE_UPSTREAM: static bearer token or
 # OAuth2 client credentials (`POST /oauth/token`); requests without a valid token never reach Nessie.
 # Secrets go into files (config, JAAS), never onto a command line, except the one-off storage format.
 
 secret_value() { sed -n "s/^$1=//p" "$SECRETS_FILE"; }
+
+# A secret added by a later version of this script joins an existing secrets.env.
+ensure_secret() {
+  grep -q "^$1=" "$SECRETS_FILE" || (umask 077 && echo "$1=$(openssl rand -hex 16)" >>"$SECRETS_FILE")
+}
 
 secure_setup() {
   mkdir -p "$RUN_DIR" "$TLS_DIR"
@@ -33,6 +43,7 @@ TLS_STORE_PASSWORD=$(r)
 EOF
     umask 022
   fi
+  ensure_secret CLIENT_KEY_PASSWORD
   if [[ ! -f "$TLS_DIR/server.p12" ]]; then
     log "secure: generating a CA and a server certificate for 127.0.0.1/localhost in $TLS_DIR"
     (
@@ -47,6 +58,20 @@ EOF
         -passout "file:"<(secret_value TLS_STORE_PASSWORD) 2>/dev/null
       chmod 644 ca.crt server.crt
     ) || die "secure: certificate generation failed (openssl)"
+  fi
+  if [[ ! -f "$TLS_DIR/client.crt" ]]; then
+    log "secure: generating a client certificate (CN=causeway) for mutual TLS in $TLS_DIR"
+    (
+      cd "$TLS_DIR" && umask 077
+      openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -aes256 \
+        -pass "file:"<(secret_value CLIENT_KEY_PASSWORD) -out client.key 2>/dev/null
+      openssl req -new -key client.key -passin "file:"<(secret_value CLIENT_KEY_PASSWORD) \
+        -subj "/CN=causeway" -out client.csr 2>/dev/null
+      printf 'extendedKeyUsage=clientAuth\n' >client.ext
+      openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+        -extfile client.ext -out client.crt 2>/dev/null
+      chmod 644 client.crt
+    ) || die "secure: client certificate generation failed (openssl)"
   fi
 }
 
@@ -92,19 +117,25 @@ start_secure_kafka() {
   admin_pw="$(secret_value KAFKA_ADMIN_PASSWORD)" store_pw="$(secret_value TLS_STORE_PASSWORD)"
   mkdir -p "$data"
   local jaas="org.apache.kafka.common.security.scram.ScramLoginModule required username=\"admin\" password=\"$admin_pw\";"
+  local plain="org.apache.kafka.common.security.plain.PlainLoginModule required username=\"admin\" password=\"$admin_pw\" user_admin=\"$admin_pw\" user_$user=\"$pw\";"
+  # No server callback handler: Kafka checks OAUTHBEARER tokens with its unsecured-JWS validator.
+  local oauth="org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"admin\";"
   (umask 077 && cat >"$conf" <<EOF
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT
+listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT,SSL://127.0.0.1:$KAFKA_MTLS_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=SASL_SSL://127.0.0.1:$KAFKA_PORT,SSL://127.0.0.1:$KAFKA_MTLS_PORT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
 inter.broker.listener.name=SASL_SSL
-sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512
+sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512,PLAIN,OAUTHBEARER
 sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=$jaas
 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=$jaas
+listener.name.sasl_ssl.plain.sasl.jaas.config=$plain
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=$oauth
+listener.name.ssl.ssl.client.auth=required
 ssl.keystore.type=PKCS12
 ssl.keystore.location=$TLS_DIR/server.p12
 ssl.keystore.password=$store_pw
@@ -175,5 +206,12 @@ export CAUSEWAY_NESSIE_CA_FILE=$TLS_DIR/ca.crt
 export CAUSEWAY_NESSIE_OAUTH_TOKEN_URL=https://127.0.0.1:$NESSIE_PROXY_PORT/oauth/token
 export CAUSEWAY_NESSIE_OAUTH_CLIENT_ID=$(secret_value NESSIE_CLIENT_ID)
 export CAUSEWAY_NESSIE_OAUTH_CLIENT_SECRET=$(secret_value NESSIE_CLIENT_SECRET)
+EOF
+  # Not client settings: where a mutual-TLS client connects, and its certificate (for tests and docs).
+  cat <<EOF
+export CAUSEWAY_SECURE_KAFKA_MTLS_BOOTSTRAP=127.0.0.1:$KAFKA_MTLS_PORT
+export CAUSEWAY_SECURE_CLIENT_CERT=$TLS_DIR/client.crt
+export CAUSEWAY_SECURE_CLIENT_KEY=$TLS_DIR/client.key
+export CAUSEWAY_SECURE_CLIENT_KEY_PASSWORD=$(secret_value CLIENT_KEY_PASSWORD)
 EOF
 }

@@ -9,7 +9,8 @@
 #   scripts/services.sh env              print the connection settings as CAUSEWAY_* exports
 #   scripts/services.sh prometheus-config  print the Prometheus config that start writes
 #   scripts/services.sh --secure start|stop|status|env   the secured stack (or CAUSEWAY_SECURE=1), beside
-#                                        the plain one: Kafka SASL_SSL (SCRAM), Redis TLS + password,
+#                                        the plain one: Kafka SASL_SSL (SCRAM, PLAIN, OAUTHBEARER) and
+#                                        mutual TLS, Redis TLS + password,
 #                                        a bearer-token proxy in front of Nessie (docs/security.md)
 #
 # Every log, pid file and data folder lives under $CAUSEWAY_RUN_DIR (default: <repo>/.causeway/run).
@@ -46,6 +47,7 @@ if [[ "$SECURE" == 1 ]]; then
   RUN_DIR="${CAUSEWAY_SECURE_RUN_DIR:-$ROOT/.causeway/run-secure}"
   KAFKA_PORT="${CAUSEWAY_SECURE_KAFKA_PORT:-19192}"
   KAFKA_CONTROLLER_PORT="${CAUSEWAY_SECURE_KAFKA_CONTROLLER_PORT:-19193}"
+  KAFKA_MTLS_PORT="${CAUSEWAY_SECURE_KAFKA_MTLS_PORT:-19194}"  # SSL listener that requires a client certificate
   REDIS_PORT="${CAUSEWAY_SECURE_REDIS_PORT:-16380}"
   NESSIE_PROXY_PORT="${CAUSEWAY_SECURE_NESSIE_PORT:-19443}"
   # The proxy checks tokens and forwards to this (plain) Nessie.
@@ -405,5 +407,5 @@ case "${1:-}" in
   status) cmd_status ;;
   env) cmd_env ;;
   prometheus-config) prometheus_config ;;
-  *) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -31,7 +31,7 @@ summary covers a redelivery.
 **Committed offsets.** A per-partition high-water mark would skip parked events after a crash, so
 the branch keeps the *exact* committed offsets per topic-partition: a ``floor`` (everything below
 is settled for every world: the consumer group's committed offset, passed in as
-``Batch.settled``) plus inclusive ranges above it (:mod:`sinks.offsets`). The cumulative summary
+``Batch.settled``) plus inclusive ranges above it (:mod:`sinks.committed_offsets`). The cumulative summary
 lives in the ``causeway.committed-offsets`` property of ``entity_events``. Why there and not only
 in commit properties: ``entity_events`` is touched by every batch commit, so the summary moves
 atomically with the data, concurrent writers of one branch are serialised on it by the same
@@ -97,19 +97,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import orjson
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
+from sinks.committed_offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.compaction import Compaction
 from sinks.errors import NessieError, RetriesExhausted
 from sinks.flush_stats import FlushStats
 from sinks.logcompact import compact_log
 from sinks.nessie import SyncNessieClient
 from sinks.occ import Occ
-from sinks.offsets import OffsetSet, TopicPartition, dumps_map, format_ranges, loads_map, merge_maps, tp_name
 from sinks.projection_write import apply_projection
 from sinks.rowdelta import FileCache
 from sinks.rowfiles import read_data_file, read_rows, stage_replacement
@@ -123,6 +124,8 @@ PROP_WORLD = "causeway.world"
 PROP_BATCH = "causeway.batch_id"
 PROP_COUNT = "causeway.event_count"
 PROP_OFFSETS = "causeway.offsets."
+#: Events per kind and change type, as compact JSON (``worlds.history.PROP_CHANGES`` reads it back).
+PROP_CHANGES = "causeway.changes"
 
 
 @dataclass(frozen=True)
@@ -366,6 +369,7 @@ class BatchCommitter:
             PROP_WORLD: batch.world_id,
             PROP_BATCH: batch.batch_id,
             PROP_COUNT: str(len(batch.events)),
+            PROP_CHANGES: change_counts_json(events, stale_ids),
         }
         # Exactly the offsets this commit applied (its events' sources), never a floor-absorbed
         # form: an OffsetSet folds a prefix starting at 0 into its floor, which format() leaves out.
@@ -512,3 +516,12 @@ __all__ = [
     "read_rows",
     "stage_replacement",
 ]
+
+
+def change_counts_json(events: list[ChangeEvent], stale: set[str]) -> str:
+    """Events per kind and change type (stale ones apart), so a history page needs no file read."""
+    out: dict[str, dict[str, int]] = {}
+    for ev in events:
+        per = out.setdefault("stale" if ev.event_id in stale else ev.kind.value, {})
+        per[ev.change_type.value] = per.get(ev.change_type.value, 0) + 1
+    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode()

@@ -34,7 +34,7 @@ from sinks.errors import (
     error_from_transport,
 )
 from streams.security import nessie_http_options
-from streams.settings import Settings
+from streams.settings import Settings, mask_url
 
 log = logging.getLogger(__name__)
 
@@ -671,7 +671,7 @@ class _Base:
         return cls(settings.nessie_url, timeout=settings.nessie_timeout_s, **nessie_http_options(settings) | kw)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.base_url!r})"
+        return f"{type(self).__name__}({mask_url(self.base_url)!r})"
 
 
 # A client method is a ``_Requests`` builder wrapped in how that client sends. ParamSpec keeps the

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from models.events import ChangeEvent, ChangeType
 from models.schema import Primitive, Property, PropType, TypeSchema
-from sinks.offsets import TopicPartition
+from sinks.committed_offsets import TopicPartition
 from sinks.tables import EDGE, EVENTS, TableDef
 
 #: The log's sort order (see ``sinks.layout.DEFAULT_LAYOUTS``), then its batch order.

@@ -54,7 +54,7 @@ ENTITY_EVENTS = "entity_events"
 ENTITY_COMMON = "entity_common"
 ENTITY_EDGE = "entity_edge"
 
-#: Table property holding the cumulative committed-offset summary (JSON, see sinks.offsets).
+#: Table property holding the cumulative committed-offset summary (JSON, see sinks.committed_offsets).
 OFFSETS_PROPERTY = "causeway.committed-offsets"
 #: Prefix of the table properties holding each type's applied schema contract (TypeSchema JSON).
 SCHEMA_PROPERTY_PREFIX = "causeway.schema."

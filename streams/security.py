@@ -96,8 +96,34 @@ class TokenSource:
         return f"TokenSource(file={self.file!r}, command={'***' if self.command else ''!r})"
 
 
+def _answer_oauth_error_challenges() -> None:
+    """Make aiokafka's OAUTHBEARER client answer the broker's error challenge, so a refused token fails.
+
+    A broker that refuses a token sends an error challenge (``{"status":"invalid_token"}``, RFC 7628
+    section 3.2.2) and waits for the client's ``%x01`` before it reports the failure. aiokafka 0.14
+    takes the challenge for success and sends its next request inside the SASL exchange; the broker
+    drops the connection and the client sees unrelated errors (unknown topic, timeouts). Answered,
+    the broker replies SASL_AUTHENTICATION_FAILED and aiokafka raises SaslAuthenticationFailed.
+    """
+    from aiokafka.conn import OAuthAuthenticator
+
+    if getattr(OAuthAuthenticator, "_causeway_answers_challenges", False):
+        return
+    step = OAuthAuthenticator.step
+
+    async def answering_step(self: Any, payload: bytes | None) -> Any:
+        if self._token_sent and payload:  # a non-empty server message after our token is an error challenge
+            return b"\x01", True
+        return await step(self, payload)
+
+    OAuthAuthenticator.step = answering_step
+    OAuthAuthenticator._causeway_answers_challenges = True
+
+
 def _token_provider(source: TokenSource) -> Any:
     from aiokafka.abc import AbstractTokenProvider
+
+    _answer_oauth_error_challenges()
 
     class _Provider(AbstractTokenProvider):  # type: ignore[misc]
         async def token(self) -> str:
@@ -364,6 +390,21 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def scrub_exception(exc: BaseException, secrets: Iterable[str]) -> None:
+    """Redact secret values in ``exc``'s arguments, so ``str(exc)`` shows ``***`` wherever it is printed later.
+
+    Formatters that print ``Type: message`` themselves (the CLI's one-line formatter) never see the
+    redacted traceback text; this covers them. Exceptions whose text does not come from ``args``
+    keep it (the message and traceback of the record are still redacted).
+    """
+    secrets = list(secrets)
+    if any(value in str(exc) for value in secrets):
+        try:
+            exc.args = tuple(redact(a, secrets) if isinstance(a, str) else a for a in exc.args)
+        except (AttributeError, TypeError):  # pragma: no cover - an exception type with read-only args
+            pass
+
+
 class RedactingFilter(logging.Filter):
     """Replaces any secret value in a log record's final message (a last line of defence)."""
 
@@ -377,6 +418,7 @@ class RedactingFilter(logging.Filter):
             clean = redact(message, self.secrets)
             if record.exc_info and record.exc_info[1] is not None:
                 record.exc_text = redact(logging.Formatter().formatException(record.exc_info), self.secrets)
+                scrub_exception(record.exc_info[1], self.secrets)
             if clean != message:
                 record.msg, record.args = clean, None
         return True
@@ -423,6 +465,7 @@ class KafkaFailureLog(logging.Handler):
 
 
 _REASONS = (
+    ("invalid_token", "authentication failed: the broker refused the OAUTHBEARER token (expired or invalid)"),
     ("SaslAuthenticationFailed", "authentication failed: wrong user name or password, or an unknown SASL user"),
     ("UnsupportedSaslMechanism", "the broker does not enable this SASL mechanism"),
     ("IllegalSaslState", "the broker expects another SASL mechanism or protocol"),
@@ -432,6 +475,12 @@ _REASONS = (
     ("invalid username-password pair", "authentication failed: wrong user name or password"),
     ("NOAUTH", "the server wants a password and none was given"),
     ("Connection reset by peer", "the server closed the connection (a TLS port reached without TLS?)"),
+    ("CERTIFICATE_REQUIRED", "the server requires a client certificate (mutual TLS): set the certificate and key"),
+    (
+        "KafkaConnectionError: Connection at",
+        "the broker closed the connection during the handshake: it may require a client certificate "
+        "(mutual TLS) or another security protocol",
+    ),
     ("answered 401", "the OAuth2 token endpoint refused the client id or secret"),
     ("401", "Nessie refused the credentials (401): wrong, expired or missing token"),
     ("Unauthorized", "Nessie refused the credentials (401): wrong, expired or missing token"),

@@ -78,7 +78,7 @@ class Settings:
         SecretUrl("redis://127.0.0.1:6379/0"),
         "Redis URL for dedupe marks and cross-worker state; rediss:// for TLS. A password in it is masked.",
     )
-    nessie_url: str = _opt("http://127.0.0.1:19120/api/v2", "Nessie REST API v2 base URL.")
+    nessie_url: SecretUrl = _opt(SecretUrl("http://127.0.0.1:19120/api/v2"), "Nessie REST API v2 base URL.")
     nessie_token: Secret = _opt(Secret(""), "Bearer token for Nessie; empty means no auth. Never logged.")
     # --- security (streams/security.py, docs/security.md) ---------------------------------------
     kafka_security_protocol: str = _opt(
@@ -283,6 +283,14 @@ class Settings:
     publish_audit_min_age_s: float = _opt(
         86_400.0, "The drift timer audits worlds with a pending plan or whose branch is older than this."
     )
+
+    def __post_init__(self) -> None:
+        # A secret given as a plain str (``Settings(redis_url="redis://:pw@h")``) still prints masked.
+        for f in dataclasses.fields(self):
+            kind = type(f.default)
+            value = getattr(self, f.name)
+            if issubclass(kind, Secret) and isinstance(value, str) and type(value) is not kind:
+                object.__setattr__(self, f.name, kind(str.__str__(value)))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

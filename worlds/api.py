@@ -99,7 +99,8 @@ class Worlds(ReleaseOps, RollbackOps, MergeOps):
         """The world's commits, newest first, paged through Nessie's log (one page in memory).
 
         ``counts``: rows added and removed per table, from snapshot summaries (metadata reads only).
-        ``changes``: events per kind and change type, from the log file(s) each commit appended.
+        ``changes``: events per kind and change type are read from each commit's properties; with
+        ``changes`` they are also counted from the log file(s) of older commits that lack them.
         """
         branch = self.head(world).name
         flt = hist.history_filter(since, until, author)
@@ -109,7 +110,8 @@ class Worlds(ReleaseOps, RollbackOps, MergeOps):
             for entry in page:
                 ops = entry.operations or ()
                 tables = self._commit_counts(ops) if counts else {}
-                changed = self._commit_changes(ops) if changes else {}
+                # Commits since the committer records its change counts carry them; older ones need a read.
+                changed = self._commit_changes(ops) if changes and hist.PROP_CHANGES not in entry.properties else {}
                 yield hist.record(
                     entry.hash, entry.commit_time, entry.author, entry.message, entry.properties, tables, changed
                 )

@@ -8,6 +8,7 @@ position delete), so ``entity_common +3 -1`` is, e.g., two objects created and o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -15,6 +16,7 @@ from typing import Any
 
 PROP_BATCH = "causeway.batch_id"
 PROP_COUNT = "causeway.event_count"
+PROP_CHANGES = "causeway.changes"  # sinks.committer.PROP_CHANGES: events per kind and change type
 PROP_ROLLBACK = "causeway.rollback.to"
 PROP_RELEASE = "causeway.release"
 
@@ -180,6 +182,24 @@ def change_counts(kinds: list[str], change_types: list[str], applied: list[bool]
     return out
 
 
+def changes_from_properties(properties: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """Events per kind and change type recorded by the committer; empty for commits made before it did."""
+    raw = properties.get(PROP_CHANGES)
+    if not raw:
+        return {}
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        str(kind): {str(c): int(n) for c, n in per.items() if isinstance(n, int)}
+        for kind, per in doc.items()
+        if isinstance(per, dict)
+    }
+
+
 def record(
     hash: str,
     time: datetime,
@@ -191,6 +211,8 @@ def record(
 ) -> CommitRecord:
     batch = properties.get(PROP_BATCH)
     count = properties.get(PROP_COUNT)
+    if not changes:
+        changes = changes_from_properties(properties)
     return CommitRecord(
         hash=hash,
         time=time,

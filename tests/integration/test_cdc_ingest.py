@@ -25,9 +25,10 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError
 from aiokafka.partitioner import DefaultPartitioner
 
-from agents.cdc import CdcIngest, IngestOptions, attach, topic_limits
-from agents.cdc_mapping import Converted, Position, convert, load_mapping
-from agents.cdc_plan import TOO_LARGE
+from agents.cdc import CdcIngest, attach, topic_limits
+from cdc.convert import Converted, Position, convert
+from cdc.mapping_loader import load_mapping
+from cdc.plan import TOO_LARGE
 from models.deadletter import DeadLetter
 from streams.app import create_app
 from streams.settings import Settings
@@ -97,6 +98,9 @@ class Env:
             dlq_topic=f"causeway.dlq.{unique}",
             app_id=f"causeway-test-{unique}",
             max_event_bytes=20_000,
+            cdc_pattern=rf"^cdc\.raw\.{unique}\..*",
+            cdc_metadata_max_age_ms=1000,
+            cdc_poll_timeout_ms=200,
         )
         self.raw = f"cdc.raw.{unique}"
         self.mapping_doc: dict[str, Any] = {
@@ -109,7 +113,6 @@ class Env:
                 ]
             }  # fmt: skip
         self.mapping = load_mapping(self.mapping_doc)
-        self.options = IngestOptions(pattern=rf"^cdc\.raw\.{unique}\..*", metadata_max_age_ms=1000, poll_timeout_ms=200)
 
     async def create_topic(self, name: str, partitions: int, max_message_bytes: int | None = None) -> None:
         configs = {"max.message.bytes": str(max_message_bytes)} if max_message_bytes else None
@@ -184,8 +187,8 @@ class Env:
 
 
 async def running(env: Env, group: str | None = None) -> tuple[CdcIngest, asyncio.Task[None]]:
-    options = env.options if group is None else IngestOptions(**{**env.options.__dict__, "group_id": group})
-    ingest = CdcIngest(env.settings, env.mapping, options)
+    settings = env.settings if group is None else env.settings.replace(cdc_group_id=group)
+    ingest = CdcIngest(settings, env.mapping)
     await ingest.start()
     return ingest, asyncio.create_task(ingest.run())
 
@@ -350,7 +353,7 @@ async def test_kill_9_mid_stream_loses_nothing_and_duplicates_are_identical(env:
         "CAUSEWAY_APP_ID": env.settings.app_id,
         "CAUSEWAY_MAX_EVENT_BYTES": str(env.settings.max_event_bytes),
         "CAUSEWAY_CDC_MAPPING": orjson.dumps(env.mapping_doc).decode(),
-        "CAUSEWAY_CDC_PATTERN": env.options.pattern,
+        "CAUSEWAY_CDC_PATTERN": env.settings.cdc_pattern,
         "CAUSEWAY_CDC_METADATA_MAX_AGE_MS": "1000",
         "CAUSEWAY_CDC_MAX_RECORDS": "40",
     }
@@ -416,7 +419,7 @@ def _free_port() -> int:
 
 async def test_attached_to_the_faust_worker_app_it_starts_and_stops_with_it(env: Env) -> None:
     app = create_app(env.settings.replace(web_port=_free_port()))
-    ingest = attach(app, env.settings, env.mapping, options=env.options)
+    ingest = attach(app, env.settings, env.mapping)
     await app.start()
     try:
         await env.create_topic(f"{env.raw}.orders", 1)
@@ -510,7 +513,7 @@ async def test_change_topics_causeway_creates_take_events_up_to_max_event_bytes(
     # End to end: a 1.2 MB row (over the broker's 1 MiB default) becomes a 1.2 MB event on that topic.
     topic = f"{env.raw}.orders"
     await env.create_topic(topic, 1, max_message_bytes=2_000_000)
-    ingest = CdcIngest(settings, env.mapping, env.options)
+    ingest = CdcIngest(settings, env.mapping)
     await ingest.start()
     task = asyncio.create_task(ingest.run())
     try:
@@ -576,8 +579,7 @@ async def test_status_shows_records_waiting_while_produce_fails_and_clears_after
     """What a health check reads: waiting records and no commit while the produce fails, then recovery."""
     topic = f"{env.raw}.orders"
     await env.create_topic(topic, 1)
-    options = IngestOptions(**{**env.options.__dict__, "retry_backoff_s": 0.2})
-    ingest = CdcIngest(env.settings, env.mapping, options)
+    ingest = CdcIngest(env.settings.replace(cdc_retry_backoff_s=0.2), env.mapping)
     await ingest.start()
     real_produce = ingest._produce
     failing = True
@@ -621,7 +623,7 @@ async def test_the_worker_runs_the_ingest_with_the_cdc_settings(env: Env, tmp_pa
     group = f"cdc-group-{env.unique}"
     proc_env = worker_env(env.settings.replace(warehouse=f"file://{tmp_path}/warehouse")) | {
         "CAUSEWAY_CDC_MAPPING": orjson.dumps(mapping).decode(),
-        "CAUSEWAY_CDC_PATTERN": env.options.pattern,
+        "CAUSEWAY_CDC_PATTERN": env.settings.cdc_pattern,
         "CAUSEWAY_CDC_GROUP_ID": group,
         "CAUSEWAY_CDC_METADATA_MAX_AGE_MS": "1000",
     }

@@ -13,10 +13,10 @@ import pytest
 
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks.catalog import NessieCatalog
+from sinks.committed_offsets import OffsetSet
 from sinks.committer import Batch, BatchCommitter, RetriesExhausted, Source
 from sinks.errors import CommitStateUnknown
 from sinks.nessie import Reference, SyncNessieClient
-from sinks.offsets import OffsetSet
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -217,7 +217,7 @@ def test_a_live_commit_between_the_replays_two_reads_does_not_commit_an_event_tw
 ) -> None:
     """Replay race: the replay read the log, then a live worker committed E, then the replay read the
     recorded offsets: E looked recorded-but-absent and was committed a second time."""
-    from agents.replayer import ReplayCommitter
+    from ops.replay.run import ReplayCommitter
     from sinks.committer import Batch, Source
     from tests.integration.test_committer import obj
 

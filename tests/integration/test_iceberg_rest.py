@@ -9,7 +9,6 @@ is proven here.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import subprocess
@@ -19,16 +18,17 @@ from pathlib import Path
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from pyiceberg.catalog.rest import RestCatalog
 
 from sinks.committer import BatchCommitter
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_branch
 from streams.settings import Secret, Settings
+from tests.integration import s3_fixtures
 from tests.integration.test_committer import batch, link, obj
 
 pytestmark = pytest.mark.integration
+s3_endpoint = s3_fixtures.s3_endpoint
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -36,16 +36,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture
-def s3_endpoint() -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from pyiceberg.types import StringType
 
 from cli.main import cli
 from models.events import ChangeEvent
+from ops.rebuild.run import rebuild
 from sinks.catalog import NessieCatalog
 from sinks.committer import BatchCommitter
 from sinks.layout import DEFAULT_LAYOUTS, PROJECTION_BUCKETS
@@ -25,7 +26,6 @@ from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ALL_TABLES, COMMON, EVENTS, table_properties
 from tests.integration import test_committer as base
 from tests.integration.test_committer import batch, empty_root, obj, objects
-from worlds.rebuilder import rebuild
 
 pytestmark = pytest.mark.integration
 

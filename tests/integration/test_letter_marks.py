@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from agents.applier import Applier, RawRecord
-from agents.deadletters import DeadLetterPublisher
-from agents.dlq import read_dlq
+from agents.deadletter_publisher import DeadLetterPublisher
 from agents.letter_marks import dead_key
 from agents.marks import AppliedMarks, DeadLetterMarks
-from agents.redrive import DlqFilter
 from monitoring.metrics import Metrics
+from ops.redrive.plan import DlqFilter
+from ops.redrive.run import read_dlq
 from sinks.committer import BatchCommitter
 from sinks.readback import read_world
 from streams.settings import Settings

@@ -19,14 +19,15 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from click.testing import CliRunner, Result
 
 from agents.dedupe import applied_key
-from agents.group_admin import describe_group
-from agents.replay import ReplayError, ReplaySpec, rewrite
-from agents.replayer import CheckpointStore, DependencyDown, run_replay
 from bench.workload import Record, expected_state, generate
 from cli.main import cli
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent
 from models.worlds import WorldNaming
+from ops.offsets.run import describe_group
+from ops.rebuild.run import RebuildError, _swap, rebuild
+from ops.replay.plan import ReplayError, ReplaySpec, rewrite
+from ops.replay.run import CheckpointStore, DependencyDown, run_replay
 from sinks.catalog import NessieCatalog
 from sinks.nessie import NessieClient, SyncNessieClient
 from sinks.readback import BranchState, read_branch
@@ -34,7 +35,6 @@ from streams.settings import Settings
 from tests.integration.pipeline import ROOT, Pipeline
 from tests.integration.proxy import CuttableProxy
 from worlds.manager import WorldManager
-from worlds.rebuilder import RebuildError, _swap, rebuild
 
 pytestmark = pytest.mark.integration
 

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-
 import boto3
 import httpx
 import pytest
-from moto.server import ThreadedMotoServer
 
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.readback import read_world
 from streams.settings import Secret, Settings
+from tests.integration import s3_fixtures
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def s3_endpoint():
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+s3_endpoint = s3_fixtures.s3_endpoint
 
 
 def test_tables_land_in_s3_and_read_back(s3_endpoint: str, nessie_url: str, unique: str) -> None:

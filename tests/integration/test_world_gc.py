@@ -6,6 +6,7 @@ import time
 from datetime import timedelta
 
 import orjson
+import pyarrow.fs as pafs
 import pytest
 from click.testing import CliRunner
 
@@ -14,13 +15,15 @@ from sinks.committer import BatchCommitter
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.readback import read_branch
 from streams.settings import Settings
+from tests.integration import s3_fixtures
 from tests.integration import worlds_fixtures as fx
 from tests.integration.test_committer import obj
 from tests.integration.worlds_fixtures import WrittenWorld
 from worlds.api import Worlds
-from worlds.gc_run import list_files, run_gc
+from worlds.gc_run import GcOutcome, list_files, run_gc
 
 pytestmark = pytest.mark.integration
+s3_endpoint = s3_fixtures.s3_endpoint
 world_settings, wclient, api = fx.world_settings, fx.wclient, fx.api
 
 
@@ -36,6 +39,29 @@ def _full_read(settings: Settings, ref: str) -> tuple:
 
 
 def test_gc_keeps_everything_refs_need_and_dry_run_equals_real_run(gc_settings: Settings, wclient, unique: str) -> None:
+    _gc_round_trip(gc_settings, wclient, unique)
+
+
+def test_gc_on_an_s3_warehouse_lists_and_deletes_through_s3(
+    gc_settings: Settings, wclient, unique: str, s3_endpoint: str
+) -> None:
+    settings = s3_fixtures.s3_settings(gc_settings, s3_endpoint, "wh", bucket=f"gc-{unique}".lower())
+    orphan = f"{settings.warehouse}/orphan-{unique}.parquet"  # written by no commit: garbage once old
+    _put(settings, orphan)
+    dry, real = _gc_round_trip(settings, wclient, unique)
+    assert dry.warehouse.startswith("s3://") and all(p.startswith("s3://") for p in real.deleted)
+    assert orphan in real.deleted
+
+
+def _put(settings: Settings, uri: str) -> None:
+    fs = pafs.S3FileSystem(
+        endpoint_override=settings.s3_endpoint, access_key="k", secret_key="s", region=settings.s3_region
+    )
+    with fs.open_output_stream(uri[len("s3://") :]) as f:
+        f.write(b"not referenced by any commit")
+
+
+def _gc_round_trip(gc_settings: Settings, wclient: SyncNessieClient, unique: str) -> tuple[GcOutcome, GcOutcome]:
     w = f"t{unique}"
     branch = f"world-{w}"
     from tests.integration.test_committer import empty_root
@@ -78,6 +104,7 @@ def test_gc_keeps_everything_refs_need_and_dry_run_equals_real_run(gc_settings: 
                 gc_settings, timedelta(seconds=1), dry_run=True, client=wclient, now=real.cutoff + timedelta(seconds=1)
             )
             assert again.plan.delete == []
+            return dry, real
     finally:
         fx.cleanup_refs(wclient, unique)
 

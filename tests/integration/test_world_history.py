@@ -48,6 +48,10 @@ def test_history_newest_first_with_batches_counts_and_filters(written: WrittenWo
         {"object": {"CREATE": 5}, "link": {"CREATE": 1}},
     ]
 
+    # The committer records the same counts in the commit's properties: the default page reads no file.
+    assert [dict(r.changes) for r in api.history(written.world, limit=3)] == [dict(r.changes) for r in detailed]
+    assert detailed[0].properties["causeway.changes"] == '{"object":{"CREATE":1}}'
+
     assert len(list(api.history(written.world, limit=2))) == 2
     assert [r.hash for r in api.history(written.world, since=b2.time)] == [b3.hash, b2.hash]
     assert [r.hash for r in api.history(written.world, until=b2.time, limit=2)] == [b2.hash, b1.hash]
@@ -62,6 +66,7 @@ def test_history_cli_json_and_errors(written: WrittenWorld, world_settings: Sett
     assert [x["batch_ids"] for x in lines] == [["b3"], ["b2"]]
     text = CliRunner().invoke(cli, ["worlds", "history", written.world], obj=world_settings)
     assert text.exit_code == 0 and "commits" in text.output and "batch=b1" in text.output
+    assert "link CREATE=1  object CREATE=5" in text.output  # added/changed/deleted without --changes
     missing = CliRunner().invoke(cli, ["worlds", "history", "no-such-world-xyz"], obj=world_settings)
     assert missing.exit_code != 0 and "does not exist" in missing.output and "Traceback" not in missing.output
 

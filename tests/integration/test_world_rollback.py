@@ -9,9 +9,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from agents.replay import rewrite
-from agents.replayer import ReplayCommitter
 from cli.main import cli
+from ops.replay.plan import rewrite
+from ops.replay.run import ReplayCommitter
 from sinks.committer import Batch, BatchCommitter
 from sinks.nessie import Reference
 from sinks.readback import read_branch

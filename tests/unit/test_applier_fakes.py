@@ -210,7 +210,7 @@ async def test_a_batch_that_fails_to_commit_every_time_dead_letters_only_the_poi
 
 
 def test_a_dead_letter_too_big_for_the_topic_goes_without_its_value() -> None:
-    from agents.deadletters import MAX_LETTER_BYTES, fit, letter_size
+    from agents.deadletter_publisher import MAX_LETTER_BYTES, fit, letter_size
 
     small = DeadLetter("malformed-json", "bad", "t", 0, 5, b"k", b"{")
     assert fit(small) is small

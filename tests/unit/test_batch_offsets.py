@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sinks.committed_offsets import OffsetSet
 from sinks.committer import Batch, Source
-from sinks.offsets import OffsetSet
 from tests.unit.test_dedupe import arrival
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from agents.batching import BatchAccumulator
 from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED, CausalGate, GateOutput
 from agents.dedupe import STALE_VERSION, decide_versions, drop_duplicates, entity_ref, refs_to_check
-from agents.offsets import Arrival, EventRef, OffsetTracker
+from agents.offset_tracker import Arrival, EventRef, OffsetTracker
 from models.events import ChangeEvent, ChangeType, EntityKind
 
 OBJECTS = "onto.changes.objects"

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.cdc import plan_batch
-from agents.cdc_mapping import Converted, Ignored, Position, Rejected, convert, load_mapping
+from cdc.convert import Converted, Ignored, Position, Rejected, convert
+from cdc.mapping_loader import load_mapping
 from models.deadletter import H_DETAIL, H_OFFSET, H_PARTITION, H_REASON, H_TOPIC, DeadLetter
 from streams.settings import Settings
 from tests.unit.test_debezium import dec_b64, field, payload, pg_source, wrap

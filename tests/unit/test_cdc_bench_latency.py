@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agents.cdc_mapping import load_mapping
-from agents.cdc_plan import plan_batch
 from bench.cdc_latency import envelope_index, latency_offsets
 from bench.workload import Workload, WorkloadParams, debezium_mapping, debezium_records, generate
+from cdc.mapping_loader import load_mapping
+from cdc.plan import plan_batch
 from streams.settings import Settings
 
 

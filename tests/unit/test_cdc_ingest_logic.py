@@ -14,9 +14,9 @@ import orjson
 from click.testing import CliRunner
 from prometheus_client import generate_latest
 
-from agents.cdc import CdcIngest, IngestOptions
-from agents.cdc_mapping import MappingError, parse_mapping
-from agents.cdc_plan import (
+from agents.cdc import CdcIngest
+from cdc.mapping import MappingError, parse_mapping
+from cdc.plan import (
     TOO_LARGE,
     IngestStats,
     IngestStatus,
@@ -48,10 +48,11 @@ def test_cdc_options_are_settings_read_from_causeway_cdc_variables() -> None:
         "CAUSEWAY_CDC_ENSURE_TOPICS": "false",
     }
     settings = Settings.from_env(env)
-    opts = CdcIngest(settings, MAPPING).options  # no options given: the settings' ones
-    assert (opts.pattern, opts.group_id, opts.max_records) == (r"^cdc\.raw\.erp\..*", "erp-ingest", 40)
-    assert (opts.dlq_max_value_bytes, opts.ensure_topics) == (1000, False)
-    assert IngestOptions.from_settings(Settings()) == IngestOptions()
+    ingest = CdcIngest(settings, MAPPING)  # its tunables are the settings' cdc_* fields
+    s = ingest.settings
+    assert (s.cdc_pattern, ingest.group_id, s.cdc_max_records) == (r"^cdc\.raw\.erp\..*", "erp-ingest", 40)
+    assert (s.cdc_dlq_max_value_bytes, s.cdc_ensure_topics) == (1000, False)
+    assert ingest.max_request_bytes == max(s.max_event_bytes, 1000) + MESSAGE_HEADROOM_BYTES
 
 
 def test_causeway_config_shows_the_cdc_settings() -> None:
@@ -91,8 +92,8 @@ def test_the_worker_attaches_the_ingest_with_the_settings_options() -> None:
     app, _ = build_worker(settings)
     ingest = attached_ingest(app)
     assert ingest is not None
-    opts = ingest.options
-    assert (opts.pattern, opts.group_id, opts.max_records, opts.ensure_topics) == (
+    s = ingest.settings
+    assert (s.cdc_pattern, ingest.group_id, s.cdc_max_records, s.cdc_ensure_topics) == (
         r"^cdc\.raw\.erp\..*",
         "erp-ingest",
         40,
@@ -167,7 +168,7 @@ def test_updates_without_the_before_world_are_counted_and_warned_about_once(capl
 
 def test_batch_counters_become_metrics() -> None:
     metrics = Metrics()
-    ingest = CdcIngest(SETTINGS, MAPPING, IngestOptions(log_interval_s=0), metrics=metrics)
+    ingest = CdcIngest(SETTINGS.replace(cdc_log_interval_s=0), MAPPING, metrics=metrics)
     recs = [Rec(TOPIC, 0, 1, good(1)), Rec(TOPIC, 0, 2, None), Rec(TOPIC, 0, 3, j({"ts_ms": 1})),
             Rec(TOPIC, 0, 4, good(2, note="x" * 3_000))]  # fmt: skip
     plan = plan_batch(recs, MAPPING, SETTINGS, 0, limits={"objs": 2_000})
@@ -186,7 +187,7 @@ def test_batch_counters_become_metrics() -> None:
 
 
 def test_the_counters_line_is_rate_limited_and_says_what_changed(caplog: Any) -> None:
-    ingest = CdcIngest(SETTINGS, MAPPING, IngestOptions(log_interval_s=60))
+    ingest = CdcIngest(SETTINGS.replace(cdc_log_interval_s=60), MAPPING)
     t0 = ingest._logged_at
     ingest.stats.consumed, ingest.stats.events = 10, 7
     ingest.stats.ignored.update({"heartbeat": 3})

@@ -11,23 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.cdc_mapping import (
-    CdcEvent,
-    CdcMapping,
-    Converted,
-    Ignored,
-    MappingError,
-    Position,
-    Rejected,
-    convert,
-    join_pk,
-    load_mapping,
-    mapping_from_env,
-    parse_mapping,
-    source_version,
-)
-from models.debezium import UNAVAILABLE_PLACEHOLDER, SourceInfo
+from cdc.convert import CdcEvent, Converted, Ignored, Position, Rejected, convert, join_pk, source_version
+from cdc.debezium import UNAVAILABLE_PLACEHOLDER, SourceInfo
+from cdc.mapping import CdcMapping, MappingError, parse_mapping
+from cdc.mapping_loader import load_cdc_mapping, load_mapping
 from models.events import ChangeEvent, ChangeType, EntityKind, decode
+from streams.settings import Settings
 from tests.unit.test_debezium import TS, dec_b64, field, mysql_source, payload, pg_source, wrap
 
 TOPIC = "cdc.raw.erp.orders"
@@ -133,10 +122,10 @@ def test_load_from_yaml_json_inline_and_env(tmp_path: Path) -> None:
     js.write_text(json.dumps({"tables": [{"topic": TOPIC, "world": "prod", "object_type": "Order", "pk": "id"}]}))
     assert load_mapping(str(js)).tables[0].entity_type == "Order"
     inline = json.dumps({"tables": [{"topic": TOPIC, "world": "w1", "object_type": "O", "pk": ["a", "b"]}]})
-    assert mapping_from_env({"CAUSEWAY_CDC_MAPPING": inline}).tables[0].world == "w1"
-    assert mapping_from_env({"CAUSEWAY_CDC_MAPPING": str(yml)}).unmapped == "skip"
+    assert load_cdc_mapping(Settings.from_env({"CAUSEWAY_CDC_MAPPING": inline})).tables[0].world == "w1"
+    assert load_cdc_mapping(Settings.from_env({"CAUSEWAY_CDC_MAPPING": str(yml)})).unmapped == "skip"
     with pytest.raises(MappingError, match="CAUSEWAY_CDC_MAPPING is not set"):
-        mapping_from_env({})
+        load_cdc_mapping(Settings.from_env({}))
     with pytest.raises(MappingError, match="cannot read the file"):
         load_mapping(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
@@ -452,19 +441,17 @@ def test_payload_only_with_column_type_hints() -> None:
     }
 
 
-def test_ingest_options_from_env_and_the_default_pattern() -> None:
+def test_ingest_tunables_from_env_and_the_default_pattern() -> None:
     import re
 
-    from agents.cdc import DEFAULT_PATTERN, IngestOptions
-
-    opts = IngestOptions.from_env(
+    s = Settings.from_env(
         {
             "CAUSEWAY_CDC_MAX_RECORDS": "40",
             "CAUSEWAY_CDC_ENSURE_TOPICS": "false",
             "CAUSEWAY_CDC_LINGER_MS": "0",
         }
     )
-    assert (opts.max_records, opts.ensure_topics, opts.linger_ms) == (40, False, 0)
-    assert IngestOptions.from_env({}) == IngestOptions()
-    assert re.match(DEFAULT_PATTERN, "cdc.raw.erp.orders")
-    assert not re.match(DEFAULT_PATTERN, "cdc.rawx.orders") and not re.match(DEFAULT_PATTERN, "onto.changes.objects")
+    assert (s.cdc_max_records, s.cdc_ensure_topics, s.cdc_linger_ms) == (40, False, 0)
+    default = Settings.from_env({}).cdc_pattern
+    assert re.match(default, "cdc.raw.erp.orders")
+    assert not re.match(default, "cdc.rawx.orders") and not re.match(default, "onto.changes.objects")

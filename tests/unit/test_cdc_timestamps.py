@@ -16,7 +16,8 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField, TimestampType, TimestamptzType
 
-from agents.cdc_mapping import Converted, Position, convert, load_mapping
+from cdc.convert import Converted, Position, convert
+from cdc.mapping_loader import load_mapping
 from models.events import EntityKind
 from models.schema import PropType, Verdict, decide, validate_change
 from sinks.rows import typed_columns

@@ -7,8 +7,7 @@ import pytest
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks import projection
 from sinks.catalog import RefSpec
-from sinks.committer import Batch, Source, _select
-from sinks.offsets import (
+from sinks.committed_offsets import (
     OffsetSet,
     compact,
     dumps_map,
@@ -18,6 +17,7 @@ from sinks.offsets import (
     parse_tp,
     tp_name,
 )
+from sinks.committer import Batch, Source, _select
 from sinks.projection import Stored
 
 T = "onto.changes.objects"

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from models.debezium import (
+from cdc.debezium import (
     UNAVAILABLE_PLACEHOLDER,
     Envelope,
     EnvelopeError,

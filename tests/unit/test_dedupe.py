@@ -19,7 +19,7 @@ from agents.dedupe import (
     parse_applied_key,
     refs_to_check,
 )
-from agents.offsets import Arrival
+from agents.offset_tracker import Arrival
 from models.events import ChangeEvent, ChangeType, EntityKind
 
 TOPIC = "onto.changes.objects"

@@ -10,6 +10,7 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import StringType
 
 from models.events import ChangeEvent, ChangeType, EntityKind
+from ops.rebuild.plan import fold
 from sinks.layout import (
     DEFAULT_LAYOUTS,
     Layout,
@@ -27,7 +28,6 @@ from sinks.layout import (
 from sinks.logcompact import Candidate, choose, cut, tier
 from sinks.rows import events_arrow
 from sinks.tables import ALL_TABLES, COMMON, EVENTS
-from worlds.rebuild import fold
 
 
 def test_spec_text_round_trips_through_iceberg() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agents.offsets_admin import (
+from ops.offsets.plan import (
     GroupState,
     LagRow,
     Member,

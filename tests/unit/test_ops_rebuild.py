@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from worlds.rebuild import diff, fold
-from worlds.rebuilder import rebuild_name, stale_rebuilds
+from ops.rebuild.plan import diff, fold
+from ops.rebuild.run import rebuild_name, stale_rebuilds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from agents.redrive import H_REDRIVEN_FROM, DlqFilter, DlqRecord, causes_wanted, collapse, decide, redrive_headers
 from models.deadletter import H_REDRIVE, DeadLetter
 from models.events import ChangeEvent, ChangeType, EntityKind
+from ops.redrive.plan import H_REDRIVEN_FROM, DlqFilter, DlqRecord, causes_wanted, collapse, decide, redrive_headers
 
 EV = ChangeEvent(
     event_id="e-1",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.replay import (
+from cli.progress import render
+from models.events import ChangeEvent, ChangeType, EntityKind, decode
+from ops.replay.plan import (
     Checkpoint,
     OffsetRange,
     ReplayError,
@@ -14,8 +16,6 @@ from agents.replay import (
     resolve_range,
     rewrite,
 )
-from cli.progress import render
-from models.events import ChangeEvent, ChangeType, EntityKind, decode
 
 
 def _event(world: str = "prod", etype: str = "Sensor", caused_by: str | None = "c-1") -> ChangeEvent:

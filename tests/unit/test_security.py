@@ -6,6 +6,7 @@ import logging
 import ssl
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -132,9 +133,8 @@ def test_missing_ca_file_is_a_clear_error() -> None:
         kafka_client_options(s)
 
 
-async def test_oauthbearer_token_file_is_reread_after_refresh(tmp_path: Path) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text("tok-1\n")
+def oauth_provider(token_file: Path) -> Any:
+    """The aiokafka token provider causeway builds for a token file, re-read at every request."""
     s = Settings.from_env(
         {
             "CAUSEWAY_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
@@ -143,7 +143,13 @@ async def test_oauthbearer_token_file_is_reread_after_refresh(tmp_path: Path) ->
             "CAUSEWAY_KAFKA_OAUTH_REFRESH_S": "0",
         }
     )
-    provider = kafka_client_options(s)["sasl_oauth_token_provider"]
+    return kafka_client_options(s)["sasl_oauth_token_provider"]
+
+
+async def test_oauthbearer_token_file_is_reread_after_refresh(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("tok-1\n")
+    provider = oauth_provider(token_file)
     assert await provider.token() == "tok-1"
     token_file.write_text("tok-2\n")
     assert await provider.token() == "tok-2"
@@ -279,3 +285,20 @@ def test_log_redaction_covers_handlers_added_later() -> None:
         logger.removeHandler(handler)
         logging.setLogRecordFactory(previous)
     assert records and PW not in records[0] and "***" in records[0]
+
+
+async def test_oauthbearer_client_answers_the_brokers_error_challenge(tmp_path: Path) -> None:
+    """A refused token must end in SaslAuthenticationFailed: the client acknowledges the error challenge
+    (RFC 7628 3.2.2) instead of taking it for success (aiokafka 0.14 alone sends its next request)."""
+    from aiokafka.conn import OAuthAuthenticator
+
+    token = tmp_path / "token"
+    token.write_text("tok-abcdef")
+    provider = oauth_provider(token)
+    refused = OAuthAuthenticator(sasl_oauth_token_provider=provider)
+    first, _ = await refused.step(None)
+    assert b"auth=Bearer tok-abcdef" in first
+    assert await refused.step(b'{"status":"invalid_token"}') == (b"\x01", True)
+    accepted = OAuthAuthenticator(sasl_oauth_token_provider=provider)
+    await accepted.step(None)
+    assert await accepted.step(b"") is None  # success: nothing more to send

@@ -6,7 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from models.events import ChangeEvent, ChangeType, EntityKind
 from models.worlds import WorldNaming
+from sinks.committer import change_counts_json
 from worlds import history as hist
 from worlds.refs import InvalidRef, WorldRef, parse_release_tag, release_tag
 
@@ -86,3 +88,38 @@ def test_change_counts_split_applied_by_kind_and_stale() -> None:
         ["object", "object", "link", "object"], ["CREATE", "UPDATE", "CREATE", "UPDATE"], [True, True, True, False]
     )
     assert out == {"object": {"CREATE": 1, "UPDATE": 1}, "link": {"CREATE": 1}, "stale": {"UPDATE": 1}}
+
+
+def _event(eid: str, kind: str, change: str) -> ChangeEvent:
+    return ChangeEvent(
+        event_id=eid,
+        world_id="w",
+        kind=EntityKind(kind),
+        entity_type="person",
+        entity_pk=eid,
+        change_type=ChangeType(change),
+        version=1,
+        before=None,
+        after={},
+        caused_by=None,
+        causal_order=None,
+        occurred_at_ms=0,
+        schema_version=0,
+        source="test",
+    )
+
+
+def test_commit_change_counts_round_trip_through_properties_like_the_log_read() -> None:
+    events = [_event("a", "object", "CREATE"), _event("b", "object", "UPDATE"), _event("c", "link", "CREATE")]
+    events.append(_event("d", "object", "UPDATE"))
+    prop = change_counts_json(events, stale={"d"})
+    from_log = hist.change_counts(
+        [e.kind.value for e in events], [e.change_type.value for e in events], [e.event_id != "d" for e in events]
+    )
+    assert hist.changes_from_properties({hist.PROP_CHANGES: prop}) == from_log
+    assert hist.record("h", datetime(2026, 1, 1, tzinfo=UTC), "me", "m", {hist.PROP_CHANGES: prop}).changes == from_log
+
+
+@pytest.mark.parametrize("raw", ["", "not json", "[1, 2]", '{"object": 3}'])
+def test_change_counts_property_that_is_missing_or_malformed_reads_as_none(raw: str) -> None:
+    assert hist.changes_from_properties({hist.PROP_CHANGES: raw} if raw else {}) == {}

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.offsets import (
+from agents.offset_tracker import (
     OffsetTracker,
     format_ranges,
     in_ranges,

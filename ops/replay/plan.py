@@ -1,7 +1,7 @@
 """Replay planning, filtering and checkpoints (pure: no Kafka, Redis or Nessie here).
 
 A replay re-reads ``[start, end)`` of some topic-partitions and feeds the records through the normal
-applier (see ``agents.replayer``). This module decides *what* is read and keeps the checkpoint:
+applier (see ``ops.replay.run``). This module decides *what* is read and keeps the checkpoint:
 
 * ``ReplaySpec`` – the operator's request; its ``replay_id`` is a hash of it, so running the same
   command again finds the same checkpoint (resume, or "already complete").
@@ -30,7 +30,7 @@ import orjson
 
 from models.errors import OperatorError
 from models.events import ChangeEvent
-from sinks.offsets import TopicPartition, parse_tp, tp_name
+from sinks.committed_offsets import TopicPartition, parse_tp, tp_name
 
 _RANGE = re.compile(r"(?:(?P<topic>[^/:]+)/)?(?P<partition>\d+):(?P<start>\d+)?-(?P<end>\d+)?")
 

@@ -1,4 +1,4 @@
-"""Consumer-group offsets: lag rows and reset plans (pure; the I/O is in ``agents.group_admin``).
+"""Consumer-group offsets: lag rows and reset plans (pure; the I/O is in ``ops.offsets.run``).
 
 A reset is refused while the group has members, like Kafka's own ``kafka-consumer-groups.sh``:
 a running worker would overwrite the new offsets with its own on its next commit, and the broker

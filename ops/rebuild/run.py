@@ -1,7 +1,7 @@
 """Rebuild a world's projections on a new branch, diff them, and swap the world onto it.
 
 1. Pin the world's head ``H``; read ``entity_events`` and both projections at ``H``.
-2. Fold the log (:mod:`worlds.rebuild`) and diff against the live projections.
+2. Fold the log (:mod:`ops.rebuild.plan`) and diff against the live projections.
 3. Unless identical (or a dry run): create branch ``rebuild-<world>-<H[:12]>`` at ``H`` and
    overwrite ``entity_common`` and ``entity_edge`` there in **one** Nessie commit (the event log
    and its committed-offset summary are untouched). A second run finds that branch and reuses it.
@@ -25,13 +25,13 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from models.errors import WorldsError
 from models.worlds import WorldNaming
+from ops.rebuild.plan import LOG_COLUMNS, Key, Rebuilt, Row, TableDiff, diff, fold
 from sinks.catalog import NessieCatalog
 from sinks.errors import NessieConflict, NessieNotFound
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.occ import Occ
 from sinks.tables import COMMON, EDGE, ENTITY_EVENTS, TableDef, table_properties
 from streams.settings import Settings
-from worlds.rebuild import LOG_COLUMNS, Key, Rebuilt, Row, TableDiff, diff, fold
 
 PROP_REBUILD_OF = "causeway.rebuild_of"
 

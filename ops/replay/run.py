@@ -38,12 +38,12 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import In
 
 from agents.applier import Applier, RawRecord
-from agents.deadletters import DeadLetterPublisher
+from agents.deadletter_publisher import DeadLetterPublisher
 from agents.marks import AppliedMarks
-from agents.replay import Checkpoint, ReplayError, ReplaySpec, next_offset, resolve_range, rewrite
 from models.events import EntityKind, Invalid, decode
 from models.worlds import WorldNaming
 from monitoring.metrics import Dependency, Metrics
+from ops.replay.plan import Checkpoint, ReplayError, ReplaySpec, next_offset, resolve_range, rewrite
 from sinks.committer import Batch, BatchCommitter, CommitOutcome
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids

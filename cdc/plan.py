@@ -1,7 +1,7 @@
 """CDC ingest, the pure half: one batch of raw records → what to produce, what to dead-letter, what to count.
 
 No I/O and no clock (``now_ms`` is passed in): ``agents/cdc.py`` wires this to Kafka. A raw record
-becomes its change events (``agents.cdc_mapping.convert``), is skipped (counted), or is dead-lettered
+becomes its change events (``cdc.convert.convert``), is skipped (counted), or is dead-lettered
 with a reason; an event over its topic's size limit dead-letters its raw record as
 ``event-too-large``. Also here: the status a health check reads, the counters log line and the
 start-up warning about topics too small for ``CAUSEWAY_MAX_EVENT_BYTES``.
@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agents.cdc_mapping import CdcMapping, Converted, Ignored, Position, convert
+from cdc.convert import Converted, Ignored, Position, convert
+from cdc.mapping import CdcMapping
 from models.deadletter import DeadLetter
 from models.events import EntityKind
 from streams.settings import Settings

@@ -1,4 +1,4 @@
-"""Reading the dead-letter topic and redriving letters (the I/O half of ``agents.redrive``).
+"""Reading the dead-letter topic and redriving letters (the I/O half of ``ops.redrive.plan``).
 
 The redrive ledger (``causeway:redriven:<dlq topic>:<partition>:<offset>`` in Redis, TTL
 ``dedupe_ttl_s``) is written *after* the broker confirmed the re-published record: a crash in
@@ -16,7 +16,10 @@ import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agents.marks import AppliedMarks
-from agents.redrive import (
+from models.deadletter import DeadLetter
+from models.events import ChangeEvent, decode
+from models.worlds import InvalidWorldId, WorldNaming
+from ops.redrive.plan import (
     Decision,
     DlqFilter,
     DlqRecord,
@@ -26,9 +29,6 @@ from agents.redrive import (
     redrive_headers,
     topic_kind,
 )
-from models.deadletter import DeadLetter
-from models.events import ChangeEvent, decode
-from models.worlds import InvalidWorldId, WorldNaming
 from sinks.nessie import NessieClient
 from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
@@ -45,7 +45,7 @@ async def read_dlq(
     settings: Settings, flt: DlqFilter, progress: Callable[[int], None] | None = None
 ) -> tuple[list[DlqRecord], int]:
     """Every letter of the DLQ topic matching ``flt``, oldest first, one per origin (copies that
-    redelivery made are attached to the first, see ``agents.redrive.collapse``); and how many DLQ
+    redelivery made are attached to the first, see ``ops.redrive.plan.collapse``); and how many DLQ
     records were scanned."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False, **kafka_client_options(settings)
@@ -162,7 +162,7 @@ def _causes_in_logs(
     """The (world, event id) pairs of ``causes`` that their world branch's event log holds."""
     if not causes:
         return set()
-    from agents.replayer import ReplayCommitter
+    from ops.replay.run import ReplayCommitter
     from sinks.committer import BatchCommitter
 
     log = ReplayCommitter(BatchCommitter(settings))

@@ -1,4 +1,4 @@
-"""Dead-letter selection and redrive decisions (pure: the I/O is in ``agents.dlq``).
+"""Dead-letter selection and redrive decisions (pure: the I/O is in ``ops.redrive.run``).
 
 A redrive re-publishes a dead letter to the topic it was read from, with its original key, value
 and headers, plus ``causeway.redrive_count`` = previous count + 1 (and where it came from in the

@@ -9,7 +9,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import OffsetAndMetadata
 
-from agents.offsets_admin import GroupState, LagRow, Member, ResetRow, check_resettable
+from ops.offsets.plan import GroupState, LagRow, Member, ResetRow, check_resettable
 
 
 async def describe_group(bootstrap: str, group: str, kafka_options: dict[str, Any] | None = None) -> GroupState:

@@ -1,0 +1,1 @@
+"""Operator tools, one subpackage per tool: ``plan`` (pure decisions) and ``run`` (its I/O)."""

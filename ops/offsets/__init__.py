@@ -1,0 +1,1 @@
+"""`causeway offsets`: consumer-group lag and offset resets."""

@@ -1,0 +1,1 @@
+"""`causeway dlq`: read the dead-letter topic and redrive letters."""

@@ -1,0 +1,1 @@
+"""`causeway replay`: re-read a range of the change topics through the normal applier."""
