@@ -149,7 +149,11 @@ class Applier:
         if pipelined:
             self.committer = UnlockedCommits(committer, self.lock)
             self.flusher = FlushScheduler(
-                self._flush, self.lock, lambda: self.batches.due(self.clock(), self.idle), self.batches.worlds
+                self._flush,
+                self.lock,
+                lambda: self.batches.due(self.clock(), self.idle),
+                self.batches.worlds,
+                budget=settings.flush_commit_budget,
             )
         # Causes Redis does not know: when first seen unknown, and when last looked up on the branch.
         self._cause_seen: dict[tuple[str, str], float] = {}
@@ -372,11 +376,9 @@ class Applier:
             # Every marked ref counts: causes of new arrivals as well as of parked events.
             self.gate.learn_applied(marked)
         parked: dict[str, int] = defaultdict(int)
-        for a in split.fresh:
-            self.gate.offer(a, now)
-            if self.gate.is_parked(a.ref):
-                self._parked_at[a.ref] = (now, a.tp)
-                parked[a.event.world_id] += 1
+        for a in self.gate.offer_all(split.fresh, now):  # fast path: no cause, nothing parked on the key
+            self._parked_at[a.ref] = (now, a.tp)
+            parked[a.event.world_id] += 1
         for world, n in parked.items():
             self.metrics.event_outcome(world, "parked", n)
 

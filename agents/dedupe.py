@@ -2,13 +2,15 @@
 
 Flow per batch (the agent does the I/O, these functions decide):
 
-1. ``refs_to_check`` → one Redis round trip over the ``applied_key`` of each (``agents.marks``);
-   the ids found are *marked*.
+1. ``refs_to_check`` → one Redis round trip over the marks of the dedupe window (``agents.marks``,
+   layout in ``agents.dedupe_window``); the ids found are *marked*. An id applied longer ago than
+   the window is not found here: the committer catches such a copy (step 3: the version rule flags
+   it, the branch's event log confirms it as a duplicate).
 2. ``drop_duplicates`` removes events already marked for their world and repeats inside the batch.
 3. At commit time, ``decide_versions`` against the entity versions read from the head being committed
    on (decided again after every OCC retry: a new head may hold newer versions).
-4. After the Nessie commit, ``marks_after_commit`` gives the Redis keys to set with the dedupe TTL,
-   for every event the batch settled, stale ones included. Publish the stale dead letters *before*
+4. After the Nessie commit, every event the batch settled is marked for the window, stale ones
+   included. Publish the stale dead letters *before*
    setting the marks: a crash between the two would otherwise drop the redelivered copy as a
    duplicate, and the event would be neither applied nor dead-lettered.
 
@@ -21,7 +23,8 @@ version that is already stored is a producer error (a retry that minted a new id
 history); the same event id never gets here, dedupe drops it first. A stale event is still *settled*:
 its entity already holds a newer state, so the agent marks it in Redis and reports it to the causal
 gate as taken effect (effects caused by it may go); a redelivery is then dropped as a duplicate instead
-of filling the DLQ again. Caveat: past the dedupe TTL a replay of old events lands here as stale.
+of filling the DLQ again. Past the dedupe window a copy of an applied event lands here as stale, and
+the committer's event-log lookup then settles it as a duplicate (``CommitOutcome.duplicate_ids``).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ EntityRef = tuple[str, str, str, str]
 
 
 def applied_key(world_id: str, event_id: str) -> str:
-    """The Redis key marking an event as applied in a world: ``causeway:applied:{<world>}:<event_id>``.
+    """The previous format's per-event mark key, ``causeway:applied:{<world>}:<event_id>`` (read until it expires).
 
     The braces make the world the key's hash tag: on Redis Cluster a world's marks share one slot,
     so one script or ``MGET`` per world stays in one slot.
@@ -107,7 +110,7 @@ def drop_duplicates(arrivals: Iterable[Arrival], marked: Container[EventRef]) ->
 
 
 def marks_after_commit(settled: Iterable[EventRef]) -> list[str]:
-    """Redis keys to set once the commit that settled these events succeeded (applied or stale)."""
+    """Per-event mark keys (the previous format) of the events a commit settled, unique."""
     return [applied_key(world_id, event_id) for world_id, event_id in dict.fromkeys(settled)]
 
 

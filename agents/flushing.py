@@ -12,7 +12,13 @@ small benchmark profile). Here:
   under the lock, committed outside it, then marks, gate and offsets are settled under it again,
   so acks stay in offset order (the tracker advances only after the commit);
 * when a flush ends, the worlds due by then are scheduled (its world again if a batch grew meanwhile);
-* ``drain`` (rebalance, shutdown) waits for the flushes in flight and flushes every buffered world.
+* ``drain`` (rebalance, shutdown) waits for the flushes in flight and flushes every buffered world;
+* a **commit budget** (:class:`CommitBudget`, ``CAUSEWAY_FLUSH_COMMIT_BUDGET``) bounds the commits
+  in flight across worlds. With many worlds, each flushing on its own timer would start as many
+  concurrent commits, every one slowed by the others (they share the GIL and the cores); within
+  the budget, due worlds take turns, the one that waited longest since its last commit first, and
+  the others' batches keep growing meanwhile (fewer, larger commits). ``W`` busy worlds sharing a
+  budget of ``B`` commits of ``c`` seconds each flush every ``W·c/B`` seconds.
 
 An error that escapes a flush (the applier retries dependency failures itself, so this is a bug)
 is kept and raised by the next ``schedule`` or ``drain``: the intake then stops the worker rather
@@ -53,8 +59,38 @@ class UnlockedCommits:
         return getattr(self.inner, name)
 
 
+class CommitBudget:
+    """Which due worlds may start a commit now: at most ``limit`` in flight, fair turns (pure).
+
+    Order: worlds that never committed first, then the one whose last commit started longest ago;
+    ties keep the caller's order (the due list, oldest batch first). A world already in flight is
+    never picked (its next batch waits for it: batches of a world land in order).
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("the commit budget must be at least 1")
+        self.limit = limit
+        self._turn = 0
+        self._last: dict[str, int] = {}
+
+    def pick(self, due: Iterable[str], in_flight: Iterable[str]) -> list[str]:
+        """The worlds to start now, in order; each is counted as started."""
+        busy = set(in_flight)
+        free = self.limit - len(busy)
+        if free <= 0:
+            return []
+        waiting = [w for w in dict.fromkeys(due) if w not in busy]
+        waiting.sort(key=lambda w: self._last.get(w, -1))  # stable: due order breaks ties
+        chosen = waiting[:free]
+        for world in chosen:
+            self._turn += 1
+            self._last[world] = self._turn
+        return chosen
+
+
 class FlushScheduler:
-    """One background flush per world at a time, concurrently across worlds."""
+    """One background flush per world at a time, concurrently across worlds within a commit budget."""
 
     def __init__(
         self,
@@ -62,11 +98,13 @@ class FlushScheduler:
         lock: asyncio.Lock,
         due: Callable[[], list[str]],
         buffered: Callable[[], Iterable[str]],
+        budget: int = 4,
     ) -> None:
         self._flush = flush
         self._lock = lock
         self._due = due
         self._buffered = buffered
+        self.budget = CommitBudget(budget)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._held = 0
         self._error: BaseException | None = None
@@ -75,15 +113,15 @@ class FlushScheduler:
         return set(self._tasks)
 
     def schedule(self, worlds: Iterable[str]) -> None:
-        """Start a background flush of each world that has none in flight (not while draining)."""
+        """Start a background flush of the due ``worlds`` the commit budget lets go now (none in
+        flight for that world; not while draining). The rest are offered again when a flush ends."""
         self._raise_kept()
         if self._held:
             return
-        for world in worlds:
-            self._start(world)
+        self._start_within_budget(worlds)
 
-    def _start(self, world: str) -> None:
-        if world not in self._tasks:
+    def _start_within_budget(self, worlds: Iterable[str]) -> None:
+        for world in self.budget.pick(worlds, self._tasks):
             self._tasks[world] = asyncio.get_running_loop().create_task(self._run(world), name=f"flush {world}")
 
     async def _run(self, world: str) -> None:
@@ -112,8 +150,7 @@ class FlushScheduler:
                 worlds = list(self._buffered())
                 if not worlds:
                     return
-                for world in worlds:
-                    self._start(world)
+                self._start_within_budget(worlds)
         finally:
             self._held -= 1
 

@@ -1,17 +1,23 @@
 """Applied-event marks in Redis: one round trip to ask, one to mark, the loop on the server.
 
-A mark ``causeway:applied:{<world>}:<event_id>`` means "this event took effect on the world's
-branch". Marks are written only after the Nessie commit, so a missing mark never hides an
-unapplied event; the branch's recorded offsets cover the window between commit and mark.
+A mark means "this event took effect on the world's branch". Marks are written only after the
+Nessie commit, so a missing mark never hides an unapplied event; the branch's recorded offsets
+cover the window between commit and mark.
 
-Cost: a server-side script (``EVALSHA``) loops over a batch's keys, so redis-py packs one command
-per world instead of one ``SET … EX`` per event (measured ~14 µs per key pipelined against ~0.6 µs
-per key in a script, docs/benchmarks.md). Both scripts touch only the keys they are given.
+Bounded: marks live for the dedupe window (``dedupe_window_s``), packed into per-world buckets
+(``agents.dedupe_window``: 16 bytes per UUID or CDC id, the id's bytes plus a few for any other);
+a duplicate older than the window is caught by the branch's event log at commit time
+(docs/architecture.md, "Dedupe state"). Memory = rate × (window + window/2) × bytes per mark.
 
-Redis Cluster: the world is the key's hash tag, so one world's keys share a slot and each script
-call (one per world) stays in one slot. Marks written before the hash tag (``causeway:applied:
-<world>:<event_id>``) are still read while ``read_legacy`` is on, until they expire
-(``dedupe_ttl_s`` after the upgrade); they span slots, so turn it off on a cluster.
+Cost: a server-side script (``EVALSHA``) loops over a batch's ids, so redis-py packs one command
+per world instead of one command per event (measured ~14 µs per key pipelined against ~0.6 µs per
+key in a script, docs/benchmarks.md). The scripts touch only the keys they are given.
+
+Redis Cluster: the world is every key's hash tag, so one world's keys share a slot and each script
+call (one per world) stays in one slot. Marks of the earlier formats, one key per event with a
+7-day TTL, are still read until they expire: ``causeway:applied:{<world>}:<event_id>`` while
+``read_per_event`` is on, and the one before the hash tag (``causeway:applied:<world>:<event_id>``)
+while ``read_legacy`` is on; the latter span slots, so turn it off on a cluster.
 
 ``DeadLetterMarks`` keeps the other durable decision the same way: which origins were dead-lettered
 (``causeway:dead:...``, see ``agents.letter_marks``).
@@ -20,16 +26,21 @@ call (one per world) stays in one slot. Marks written before the hash tag (``cau
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from agents.dedupe import applied_key as mark_key
 from agents.dedupe import legacy_applied_key
+from agents.dedupe_window import PACKED, MarkWindow, encode
 from agents.letter_marks import by_tag
+
+if TYPE_CHECKING:
+    from streams.settings import Settings
 
 #: Keys per script call: keeps one call to a few milliseconds of server time.
 CHUNK = 5_000
@@ -55,6 +66,122 @@ for i = 1, n do
 end
 return hits
 """
+
+
+# Is a 16-byte record in a string of concatenated records (aligned: a match across two records is not one)?
+_FOUND_LUA = """
+local function find_rec(blob, rec)
+  local pos = 1
+  while true do
+    local s = string.find(blob, rec, pos, true)
+    if not s then return nil end
+    if (s - 1) % PACKED == 0 then return s end
+    pos = s + 1
+  end
+end
+local function found(blob, rec)
+  return find_rec(blob, rec) ~= nil
+end
+""".replace("PACKED", str(PACKED))
+
+# KEYS: bucket keys of the current slot. ARGV: expire-at, then per key: kind ('p' packed string,
+# 'h' hash), count, that many records or fields. Returns how many ids were given.
+WINDOW_MARK_LUA = (
+    _FOUND_LUA
+    + """
+local at = ARGV[1]
+local pos = 2
+local given = 0
+for i = 1, #KEYS do
+  local kind, n = ARGV[pos], tonumber(ARGV[pos + 1])
+  pos = pos + 2
+  if kind == 'p' then
+    local blob = redis.call('GET', KEYS[i]) or ''
+    local add = {}
+    for j = 0, n - 1 do
+      if not found(blob, ARGV[pos + j]) then add[#add + 1] = ARGV[pos + j] end
+    end
+    if #add > 0 then redis.call('SET', KEYS[i], blob .. table.concat(add)) end
+  else
+    for j = 0, n - 1 do redis.call('HSET', KEYS[i], ARGV[pos + j], '') end
+  end
+  redis.call('EXPIREAT', KEYS[i], at)
+  pos = pos + n
+  given = given + n
+end
+return given
+"""
+)
+
+# KEYS: G groups of m keys (one bucket in each live slot), then e per-event keys per id (old formats).
+# ARGV: n, m, e, G, then each group's kind ('p' packed / 'h' hash), then per id: its group, its stored bytes.
+# Returns the 1-based positions of the ids found in any slot or old key.
+WINDOW_LOOKUP_LUA = (
+    _FOUND_LUA
+    + """
+local n, m, e, G = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local base = G * m
+local blobs = {}
+local hits = {}
+for i = 1, n do
+  local at = 4 + G + 2 * (i - 1)
+  local g, data = tonumber(ARGV[at + 1]), ARGV[at + 2]
+  local kind = ARGV[4 + g]
+  local hit = false
+  for j = 1, m do
+    local k = KEYS[(g - 1) * m + j]
+    if kind == 'p' then
+      local blob = blobs[k]
+      if blob == nil then
+        blob = redis.call('GET', k) or ''
+        blobs[k] = blob
+      end
+      if found(blob, data) then hit = true break end
+    elseif redis.call('HEXISTS', k, data) == 1 then
+      hit = true
+      break
+    end
+  end
+  if not hit then
+    for x = 1, e do
+      if redis.call('EXISTS', KEYS[base + (i - 1) * e + x]) == 1 then hit = true break end
+    end
+  end
+  if hit then hits[#hits + 1] = i end
+end
+return hits
+"""
+)
+
+# KEYS: bucket keys; ARGV: per key kind, count, records or fields. Removes them; returns how many were there.
+WINDOW_FORGET_LUA = (
+    _FOUND_LUA
+    + """
+local pos = 1
+local removed = 0
+for i = 1, #KEYS do
+  local kind, n = ARGV[pos], tonumber(ARGV[pos + 1])
+  pos = pos + 2
+  if kind == 'p' then
+    local blob = redis.call('GET', KEYS[i])
+    if blob then
+      for j = 0, n - 1 do
+        local s = find_rec(blob, ARGV[pos + j])
+        if s then
+          blob = string.sub(blob, 1, s - 1) .. string.sub(blob, s + PACKED)
+          removed = removed + 1
+        end
+      end
+      redis.call('SET', KEYS[i], blob, 'KEEPTTL')
+    end
+  else
+    for j = 0, n - 1 do removed = removed + redis.call('HDEL', KEYS[i], ARGV[pos + j]) end
+  end
+  pos = pos + n
+end
+return removed
+""".replace("PACKED", str(PACKED))
+)
 
 
 def _sha(script: str) -> str:
@@ -90,38 +217,134 @@ async def run_scripts(client: aioredis.Redis, script: str, calls: Sequence[tuple
 
 
 class AppliedMarks:
-    def __init__(self, client: aioredis.Redis, ttl_s: int, *, read_legacy: bool = True) -> None:
+    """Applied-event marks for the dedupe window (see the module doc and ``agents.dedupe_window``).
+
+    ``clock``: wall-clock seconds (``time.time``); every worker's marks land in the slot of their
+    clock, so clocks should agree to well within a slot (window / 2).
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        window_s: int,
+        *,
+        buckets: int = 1024,
+        read_per_event: bool = True,
+        read_legacy: bool = True,
+        clock: Callable[[], float] = time.time,
+        prefix: str | None = None,
+    ) -> None:
         self._redis = client
-        self._ttl = ttl_s
+        self.window = MarkWindow(window_s, buckets) if prefix is None else MarkWindow(window_s, buckets, prefix)
+        self.read_per_event = read_per_event
         self.read_legacy = read_legacy
+        self.clock = clock
 
     @classmethod
-    def from_url(cls, url: str, ttl_s: int, *, read_legacy: bool = True, **options: Any) -> AppliedMarks:
-        """``options``: streams.security.redis_options (password, ACL user, TLS CA)."""
+    def from_url(cls, url: str, window_s: int, *, buckets: int = 1024, **options: Any) -> AppliedMarks:
+        """``options``: the constructor's keywords, then streams.security.redis_options (password, ACL user, TLS CA)."""
+        own = {k: options.pop(k) for k in ("read_per_event", "read_legacy", "clock", "prefix") if k in options}
         client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
-        return cls(client, ttl_s, read_legacy=read_legacy)
+        return cls(client, window_s, buckets=buckets, **own)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **options: Any) -> AppliedMarks:
+        """The marks every component shares: one window and bucket count, so all read the same keys."""
+        return cls.from_url(
+            settings.redis_url,
+            settings.dedupe_window_s,
+            buckets=settings.dedupe_mark_buckets,
+            read_per_event=settings.dedupe_read_per_event_marks,
+            read_legacy=settings.dedupe_read_legacy_marks,
+            **options,
+        )
+
+    def _grouped(self, world: str, ids: list[str], slot: int) -> dict[str, tuple[str, list[bytes]]]:
+        """The ids by bucket key of ``slot``: key → (kind, stored bytes)."""
+        out: dict[str, tuple[str, list[bytes]]] = {}
+        for event_id in ids:
+            enc = encode(event_id)
+            key = self.window.key(world, slot, enc.family, self.window.bucket(event_id))
+            out.setdefault(key, ("p" if enc.packed else "h", []))[1].append(enc.data)
+        return out
+
+    @staticmethod
+    def _per_key_args(grouped: dict[str, tuple[str, list[bytes]]]) -> list[Any]:
+        args: list[Any] = []
+        for kind, data in grouped.values():
+            args += [kind, len(data), *data]
+        return args
 
     async def applied(self, pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Which (world, event_id) pairs are marked (either key format); one round trip."""
+        """Which (world, event_id) pairs are marked within the window (or in an old format); one round trip."""
         groups = by_world(pairs)
         if not groups:
             return set()
+        slots = self.window.live_slots(self.clock())
+        per_event = int(self.read_per_event) + int(self.read_legacy)
         calls = []
         for world, ids in groups:
-            keys = [mark_key(world, i) for i in ids]
-            if self.read_legacy:
-                keys += [legacy_applied_key(world, i) for i in ids]
-            calls.append((keys, [len(ids)]))
-        answers = await self._scripts(LOOKUP_LUA, calls)
+            group_of: dict[tuple[str, int], int] = {}
+            keys: list[str] = []
+            kinds: list[str] = []
+            args: list[Any] = []
+            for event_id in ids:
+                enc = encode(event_id)
+                bucket = (enc.family, self.window.bucket(event_id))
+                g = group_of.get(bucket)
+                if g is None:
+                    g = group_of[bucket] = len(group_of) + 1
+                    keys += [self.window.key(world, slot, *bucket) for slot in slots]
+                    kinds.append("p" if enc.packed else "h")
+                args += [g, enc.data]
+            for event_id in ids if per_event else ():
+                if self.read_per_event:
+                    keys.append(mark_key(world, event_id))
+                if self.read_legacy:
+                    keys.append(legacy_applied_key(world, event_id))
+            calls.append((keys, [len(ids), len(slots), per_event, len(group_of), *kinds, *args]))
+        answers = await self._scripts(WINDOW_LOOKUP_LUA, calls)
         return {(world, ids[pos - 1]) for (world, ids), hits in zip(groups, answers, strict=True) for pos in hits}
 
     async def mark(self, pairs: Iterable[tuple[str, str]]) -> int:
-        """Mark pairs applied with the TTL; idempotent. Returns how many were written."""
+        """Mark pairs applied for the window; idempotent. Returns how many (unique pairs) were given."""
         groups = by_world(pairs)
         if not groups:
             return 0
-        calls = [([mark_key(world, i) for i in ids], [self._ttl]) for world, ids in groups]
-        return sum(await self._scripts(MARK_LUA, calls))
+        slot = self.window.slot(self.clock())
+        calls = []
+        for world, ids in groups:
+            grouped = self._grouped(world, ids, slot)
+            calls.append((list(grouped), [self.window.expire_at(slot), *self._per_key_args(grouped)]))
+        return sum(await self._scripts(WINDOW_MARK_LUA, calls))
+
+    async def forget(self, pairs: Iterable[tuple[str, str]]) -> int:
+        """Remove marks (every live slot and the per-event formats): an operator's repair, and tests
+        that simulate a lost mark. Returns how many marks were removed."""
+        groups = by_world(pairs)
+        if not groups:
+            return 0
+        calls = []
+        for world, ids in groups:
+            for slot in self.window.live_slots(self.clock()):
+                grouped = self._grouped(world, ids, slot)
+                calls.append((list(grouped), self._per_key_args(grouped)))
+        removed = sum(await self._scripts(WINDOW_FORGET_LUA, calls))
+        old = [k for world, ids in groups for i in ids for k in (mark_key(world, i), legacy_applied_key(world, i))]
+        for i in range(0, len(old), CHUNK):
+            removed += int(await self._redis.unlink(*old[i : i + CHUNK]))
+        return removed
+
+    def keys_of(self, world: str, now: float | None = None) -> list[str]:
+        """Every bucket key a world's marks may use in the live slots (for the memory benchmark's
+        accounting and clean-up; the hot path never lists keys)."""
+        slots = self.window.live_slots(self.clock() if now is None else now)
+        return [
+            self.window.key(world, slot, family, b)
+            for slot in slots
+            for family in ("u", "c", "s")
+            for b in range(self.window.buckets)
+        ]
 
     async def _scripts(self, script: str, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
         return await run_scripts(self._redis, script, calls)

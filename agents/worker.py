@@ -76,12 +76,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     applier = Applier(
         settings,
-        marks=AppliedMarks.from_url(
-            settings.redis_url,
-            settings.dedupe_ttl_s,
-            read_legacy=settings.dedupe_read_legacy_marks,
-            **redis_options(settings),
-        ),
+        marks=AppliedMarks.from_settings(settings, **redis_options(settings)),
         committer=BatchCommitter(settings, on_retry=metrics.commit_retry),
         dead_letters=DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings)),
         worlds=_Worlds(settings),

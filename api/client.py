@@ -150,6 +150,7 @@ class WorldClient:
         *,
         expected_hash: str = "",
         force: bool = False,
+        dry_run: bool = False,
         idempotency_key: str | None = None,
     ) -> pb.RollbackResponse:
         req = pb.RollbackRequest(
@@ -157,6 +158,7 @@ class WorldClient:
             to_ref=to_ref,
             expected_hash=expected_hash,
             force=force,
+            dry_run=dry_run,
             idempotency_key=self.key(idempotency_key),
         )
         return self.call("Rollback", req)
@@ -189,7 +191,8 @@ class WorldClient:
         req = pb.MergeWorldRequest(
             source_world_id=source,
             target_world_id=target,
-            strategy=pb.MergeStrategy.Value(strategy),
+            strategy=pb.MergeStrategy.Value(strategy) if strategy in pb.MergeStrategy.keys() else pb.NORMAL,
+            strategy_name="" if strategy in pb.MergeStrategy.keys() else strategy,
             strategy_for=strategy_for or {},
             dry_run=dry_run,
             message=message,
@@ -207,8 +210,24 @@ class WorldClient:
                 return out
         return None
 
-    def list_conflicts(self, target: str) -> pb.ListConflictsResponse:
-        return self.call("ListConflicts", pb.ListConflictsRequest(target_world_id=target))
+    def list_conflicts(self, target: str, page_size: int = 0) -> pb.ListConflictsResponse:
+        """The pending merge into ``target`` with every conflict (the pages joined into one response)."""
+        token = ""
+        out: pb.ListConflictsResponse | None = None
+        while True:
+            page = self.conflicts_page(target, page_size=page_size, page_token=token)
+            if out is None:
+                out = page
+            else:
+                out.conflicts.extend(page.conflicts)
+            token = page.next_page_token
+            if not token:
+                out.next_page_token = ""
+                return out
+
+    def conflicts_page(self, target: str, *, page_size: int = 0, page_token: str = "") -> pb.ListConflictsResponse:
+        req = pb.ListConflictsRequest(target_world_id=target, page_size=page_size, page_token=page_token)
+        return self.call("ListConflicts", req)
 
     def resolve_conflict(
         self, target: str, conflict_id: int, take: str, *, idempotency_key: str | None = None

@@ -23,8 +23,9 @@ import orjson
 from google.protobuf import any_pb2
 from google.rpc import status_pb2
 
+from api import paging
 from api import world_manager_pb2 as pb
-from api.errors import InvalidRequest, MergeConflicts
+from api.errors import HeadMoved, InvalidRequest, MergeConflicts
 from worlds.merge_run import MergeOutcome, _rkey
 
 #: Bytes of the conflicts put in an ABORTED status's details (gRPC refuses metadata over 8 KiB).
@@ -75,8 +76,14 @@ def conflict_status(message: str, resp: pb.MergeResponse) -> tuple[str, bytes]:
         target_head=resp.target_head,
         base=resp.base,
     )
+    if len(resp.json) < DETAILS_BUDGET // 3:  # the outcome's counts, so a client can print the whole summary
+        slim.json = resp.json
     for c in resp.conflicts:
-        item = pb.MergeConflict(id=c.id, kind=c.kind, entity_type=c.entity_type, pk=c.pk, conflict=c.conflict)
+        doc = orjson.loads(c.json)  # the conflict without its three states
+        brief = {k: doc[k] for k in ("kind", "type", "pk", "conflict", "fields", "endpoints", "link_side") if k in doc}
+        item = pb.MergeConflict(
+            id=c.id, kind=c.kind, entity_type=c.entity_type, pk=c.pk, conflict=c.conflict, json=_json(brief)
+        )
         if slim.ByteSize() + item.ByteSize() + 8 > DETAILS_BUDGET:
             break
         slim.conflicts.append(item)
@@ -104,15 +111,33 @@ def answer(out: MergeOutcome) -> pb.MergeResponse:
     return resp
 
 
-def pending_response(doc: Mapping[str, Any]) -> pb.ListConflictsResponse:
+def pending_response(doc: Mapping[str, Any], size: int = 0, token: str = "") -> pb.ListConflictsResponse:
+    """One page of the pending merge ``doc``'s conflicts (ordered by id).
+
+    The token pins the pending merge it was issued for (its ``created`` stamp and heads): if that
+    merge was aborted or replaced since, the next page is refused (FAILED_PRECONDITION), never mixed.
+    """
     chosen = doc.get("resolutions", {})
+    size = paging.page_size(size)
+    pin = f"{doc.get('created', '')}|{doc['source_hash']}|{doc['target_head']}"
+    state = paging.decode(token, "conflicts") or {}
+    if state and state.get("pin") != pin:
+        raise HeadMoved(f"the pending merge into {doc['target']!r} changed since the first page: list it again")
+    ordered = sorted(doc["conflicts"], key=lambda c: int(c["id"]))
+    start = int(state.get("after", 0))
+    rest = [c for c in ordered if int(c["id"]) > start]
+    page = rest[:size]
+    more = len(rest) > size
     return pb.ListConflictsResponse(
         source_world_id=doc["source"],
         target_world_id=doc["target"],
         source_hash=doc["source_hash"],
         target_head=doc["target_head"],
         base=doc["base"],
-        conflicts=[conflict_message(c, resolution=chosen.get(_rkey(c), "")) for c in doc["conflicts"]],
+        conflicts=[conflict_message(c, resolution=chosen.get(_rkey(c), "")) for c in page],
+        next_page_token=paging.encode("conflicts", pin=pin, after=int(page[-1]["id"])) if more else "",
+        total=len(ordered),
+        json=_json({k: v for k, v in doc.items() if k != "conflicts"}),
     )
 
 
@@ -126,7 +151,7 @@ class MergeRpcs:
 
     async def MergeWorld(self, request: pb.MergeWorldRequest, context: Any) -> pb.MergeResponse:  # noqa: N802
         async def act() -> pb.MergeResponse:
-            strategy = pb.MergeStrategy.Name(request.strategy)
+            strategy = request.strategy_name or pb.MergeStrategy.Name(request.strategy)
             out = await self._blocking(
                 lambda w: w.merge_worlds(
                     request.source_world_id,
@@ -143,7 +168,8 @@ class MergeRpcs:
 
     async def ListConflicts(self, request: pb.ListConflictsRequest, context: Any) -> pb.ListConflictsResponse:  # noqa: N802
         async def act() -> pb.ListConflictsResponse:
-            return pending_response(await self._blocking(lambda w: _pending(w, request.target_world_id)))
+            doc = await self._blocking(lambda w: _pending(w, request.target_world_id))
+            return pending_response(doc, request.page_size, request.page_token)
 
         return await self._read("ListConflicts", request.target_world_id, context, act)
 

@@ -25,7 +25,9 @@ def _error(exc: grpc.RpcError) -> WorldError:
     return WorldError(f"API {exc.code().name}: {exc.details()}")
 
 
-class RemoteWorldManager:
+class Remote:
+    """A client of the API held for one CLI command (``with Remote.from_settings(s) as r: ...``)."""
+
     def __init__(self, client: WorldClient) -> None:
         self.client = client
 
@@ -39,6 +41,8 @@ class RemoteWorldManager:
     def __exit__(self, *exc: object) -> None:
         self.client.close()
 
+
+class RemoteWorldManager(Remote):
     async def get(self, world_id: str) -> World | None:
         try:
             return _world(self.client.get_world(world_id))

@@ -11,6 +11,7 @@ Reads use ``worlds.api.Worlds`` (blocking: pyiceberg) in worker threads, one ins
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
@@ -330,14 +331,18 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
         def pages(w: Worlds) -> Iterator[pb.DiffResponse]:
             size = paging.page_size(request.page_size)
             state = paging.decode(request.page_token, "diff")
-            a, b = (state["a"], state["b"]) if state else (_pin(w, request.from_ref), _pin(w, request.to_ref))
-            offset = int(state["off"]) if state else 0
+            if state is None:  # each ref resolved once; its name (a tag for WORLD/RELEASE) and time kept
+                ra, rb = w.resolve(request.from_ref), w.resolve(request.to_ref)
+                state = {"a": _pinned(ra), "b": _pinned(rb), "off": 0, "refs": [_named(ra), _named(rb)]}
+            a, b, offset = state["a"], state["b"], int(state["off"])
             diff = w.diff(a, b)
             changes = diff.changes
             for start in range(offset, max(len(changes), offset + 1), size):
                 chunk = changes[start : start + size]
-                token = paging.encode("diff", a=a, b=b, off=start + size) if start + size < len(changes) else ""
+                more = start + size < len(changes)
+                token = paging.encode("diff", a=a, b=b, off=start + size, refs=state.get("refs")) if more else ""
                 yield pb.DiffResponse(
+                    json="" if more else _json(_diff_summary(diff, state.get("refs"))),
                     from_hash=diff.a.hash,
                     to_hash=diff.b.hash,
                     changes=[
@@ -399,8 +404,13 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
         def pages(w: Worlds) -> Iterator[pb.QueryAtResponse]:
             size = paging.page_size(request.page_size)
             state = paging.decode(request.page_token, "query")
-            ref = state["ref"] if state else _pin(w, request.ref)
-            offset = int(state["off"]) if state else 0
+            if state is None:  # resolved once; its name (a tag for WORLD/RELEASE) and time travel in the token
+                first = w.resolve(request.ref)
+                when = first.commit_time.isoformat() if first.commit_time else ""
+                pinned = str(WorldRef(first.ref.world, hash=first.hash))
+                state = {"ref": pinned, "off": 0, "name": first.name, "at": when}
+            ref, offset = state["ref"], int(state["off"])
+            pin = {"name": state.get("name", ""), "at": state.get("at", "")}
             snap = w.show(
                 ref,
                 entity_type=request.entity_type or None,
@@ -410,9 +420,12 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
             rows = [("o", r) for r in snap.objects.to_pylist()] + [("l", r) for r in snap.links.to_pylist()]
             for start in range(offset, max(len(rows), offset + 1), size):
                 chunk = rows[start : start + size]
-                token = paging.encode("query", ref=ref, off=start + size) if start + size < len(rows) else ""
+                more = start + size < len(rows)
+                token = paging.encode("query", ref=ref, off=start + size, **pin) if more else ""
                 yield pb.QueryAtResponse(
                     hash=snap.resolved.hash,
+                    resolved_name=pin["name"],
+                    commit_time=pin["at"],
                     objects_json=[_json(r) for k, r in chunk if k == "o"],
                     links_json=[_json(r) for k, r in chunk if k == "l"],
                     next_page_token=token,
@@ -431,12 +444,18 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
                     raise HeadMoved(
                         f"world {request.world_id!r} is at {head.hash[:16]}, not {request.expected_hash[:16]}"
                     )
-            out = w.rollback(request.world_id, request.to_ref, force=request.force)
+            if request.dry_run:
+                plan, commit, attempts = w.plan_rollback(request.world_id, request.to_ref), None, 0
+            else:
+                out = w.rollback(request.world_id, request.to_ref, force=request.force)
+                plan, commit, attempts = out.plan, out.hash, out.attempts
             return pb.RollbackResponse(
-                commit_hash=out.hash or "",
-                noop=out.hash is None,
-                rolled_back_commits=len(out.plan.rolled_back),
-                target_hash=out.plan.target,
+                commit_hash=commit or "",
+                noop=plan.noop if request.dry_run else commit is None,
+                rolled_back_commits=len(plan.rolled_back),
+                target_hash=plan.target,
+                json=_json(dataclasses.asdict(plan)),
+                attempts=attempts,
             )
 
         async def act() -> pb.RollbackResponse:
@@ -453,10 +472,39 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
         return await self._write("ApplyChanges", request.world_id, request, context, pb.ApplyChangesResponse, act)
 
 
+def _pinned(r: Any) -> str:
+    return str(WorldRef(r.ref.world, hash=r.hash))
+
+
+def _named(r: Any) -> dict[str, str]:
+    return {"name": r.name, "at": r.commit_time.isoformat() if r.commit_time else ""}
+
+
+def _diff_summary(diff: Any, refs: list[dict[str, str]] | None) -> dict[str, Any]:
+    """What the last diff page adds to the changes: enough for a client to print ``worlds diff``."""
+    return {
+        "a": refs[0] if refs else {},
+        "b": refs[1] if refs else {},
+        "tables": [
+            {
+                "table": t.table,
+                "changes": len(t.changes),
+                "schema": [dataclasses.asdict(x) for x in t.schema],
+                "data_files_read": t.data_files_read,
+                "data_files_skipped": t.data_files_skipped,
+                "delete_files_read": t.delete_files_read,
+                "bytes_read": t.bytes_read,
+                "rows_read": t.rows_read,
+            }
+            for t in diff.tables
+        ],
+        "events_schema": [dataclasses.asdict(x) for x in diff.events_schema],
+    }
+
+
 def _pin(w: Worlds, ref: str) -> str:
     """``ref`` resolved once to ``WORLD@HASH``, so every page reads the same commit."""
-    resolved = w.resolve(ref)
-    return str(WorldRef(resolved.ref.world, hash=resolved.hash))
+    return _pinned(w.resolve(ref))
 
 
 def _skip_through(items: Iterator[Any], key: Callable[[Any], str], last: str) -> Iterator[Any]:

@@ -105,7 +105,7 @@ class ForkWorldRequest(_message.Message):
     def __init__(self, source_world_id: _Optional[str] = ..., new_world_id: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., source_release: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class MergeWorldRequest(_message.Message):
-    __slots__ = ("source_world_id", "target_world_id", "strategy", "message", "idempotency_key", "strategy_for", "dry_run")
+    __slots__ = ("source_world_id", "target_world_id", "strategy", "message", "idempotency_key", "strategy_for", "dry_run", "strategy_name")
     class StrategyForEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -120,6 +120,7 @@ class MergeWorldRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FOR_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    STRATEGY_NAME_FIELD_NUMBER: _ClassVar[int]
     source_world_id: str
     target_world_id: str
     strategy: MergeStrategy
@@ -127,7 +128,8 @@ class MergeWorldRequest(_message.Message):
     idempotency_key: str
     strategy_for: _containers.ScalarMap[str, str]
     dry_run: bool
-    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., strategy: _Optional[_Union[MergeStrategy, str]] = ..., message: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., strategy_for: _Optional[_Mapping[str, str]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    strategy_name: str
+    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., strategy: _Optional[_Union[MergeStrategy, str]] = ..., message: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., strategy_for: _Optional[_Mapping[str, str]] = ..., dry_run: _Optional[bool] = ..., strategy_name: _Optional[str] = ...) -> None: ...
 
 class MergeConflict(_message.Message):
     __slots__ = ("id", "kind", "entity_type", "pk", "conflict", "resolution", "json")
@@ -166,26 +168,36 @@ class MergeResponse(_message.Message):
     def __init__(self, status: _Optional[str] = ..., commit_hash: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[MergeConflict, _Mapping]]] = ..., source_hash: _Optional[str] = ..., target_head: _Optional[str] = ..., base: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
 class ListConflictsRequest(_message.Message):
-    __slots__ = ("target_world_id",)
+    __slots__ = ("target_world_id", "page_size", "page_token")
     TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     target_world_id: str
-    def __init__(self, target_world_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, target_world_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListConflictsResponse(_message.Message):
-    __slots__ = ("source_world_id", "target_world_id", "source_hash", "target_head", "base", "conflicts")
+    __slots__ = ("source_world_id", "target_world_id", "source_hash", "target_head", "base", "conflicts", "next_page_token", "total", "json")
     SOURCE_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     SOURCE_HASH_FIELD_NUMBER: _ClassVar[int]
     TARGET_HEAD_FIELD_NUMBER: _ClassVar[int]
     BASE_FIELD_NUMBER: _ClassVar[int]
     CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
     source_world_id: str
     target_world_id: str
     source_hash: str
     target_head: str
     base: str
     conflicts: _containers.RepeatedCompositeFieldContainer[MergeConflict]
-    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., source_hash: _Optional[str] = ..., target_head: _Optional[str] = ..., base: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[MergeConflict, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    total: int
+    json: str
+    def __init__(self, source_world_id: _Optional[str] = ..., target_world_id: _Optional[str] = ..., source_hash: _Optional[str] = ..., target_head: _Optional[str] = ..., base: _Optional[str] = ..., conflicts: _Optional[_Iterable[_Union[MergeConflict, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total: _Optional[int] = ..., json: _Optional[str] = ...) -> None: ...
 
 class ResolveConflictRequest(_message.Message):
     __slots__ = ("target_world_id", "conflict_id", "take", "idempotency_key")
@@ -452,16 +464,18 @@ class EntityChange(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., entity_type: _Optional[str] = ..., pk: _Optional[str] = ..., change: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
 class DiffResponse(_message.Message):
-    __slots__ = ("from_hash", "to_hash", "changes", "next_page_token")
+    __slots__ = ("from_hash", "to_hash", "changes", "next_page_token", "json")
     FROM_HASH_FIELD_NUMBER: _ClassVar[int]
     TO_HASH_FIELD_NUMBER: _ClassVar[int]
     CHANGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
     from_hash: str
     to_hash: str
     changes: _containers.RepeatedCompositeFieldContainer[EntityChange]
     next_page_token: str
-    def __init__(self, from_hash: _Optional[str] = ..., to_hash: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[EntityChange, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    json: str
+    def __init__(self, from_hash: _Optional[str] = ..., to_hash: _Optional[str] = ..., changes: _Optional[_Iterable[_Union[EntityChange, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
 class EntityAuditRequest(_message.Message):
     __slots__ = ("ref", "entity_type", "pk", "kind", "since", "until", "page_size", "page_token")
@@ -524,42 +538,52 @@ class QueryAtRequest(_message.Message):
     def __init__(self, ref: _Optional[str] = ..., entity_type: _Optional[str] = ..., pk: _Optional[str] = ..., include_deleted: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class QueryAtResponse(_message.Message):
-    __slots__ = ("hash", "objects_json", "links_json", "next_page_token")
+    __slots__ = ("hash", "objects_json", "links_json", "next_page_token", "resolved_name", "commit_time")
     HASH_FIELD_NUMBER: _ClassVar[int]
     OBJECTS_JSON_FIELD_NUMBER: _ClassVar[int]
     LINKS_JSON_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_NAME_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     hash: str
     objects_json: _containers.RepeatedScalarFieldContainer[str]
     links_json: _containers.RepeatedScalarFieldContainer[str]
     next_page_token: str
-    def __init__(self, hash: _Optional[str] = ..., objects_json: _Optional[_Iterable[str]] = ..., links_json: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    resolved_name: str
+    commit_time: str
+    def __init__(self, hash: _Optional[str] = ..., objects_json: _Optional[_Iterable[str]] = ..., links_json: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ..., resolved_name: _Optional[str] = ..., commit_time: _Optional[str] = ...) -> None: ...
 
 class RollbackRequest(_message.Message):
-    __slots__ = ("world_id", "to_ref", "force", "expected_hash", "idempotency_key")
+    __slots__ = ("world_id", "to_ref", "force", "expected_hash", "idempotency_key", "dry_run")
     WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     TO_REF_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_HASH_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     world_id: str
     to_ref: str
     force: bool
     expected_hash: str
     idempotency_key: str
-    def __init__(self, world_id: _Optional[str] = ..., to_ref: _Optional[str] = ..., force: _Optional[bool] = ..., expected_hash: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, world_id: _Optional[str] = ..., to_ref: _Optional[str] = ..., force: _Optional[bool] = ..., expected_hash: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class RollbackResponse(_message.Message):
-    __slots__ = ("commit_hash", "noop", "rolled_back_commits", "target_hash")
+    __slots__ = ("commit_hash", "noop", "rolled_back_commits", "target_hash", "json", "attempts")
     COMMIT_HASH_FIELD_NUMBER: _ClassVar[int]
     NOOP_FIELD_NUMBER: _ClassVar[int]
     ROLLED_BACK_COMMITS_FIELD_NUMBER: _ClassVar[int]
     TARGET_HASH_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     commit_hash: str
     noop: bool
     rolled_back_commits: int
     target_hash: str
-    def __init__(self, commit_hash: _Optional[str] = ..., noop: _Optional[bool] = ..., rolled_back_commits: _Optional[int] = ..., target_hash: _Optional[str] = ...) -> None: ...
+    json: str
+    attempts: int
+    def __init__(self, commit_hash: _Optional[str] = ..., noop: _Optional[bool] = ..., rolled_back_commits: _Optional[int] = ..., target_hash: _Optional[str] = ..., json: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...
 
 class ApplyChangesRequest(_message.Message):
     __slots__ = ("world_id", "events_json", "deadline_ms", "idempotency_key")

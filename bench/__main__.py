@@ -5,6 +5,7 @@
     python -m bench run --events 100000 --worlds 100 --contenders causeway,ceiling
     python -m bench scale --axis workers      # the scaling curve along one axis (one run per point)
     python -m bench soak --minutes 30         # causeway under steady load: commit latency and RSS flat?
+    python -m bench dedupe-memory --marks 10000000   # Redis bytes per applied-event mark
 
 Results go to bench/results/<time>-<profile>-<id>.json and .md; the table is printed too.
 """
@@ -17,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench import dedupe_memory
 from bench.harness import RESULTS, Run, save
 from bench.profiles import CONTENDERS, PROFILES, SCALE_AXES
 from bench.report import markdown
@@ -37,6 +39,10 @@ def _add_overrides(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--naive-cap", type=float, dest="naive_cap_s", help="seconds the naive contender may drain")
     ap.add_argument("--latency-rate", type=int, help="events/s offered in the latency phase")
     ap.add_argument("--latency-seconds", type=float)
+    ap.add_argument(
+        "--extra-latency-rates",
+        help="comma-separated events/s of further latency phases after the first (0 for none; small: 5000)",
+    )
     ap.add_argument("--contenders", help=f"comma-separated subset of {','.join(CONTENDERS)}")
     ap.add_argument(
         "--debezium", action="store_true", default=None, help="Debezium envelopes + the CDC ingest (causeway only)"
@@ -65,6 +71,12 @@ def _profile(args: argparse.Namespace, **extra: object):  # type: ignore[no-unty
             "debezium",
         )
     }
+    if args.extra_latency_rates is not None:
+        try:
+            rates = tuple(int(r) for r in args.extra_latency_rates.split(",") if r.strip())
+        except ValueError:
+            raise SystemExit(f"--extra-latency-rates: not a list of integers: {args.extra_latency_rates!r}") from None
+        changes["extra_latency_rates"] = tuple(r for r in rates if r > 0)
     if args.contenders:
         names = tuple(n.strip() for n in args.contenders.split(",") if n.strip())
         unknown = set(names) - set(CONTENDERS)
@@ -107,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--keys", type=int, default=50_000)
     soak.add_argument("--workers", type=int, default=1)
     soak.add_argument("--out", type=Path, default=RESULTS)
+    dedupe_memory.add_parser(sub)
     args = ap.parse_args(argv)
 
     if args.cmd == "run":
@@ -126,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.soak import soak_main
 
         return soak_main(args)
+    if args.cmd == "dedupe-memory":
+        return dedupe_memory.main(args)
     return 2
 
 

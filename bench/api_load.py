@@ -2,9 +2,12 @@
 
 ``python -m bench.api_load --clients 50 --seconds 60`` starts ``causeway serve`` on a unique prod
 branch, then runs N client threads mixing reads (GetWorld, ListWorlds, GetCommitHistory,
-ListReleases) and writes (CreateWorld sent twice with one idempotency key, CreateRelease,
-DeleteWorld). It reports requests/s, p50/p99 latency per kind, errors (must be zero), and checks
-the audit log: no idempotency key ran its action more than once. Everything it creates is removed at the end.
+ListReleases) and writes: CreateWorld (sent twice with one idempotency key), CreateRelease and
+DeleteWorld; merge cycles (ForkWorld, CreateRelease, MergeWorld back into the client's home world);
+publish cycles (ForkWorld, CreateRelease, PublishAudit, PublishApprove, DeleteWorld; see
+``_publish_cycle``). It reports requests/s, p50/p99 latency per kind (read, write, merge, publish), errors
+(must be zero), the load average, and checks the audit log: no idempotency key ran its action more
+than once. Everything it creates is removed at the end.
 """
 
 from __future__ import annotations
@@ -129,9 +132,14 @@ class Tally:
         with self.lock:
             self.latencies[kind].append(seconds)
 
+    examples: dict[str, str] = field(default_factory=dict)
+
     def error(self, kind: str, exc: Exception) -> None:
+        rpc = isinstance(exc, grpc.RpcError)
+        name = f"{kind}: {exc.code().name if rpc else type(exc).__name__}"  # type: ignore[attr-defined]
         with self.lock:
-            self.errors[f"{kind}: {exc.code().name if isinstance(exc, grpc.RpcError) else type(exc).__name__}"] += 1
+            self.errors[name] += 1
+            self.examples.setdefault(name, exc.details() if rpc else str(exc))  # type: ignore[attr-defined]
 
 
 def _timed(tally: Tally, kind: str, fn):  # type: ignore[no-untyped-def]
@@ -145,9 +153,47 @@ def _timed(tally: Tally, kind: str, fn):  # type: ignore[no-untyped-def]
     return out
 
 
+def _merge_cycle(c: WorldClient, tally: Tally, home: str, world: str, key: str) -> None:
+    """Fork ``home``, give the fork a commit (a release marker), merge it back, delete it."""
+    _timed(tally, "write", lambda: c.fork_world(home, world, idempotency_key=key + "-f"))
+    _timed(tally, "write", lambda: c.create_release(world, "m1", idempotency_key=key + "-r"))
+    _timed(tally, "merge", lambda: c.merge_world(world, home, "NORMAL", idempotency_key=key + "-m"))
+    _timed(tally, "write", lambda: c.delete_world(world, idempotency_key=key + "-d"))
+
+
+def _publish_cycle(c: WorldClient, tally: Tally, home: str, world: str, key: str) -> None:
+    """Fork ``home``, give the fork a commit, audit its publish into ``home``, decide, run it once.
+
+    The load test's worlds hold no table data (a release marker touches no table), so the audit
+    answers ``up-to-date`` and the plan is declined (the gate refuses to approve it); an eligible
+    plan is approved and run, its run sent twice with one key.
+    """
+    _timed(tally, "write", lambda: c.fork_world(home, world, idempotency_key=key + "-f"))
+    _timed(tally, "write", lambda: c.create_release(world, "p1", idempotency_key=key + "-r"))
+    plan = _timed(tally, "publish", lambda: c.publish_audit(world, home, idempotency_key=key + "-a"))
+    if plan is None:
+        return
+    eligible = plan.verdict == "eligible"
+    _timed(
+        tally,
+        "publish",
+        lambda: c.publish_approve(plan.plan_id, home, decline=not eligible, idempotency_key=key + "-p"),
+    )
+    for _ in range(2 if eligible else 0):  # the retry answers from the stored outcome: one publish
+        _timed(tally, "publish", lambda: c.publish_run(plan.plan_id, home, idempotency_key=key + "-x"))
+    _timed(tally, "write", lambda: c.delete_world(world, idempotency_key=key + "-d"))
+
+
 def _client_loop(server: ApiProcess, n: int, stop_at: float, run: str, tally: Tally, read_world: str) -> None:
+    """80% reads; the writes are world create/release/delete, merge cycles and publish cycles in turn.
+
+    Each client merges and publishes into its own home world (forked from prod at start), so the mix
+    measures the server, not 50 clients racing for one target head (that race is refused by design).
+    """
     rnd = random.Random(n)
+    home = f"lt{run}-home{n}"
     with server.client("admin") as c:
+        _timed(tally, "write", lambda: c.create_world(home, idempotency_key=f"lt-{run}-home{n}"))
         i = 0
         while time.monotonic() < stop_at:
             i += 1
@@ -164,6 +210,13 @@ def _client_loop(server: ApiProcess, n: int, stop_at: float, run: str, tally: Ta
                 continue
             world = f"lt{run}-{n}-{i}"
             key = f"lt-{run}-{n}-{i}"
+            cycle = rnd.choice(("worlds", "merge", "publish"))
+            if cycle == "merge":
+                _merge_cycle(c, tally, home, world, key)
+                continue
+            if cycle == "publish":
+                _publish_cycle(c, tally, home, world, key)
+                continue
             for _ in range(2):  # the retry must answer from the stored outcome, not act again
                 _timed(tally, "write", lambda w=world, k=key: c.create_world(w, idempotency_key=k + "-c"))
             _timed(tally, "write", lambda w=world, k=key: c.create_release(w, "r1", idempotency_key=k + "-r"))
@@ -175,12 +228,21 @@ def run_load(settings: Settings, tmp: Path, clients: int, seconds: float) -> dic
     nessie = SyncNessieClient.from_settings(settings)
     main = f"main-lt{run}"
     nessie.create_branch(main, Reference("main", "BRANCH", nessie.config().no_ancestor_hash))
-    settings = settings.replace(main_branch=main, api_redis_prefix=f"causeway:api-lt{run}", api_idempotency_ttl_s=3600)
+    settings = settings.replace(
+        main_branch=main,
+        api_redis_prefix=f"causeway:api-lt{run}",
+        api_idempotency_ttl_s=3600,
+        publish_log_branch=f"publish-log-lt{run}",
+        data_dir=str(tmp / "data"),
+    )
     server = start_api(settings, tmp)
     tally = Tally()
     load_before = os.getloadavg()
     try:
         with server.client("admin") as c:
+            # a first commit on prod (a release marker), so the worlds forked from it share history; the
+            # name holds the run id: release tags are global in Nessie and the clean-up removes this one
+            c.create_release(settings.prod_world, f"lt{run}-base", idempotency_key=f"lt-{run}-base")
             c.create_world(f"lt{run}-read", idempotency_key=f"lt-{run}-read")
         stop_at = time.monotonic() + seconds
         threads = [
@@ -212,11 +274,13 @@ def run_load(settings: Settings, tmp: Path, clients: int, seconds: float) -> dic
         "requests": total,
         "requests_per_s": round(total / elapsed, 1),
         "errors": dict(tally.errors),
+        "error_examples": tally.examples,
         "actions_run": len(ran),
         "actions_run_twice": twice,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
     }
+    report["methods_ok"] = dict(Counter(str(e["method"]) for e in server.audit() if e["result"] == "OK"))
     for kind, values in sorted(tally.latencies.items()):
         q = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
         report[kind] = {"count": len(values), "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1)}

@@ -117,19 +117,29 @@ class Run:
             world_prefix=f"b{self.unique}-",
             id_prefix=f"{self.unique}-",
         )
-        latency_events = max(1, int(profile.latency_rate * profile.latency_seconds))
-        self.latency_params = WorkloadParams(
-            events=latency_events,
+        self.latency_params = self._latency_params(profile.latency_rate, profile.seed + 1, "lat")
+        # One more paced phase per extra rate, each with its own ids and keys (fresh, as the first one).
+        self.extra_latency_params = {
+            rate: self._latency_params(rate, profile.seed + 2 + i, f"lat{rate}")
+            for i, rate in enumerate(profile.extra_latency_rates)
+        }
+
+    def _latency_params(self, rate: int, seed: int, tag: str) -> WorkloadParams:
+        """A latency phase's workload: ``rate`` × ``latency_seconds`` events on fresh keys, no duplicates."""
+        profile = self.profile
+        events = max(1, int(rate * profile.latency_seconds))
+        return WorkloadParams(
+            events=events,
             worlds=profile.worlds,
-            keys=max(10, min(profile.keys, latency_events // 2)),
-            seed=profile.seed + 1,
+            keys=max(10, min(profile.keys, events // 2)),
+            seed=seed,
             causal_share=profile.causal_share,
             late_cause_share=profile.late_cause_share,
             duplicate_rate=0.0,
             bad_rate=0.0,
             world_prefix=f"b{self.unique}-",
-            id_prefix=f"{self.unique}-lat-",
-            pk_prefix="lat",
+            id_prefix=f"{self.unique}-{tag}-",
+            pk_prefix=tag,
         )
 
     # --- plans -----------------------------------------------------------------------------------
@@ -271,7 +281,13 @@ class Run:
 
     # --- one contender ---------------------------------------------------------------------------
 
-    async def contender(self, name: str, records: list[Record], latency_records: list[Record]) -> dict[str, Any]:
+    async def contender(
+        self,
+        name: str,
+        records: list[Record],
+        latency_records: list[Record],
+        extra_latency: dict[int, list[Record]] | None = None,
+    ) -> dict[str, Any]:
         plan = self.plan(name)
         p = self.profile
         await ensure_topics(plan.settings)
@@ -294,6 +310,7 @@ class Run:
         handles: list[Any] = []
         spies: list[subprocess.Popen[bytes]] = []
         a, b = Phase(), Phase()
+        extra_phases: list[tuple[int, Offsets, int]] = []  # (offered rate, paced records, lag at the end)
         capped = stalled = False
         try:
             async with GroupWatch(self.base.kafka_bootstrap, plan.group, plan.topics, p.partitions) as watch:
@@ -374,6 +391,14 @@ class Run:
                     b.ended, prog_b = await watch.wait_drained(p.latency_drain_s, alive)
                 b.settled, b.lag = prog_b.done, prog_b.lag
                 b.cpu = sampler.cpu_now()[0] - b.cpu
+                for rate, recs in (extra_latency or {}).items():
+                    if cdc:
+                        self.log(f"[{name}] latency phase at {rate}/s skipped: --debezium runs one rate")
+                        continue
+                    self.log(f"[{name}] latency phase: {len(recs)} records at {rate}/s")
+                    paced_r = await self._publish(plan, recs, rate=rate)
+                    _, prog_r = await watch.wait_drained(p.latency_drain_s, alive)
+                    extra_phases.append((rate, paced_r, prog_r.lag))
                 metrics_texts = []
                 summaries = []
                 if name == "causeway":
@@ -396,7 +421,7 @@ class Run:
             sampler.stop()
         finished_epoch = time.time()
         figures = self._figures(
-            plan, preload, paced, a, b, capped, sampler, metrics_texts, summaries, handles, finished_epoch
+            plan, preload, paced, a, b, capped, sampler, metrics_texts, summaries, handles, finished_epoch, extra_phases
         )
         figures["stalled"] = stalled
         return figures
@@ -414,20 +439,35 @@ class Run:
         summaries: list[dict[str, Any]],
         handles: list[Any],
         finished_epoch: float,
+        extra_phases: Sequence[tuple[int, Offsets, int]] = (),
     ) -> dict[str, Any]:
         name = plan.name
         hist = measure.read_history(self.client, plan.branches.values(), {self.root_hash})
         visible = hist.visible_at()
-        latencies = []
-        censored = 0
-        for key, (ts_ms, _) in paced.items():
-            seen = visible.get(key)
-            if seen is None:
-                censored += 1
-                latencies.append(finished_epoch - ts_ms / 1000)
-            else:
-                latencies.append(max(0.0, seen - ts_ms / 1000))
-        ingested = sum(size for key, (_, size) in {**preload, **paced}.items() if key in visible)
+        latencies, censored = latency_of(paced, visible, finished_epoch)
+        phases = [
+            {
+                "offered_rate": self.profile.latency_rate,
+                "records": len(paced),
+                "latency_s": measure.quantiles(latencies),
+                "censored": censored,
+                "lag": b.lag,
+            }
+        ]
+        everything = {**preload, **paced}
+        for offered, paced_r, lag in extra_phases:
+            lat_r, censored_r = latency_of(paced_r, visible, finished_epoch)
+            phases.append(
+                {
+                    "offered_rate": offered,
+                    "records": len(paced_r),
+                    "latency_s": measure.quantiles(lat_r),
+                    "censored": censored_r,
+                    "lag": lag,
+                }
+            )
+            everything.update(paced_r)
+        ingested = sum(size for key, (_, size) in everything.items() if key in visible)
         if self.profile.debezium and not capped:
             ingested += sum(size for _, size in preload.values())  # envelopes: every one was read
         wh = measure.warehouse_sizes(measure.warehouse_path(plan.warehouse))
@@ -466,6 +506,7 @@ class Run:
             "latency_records": len(paced),
             "latency_s": measure.quantiles(latencies),
             "latency_censored": censored,
+            "latency_phases": phases,
             "nessie_commits": len(hist.commits),
             "commits_per_1k_events": round(1000 * len(hist.commits) / events_visible, 2) if events_visible else None,
             "commit_s": commit_s,
@@ -503,8 +544,9 @@ class Run:
         if self.profile.debezium:
             contenders = tuple(n for n in contenders if n == "causeway")
             self.log("--debezium: only causeway runs (the CDC ingest is its front end; naive and ceiling have none)")
+        extra = {rate: generate(params).records for rate, params in self.extra_latency_params.items()}
         for name in contenders:
-            results[name] = await self.contender(name, wl.records, lat.records)
+            results[name] = await self.contender(name, wl.records, lat.records, extra)
             self.log(f"[{name}] {results[name]['events_per_s']} events/s, latency {results[name]['latency_s']}")
         doc = {
             "run": {
@@ -522,6 +564,23 @@ class Run:
             "ratios": ratios(results),
         }
         return doc
+
+
+def latency_of(paced: Offsets, visible: dict[Any, float], finished_epoch: float) -> tuple[list[float], int]:
+    """Each paced record's publish-to-visible latency, and how many were not visible at the end.
+
+    A record not visible counts with its age when the run finished (a lower bound).
+    """
+    latencies = []
+    censored = 0
+    for key, (ts_ms, _) in paced.items():
+        seen = visible.get(key)
+        if seen is None:
+            censored += 1
+            latencies.append(finished_epoch - ts_ms / 1000)
+        else:
+            latencies.append(max(0.0, seen - ts_ms / 1000))
+    return latencies, censored
 
 
 def _sum_dicts(dicts: list[dict[str, Any]]) -> dict[str, int]:
@@ -549,6 +608,11 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         for q in ("p50", "p99"):
             if cw["latency_s"].get(q) and o["latency_s"].get(q):
                 r[f"latency_{q}"] = round(cw["latency_s"][q] / o["latency_s"][q], 3)
+        other_phases = {ph["offered_rate"]: ph for ph in o.get("latency_phases", [])[1:]}
+        for ph in cw.get("latency_phases", [])[1:]:
+            mine, theirs = ph["latency_s"].get("p99"), other_phases.get(ph["offered_rate"], {}).get("latency_s", {})
+            if mine and theirs.get("p99"):
+                r[f"latency_p99_at_{ph['offered_rate']}"] = round(mine / theirs["p99"], 3)
         if o["cpu_s_per_1k_events"]:
             r["cpu_s_per_1k_events"] = round(cw["cpu_s_per_1k_events"] / o["cpu_s_per_1k_events"], 3)
         if o["peak_rss_mb"]:

@@ -42,6 +42,8 @@ class Profile:
     latency_rate: int = 1_000
     latency_seconds: float = 10.0
     latency_drain_s: float = 30.0  # how long to wait for the paced records to become visible
+    # further latency phases after the first, one per rate, each ``latency_seconds`` long with fresh keys
+    extra_latency_rates: tuple[int, ...] = ()
     stall_after_s: float = 60.0  # causeway / ceiling: no committed progress for this long = stalled
     drain_timeout_s: float = 300.0  # causeway / ceiling: give up draining the preload after this (a stall)
 
@@ -61,9 +63,19 @@ PROFILES: dict[str, Profile] = {
             latency_rate=200,
             latency_seconds=3,
             latency_drain_s=10,
+            extra_latency_rates=(400,),
             drain_timeout_s=60,
         ),
-        Profile("small", events=50_000, worlds=3, keys=5_000, naive_cap_s=45, latency_rate=1_000, latency_seconds=10),
+        Profile(
+            "small",
+            events=50_000,
+            worlds=3,
+            keys=5_000,
+            naive_cap_s=45,
+            latency_rate=1_000,
+            latency_seconds=10,
+            extra_latency_rates=(5_000,),
+        ),
         Profile(
             "full",
             events=1_000_000,

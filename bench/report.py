@@ -10,6 +10,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("start-up until the group is Stable (s)", "startup_s"),
     ("e2e latency p50 / p95 / p99 (s)", "_latency"),
     ("  at offered rate (events/s), not visible", "_offered"),
+    ("e2e latency p50 / p99 (s) at further rates", "_more_latency"),
     ("Nessie commits (per 1k events)", "_commits"),
     ("commit duration mean / p50 / p99 (s)", "_commit_s"),
     ("peak RSS, all processes (MiB)", "peak_rss_mb"),
@@ -33,6 +34,15 @@ def _cell(fig: dict[str, Any], key: str) -> str:
         return " / ".join(f"{lat.get(q, float('nan')):.2f}" for q in ("p50", "p95", "p99")) if lat else "-"
     if key == "_offered":
         return f"{fig['latency_offered_rate']}, {fig['latency_censored']} of {fig['latency_records']}"
+    if key == "_more_latency":
+        more = fig.get("latency_phases", [])[1:]
+        cells = [
+            f"{ph['latency_s'].get('p50', float('nan')):.2f} / {ph['latency_s'].get('p99', float('nan')):.2f}"
+            f" at {ph['offered_rate']:,}/s ({ph['censored']} of {ph['records']} not visible)"
+            for ph in more
+            if ph["latency_s"]
+        ]
+        return "; ".join(cells) or "-"
     if key == "_commits":
         return f"{fig['nessie_commits']} ({fig['commits_per_1k_events']})"
     if key == "_commit_s":

@@ -21,7 +21,7 @@ from worlds.publish_run import Publisher, RunOutcome
 def _publisher(settings: Settings) -> Iterator[Publisher]:
     from agents import faults
 
-    with _api(settings) as api:
+    with _api(settings, remote=False) as api:  # not over the API yet (docs/api.md)
         yield Publisher(api, after_publish=lambda: faults.reached("publish-after-commit"))
 
 

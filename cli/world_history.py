@@ -27,9 +27,19 @@ T = TypeVar("T")
 
 
 @contextmanager
-def _api(settings: Settings) -> Iterator[Worlds]:
-    """The API, with every expected failure turned into one error line and a non-zero exit."""
+def _api(settings: Settings, *, remote: bool = True) -> Iterator[Worlds]:
+    """The API, with every expected failure turned into one error line and a non-zero exit.
+
+    With ``CAUSEWAY_API_URL`` set (and ``remote``), the world manager API's twin of it; ``remote=False``
+    for callers that need ``Worlds`` itself (the publish gate runs on it).
+    """
     try:
+        if settings.api_url and remote:  # through the world manager API (auth, idempotency, audit log): docs/api.md
+            from api.remote_worlds import RemoteWorlds
+
+            with RemoteWorlds.from_settings(settings) as twin:
+                yield twin  # type: ignore[misc]
+            return
         with Worlds.from_settings(settings) as api:
             yield api
     except (WorldsError, InvalidRef, InvalidWorldId) as exc:

@@ -1,7 +1,9 @@
 """`causeway worlds merge` and `causeway worlds conflicts list|show|resolve`: three-way world merges.
 
 Thin shells over ``worlds.api.Worlds.merge_worlds`` and the pending-merge calls of
-``worlds.merge_run.MergeOps``; the rules are in ``worlds.merge`` and docs/worlds.md.
+``worlds.merge_run.MergeOps`` (or their twins over the API, ``api.remote_worlds``, when
+``CAUSEWAY_API_URL`` is set); the rules are in ``worlds.merge`` and docs/worlds.md. Both print from
+the outcome's JSON document, so the output is the same whichever path answered.
 """
 
 from __future__ import annotations
@@ -15,51 +17,48 @@ from cli.world_history import _api, _json, _summary
 from cli.worlds import worlds
 from streams.settings import Settings
 from worlds.merge import Strategies
-from worlds.merge_run import MergeOutcome
 
 
-def _print(out: MergeOutcome, as_json: bool) -> None:
+def _print(out: dict[str, Any], as_json: bool) -> None:
+    """The outcome document (``MergeOutcome.to_json``, local or sent by the API) as text or JSON."""
     if as_json:
-        _json(out.to_json())
+        _json(out)
         return
-    for c in out.result.conflicts:
-        fields = f" fields={','.join(f.removeprefix('p:') for f in c.fields)}" if c.fields else ""
-        ends = f" endpoints={','.join(c.endpoints)} link-side={c.link_side}" if c.endpoints else ""
-        click.echo(f"! {c.type.value:<14} {c.kind} {c.entity_type}/{c.pk}{fields}{ends}")
-    for sc in out.schema:
+    for c in out["conflict_list"]:
+        fields = f" fields={','.join(f.removeprefix('p:') for f in c['fields'])}" if c.get("fields") else ""
+        ends = f" endpoints={','.join(c['endpoints'])} link-side={c.get('link_side')}" if c.get("endpoints") else ""
+        click.echo(f"! {c['conflict']:<14} {c['kind']} {c['type']}/{c['pk']}{fields}{ends}")
+    for sc in out["schema_conflicts"]:
         click.echo(f"! SCHEMA         {sc['table']}.{sc['column']}: {sc['detail']}")
+    source, target = out["source"], out["target"]
     verb = {
-        "merged": f"merged {out.source} into {out.target} in commit {out.committed}",
-        "planned": f"dry run: would merge {out.source} into {out.target} (nothing written)",
-        "nothing-to-merge": f"nothing to merge from {out.source} into {out.target}",
-        "conflicts": f"not merged: conflicts between {out.source} and {out.target} (nothing written)",
-        "pending": f"MANUAL merge pending: `causeway worlds conflicts resolve {out.target} ID --take ...`, "
-        f"then `causeway worlds merge --continue --into {out.target}`",
-    }[out.status]
-    if out.dry_run and out.status == "conflicts":
+        "merged": f"merged {source} into {target} in commit {out['commit']}",
+        "planned": f"dry run: would merge {source} into {target} (nothing written)",
+        "nothing-to-merge": f"nothing to merge from {source} into {target}",
+        "conflicts": f"not merged: conflicts between {source} and {target} (nothing written)",
+        "pending": f"MANUAL merge pending: `causeway worlds conflicts resolve {target} ID --take ...`, "
+        f"then `causeway worlds merge --continue --into {target}`",
+    }[out["status"]]
+    if out["dry_run"] and out["status"] == "conflicts":
         verb = "dry run: the merge would stop on conflicts (nothing written)"
     click.echo(verb)
-    taken = out.result.taken
+    taken, strategy = out["taken"], out["strategy"]
     _summary(
         "merge",
         [
-            ("source", f"{out.source}@{out.source_hash[:16]}"),
-            ("target", f"{out.target}@{out.target_head[:16]}"),
-            ("base", out.base[:16]),
-            (
-                "strategy",
-                str(out.strategies.default)
-                + "".join(f" {k}={v}" for k, v in out.strategies.to_json()["per_type"].items()),
-            ),
+            ("source", f"{source}@{out['source_hash'][:16]}"),
+            ("target", f"{target}@{out['target_head'][:16]}"),
+            ("base", out["base"][:16]),
+            ("strategy", str(strategy["default"]) + "".join(f" {k}={v}" for k, v in strategy["per_type"].items())),
             ("from source", taken.get("source", 0)),
             ("from target", taken.get("target", 0) + taken.get("same", 0)),
             ("field-wise", taken.get("merged", 0)),
-            ("writes", out.result.writes.num_rows),
-            ("conflicts", _counts(out.result.conflict_counts, len(out.schema))),
-            ("resolved", _counts(out.result.resolved_counts, 0)),
-            ("commit", out.committed or "-"),
-            *((f"read {side}", _read(out.read.get(side, {}))) for side in ("source", "target")),
-            ("attempts", out.attempts),
+            ("writes", out["writes"]),
+            ("conflicts", _counts(out["conflicts"], len(out["schema_conflicts"]))),
+            ("resolved", _counts(out["resolved"], 0)),
+            ("commit", out["commit"] or "-"),
+            *((f"read {side}", _read(out["read"].get(side, {}))) for side in ("source", "target")),
+            ("attempts", out["attempts"]),
         ],
     )
 
@@ -128,7 +127,7 @@ def merge_cmd(
                 raise click.UsageError("SOURCE is required (or --continue / --abort)")
             strategies = Strategies.parse(strategy, strategy_for)
             out = api.merge_worlds(source, target, strategies, dry_run=dry_run, message=message)
-        _print(out, as_json)
+        _print(out.to_json(), as_json)
         if out.status in ("conflicts", "pending") and not dry_run:
             raise SystemExit(1)
 

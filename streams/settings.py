@@ -147,11 +147,36 @@ class Settings:
         "batch_max_events records) instead of waiting for batch_max_seconds. Low latency at low rates; "
         "at high rates a world's batch still grows while its previous commit is in flight.",
     )
-    dedupe_ttl_s: int = _opt(7 * 24 * 3600, "How long an applied event id is remembered in Redis.")
+    flush_commit_budget: int = _opt(
+        4,
+        "Commits in flight at once across worlds. Due worlds take turns within it (the longest "
+        "since its last commit first) while the others' batches grow; W busy worlds with commits of "
+        "c seconds each flush every W x c / budget seconds.",
+    )
+    dedupe_ttl_s: int = _opt(
+        7 * 24 * 3600,
+        "How long dead-letter decisions, the DLQ redrive ledger and replay checkpoints are kept in Redis.",
+    )
+    dedupe_window_s: int = _opt(
+        3600,
+        "How long an applied event id is marked in Redis (marks live window to 1.5 x window). It must "
+        "cover producer retries and redeliveries; an older duplicate is caught by the branch's event log at "
+        "commit time. Redis memory = rate x 1.5 x window x bytes per mark (docs/architecture.md).",
+    )
+    dedupe_mark_buckets: int = _opt(
+        1024,
+        "Mark buckets per world per half window. Keep about 100 marks per bucket: "
+        "buckets >= events/s per world x window / 200 (a fuller bucket costs memory, never correctness).",
+    )
+    dedupe_read_per_event_marks: bool = _opt(
+        True,
+        "Also read the one-key-per-event marks of the previous format (causeway:applied:{<world>}:<id>, "
+        "7-day TTL). Turn off 7 days after upgrading.",
+    )
     dedupe_read_legacy_marks: bool = _opt(
         True,
         "Also read marks of the key format before the world hash tag (causeway:applied:<world>:<id>). "
-        "Turn off once dedupe_ttl_s has passed since upgrading, and on Redis Cluster (those keys span slots).",
+        "Turn off 7 days after upgrading, and on Redis Cluster (those keys span slots).",
     )
     causal_timeout_s: float = _opt(300.0, "A parked event waits this long for its cause, then dead-letters.")
     max_parked: int = _opt(100_000, "Parked events held in memory before the worker applies backpressure.")

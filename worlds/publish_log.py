@@ -4,7 +4,8 @@ Each audit, approval and run outcome is a commit on ``CAUSEWAY_PUBLISH_LOG_BRANC
 ``causeway-publish-log``) whose properties hold the entry as JSON (``causeway.publish.entry``) plus
 its kind and plan id, so the log is durable, append-only, atomic and readable with a CEL filter
 (``causeway publish status`` folds it). The commit carries one ``UNCHANGED`` operation on a key
-no table uses (Nessie refuses an empty commit), so appends never conflict with each other, and the
+no table uses (Nessie refuses an empty commit); concurrent appends can conflict (the key does not
+exist, so Nessie cannot rebase the op), and an append re-reads the head and retries; the
 branch is kept apart from ``main`` so logging never moves a head the gate compares.
 """
 
@@ -22,6 +23,8 @@ PROP_KIND = "causeway.publish.kind"
 PROP_PLAN = "causeway.publish.plan"
 PROP_ENTRY = "causeway.publish.entry"
 LOG_KEY = ("causeway-publish-log",)
+#: Appends tried before a conflict is raised (each re-reads the head; the commit holds no data to redo).
+APPEND_ATTEMPTS = 20
 
 
 class PublishLog:
@@ -47,16 +50,23 @@ class PublishLog:
     def append(self, entry: Mapping[str, Any]) -> str:
         """Write one entry (``kind`` and ``plan_id`` required); returns the log commit hash."""
         kind, plan = str(entry["kind"]), str(entry["plan_id"])
-        head = self._head()
-        result = self.client.commit(
-            self.branch,
-            head.hash,  # may be behind: UNCHANGED on an unused key never conflicts, Nessie rebases
-            [Operation("UNCHANGED", LOG_KEY)],
-            message=f"publish {kind} {plan}",
-            author=self.author,
-            properties={PROP_KIND: kind, PROP_PLAN: plan, PROP_ENTRY: orjson.dumps(entry).decode()},
-        )
-        return result.hash
+        for attempt in range(APPEND_ATTEMPTS):
+            try:
+                result = self.client.commit(
+                    self.branch,
+                    self._head().hash,
+                    [Operation("UNCHANGED", LOG_KEY)],
+                    message=f"publish {kind} {plan}",
+                    author=self.author,
+                    properties={PROP_KIND: kind, PROP_PLAN: plan, PROP_ENTRY: orjson.dumps(entry).decode()},
+                )
+                return result.hash
+            except NessieConflict:
+                # Nessie refuses an UNCHANGED op on a key that does not exist when the expected hash is
+                # behind (measured: 409 "Key ... does not exist"), so a concurrent append means: re-read, retry
+                if attempt == APPEND_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def entries(self, plan_id: str | None = None) -> list[dict[str, Any]]:
         """Entries oldest first, all or one plan's."""

@@ -113,7 +113,7 @@ async def plan_redrive(settings: Settings, records: Sequence[DlqRecord], *, forc
             events[r.ref] = ev
     refs = [(ev.world_id, ev.event_id) for ev in events.values()]
     wanted = causes_wanted(records, events)
-    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
+    marks = AppliedMarks.from_settings(settings, **redis_options(settings))
     client = aioredis.Redis.from_url(settings.redis_url, **redis_options(settings))
     try:
         applied = await marks.applied(refs)

@@ -10,7 +10,7 @@ One wrapper sits between the applier and the committer, :class:`ReplayCommitter`
   short): a replay reads a slice, possibly filtered, so "everything below my position is settled"
   is not true for it, and a floor could hide events the live worker has not applied yet;
 * it asks the branch's event log which of the batch's event ids it already holds and leaves those
-  out. Redis marks expire (``dedupe_ttl_s``) and an offset reset can move a branch's recorded floor
+  out. Redis marks expire (``dedupe_window_s``) and an offset reset can move a branch's recorded floor
   past events that never took effect; the log is the truth. An event whose offset is recorded as
   settled but whose id is *not* in the log (skipped by an offset reset) is applied, with its source
   offset kept out of the committer's offset check.
@@ -270,7 +270,7 @@ async def prepare_world(
         source = ForkSource(commit=spec.fork_from) if spec.fork_from else ForkSource(world=source_world)
         world, created = await manager.create(spec.into_world, source)
     ids = await asyncio.to_thread(_log_event_ids, settings, f"{world.branch}@{world.hash}")
-    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
+    marks = AppliedMarks.from_settings(settings, **redis_options(settings))
     try:
         for i in range(0, len(ids), 5000):
             await marks.mark([(spec.into_world, e) for e in ids[i : i + 5000]])
@@ -429,7 +429,7 @@ async def _run(
     cp.runs += 1
 
     naming = WorldNaming(settings.prod_world, settings.main_branch)
-    marks = AppliedMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
+    marks = AppliedMarks.from_settings(settings, **redis_options(settings))
     committer = ReplayCommitter(BatchCommitter(settings))
     clock = SkippableClock()
     dlq = DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings))

@@ -229,3 +229,26 @@ def test_publish_run_by_three_way_merge_when_the_target_moved_before_the_audit(
         assert (out.outcome, out.path, out.verified, out.source_deleted) == ("published", "merge", True, False)
         assert api.head(t).hash == out.commit_hash
     assert _names(api, t) == {"p1": "etl", "p2": "n2", "p3": "n3", "p4": "prod"}
+
+
+def test_list_conflicts_pages_with_a_token_pinned_to_one_pending_merge(pair, server: ApiProcess) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, f"p{i}", "UPDATE", 2, name=f"src{i}") for i in range(1, 5)])
+    target.commit("t1", [obj(t, f"p{i}", "UPDATE", 2, name=f"tgt{i}") for i in range(1, 5)])
+    with server.client("operator") as c, server.client("reader") as r:
+        assert c.merge_world(s, t, "MANUAL").status == "pending"
+        first = r.conflicts_page(t, page_size=3)
+        assert [x.id for x in first.conflicts] == [1, 2, 3] and first.total == 4 and first.next_page_token
+        second = r.conflicts_page(t, page_size=3, page_token=first.next_page_token)
+        assert [x.id for x in second.conflicts] == [4] and not second.next_page_token
+        assert sorted(x.pk for x in [*first.conflicts, *second.conflicts]) == ["p1", "p2", "p3", "p4"]
+        joined = r.list_conflicts(t, page_size=1)  # the client follows the tokens
+        assert [x.id for x in joined.conflicts] == [1, 2, 3, 4] and not joined.next_page_token
+        bad = _error(lambda: r.conflicts_page(t, page_token="bm90LWEtdG9rZW4"))  # not a token of this listing
+        assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # the merge is replaced between two pages: the old token is refused, never mixed with the new one
+        c.abort_merge(t)
+        c.merge_world(s, t, "MANUAL")
+        stale = _error(lambda: r.conflicts_page(t, page_size=3, page_token=first.next_page_token))
+        assert stale.code() == grpc.StatusCode.FAILED_PRECONDITION

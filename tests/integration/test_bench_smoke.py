@@ -56,11 +56,14 @@ def test_tiny_run_reports_every_figure(
         assert fig["data_bytes_written"] > 0, name
         assert {"p50", "p95", "p99"} <= set(fig["latency_s"]), name
         assert {"mean", "p50", "p99"} <= set(fig["commit_s"]), name
+        # one latency phase per offered rate (tiny: 200/s, then 400/s), each with its quantiles
+        assert [ph["offered_rate"] for ph in fig["latency_phases"]] == [200, 400], name
+        assert all({"p50", "p99"} <= set(ph["latency_s"]) for ph in fig["latency_phases"]), name
     for name in ("causeway", "ceiling"):
         assert not doc["contenders"][name]["capped"], f"{name} must drain the tiny preload"
     assert set(doc["ratios"]) == {"causeway/ceiling", "causeway/naive"}
     for key in ("machine", "versions", "profile", "workload"):
         assert doc["run"][key], key
     [table] = tmp_path.glob("*.md")
-    assert "| events/s" in table.read_text()
+    assert "| events/s" in table.read_text() and "at further rates" in table.read_text()
     assert "causeway/ceiling" in capsys.readouterr().out

@@ -1,58 +1,159 @@
-"""Applied-event marks against the real Redis: server-side scripts, hash-tagged keys, legacy reads."""
+"""Applied-event marks against the real Redis: server-side scripts, the bounded window, compact
+buckets, one cluster slot per world, and the old key formats read until they expire."""
 
 from __future__ import annotations
+
+import asyncio
+import time
+import uuid
 
 import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from agents.dedupe import applied_key, legacy_applied_key
+from agents.dedupe_window import SLOTS_PER_WINDOW
 from agents.marks import AppliedMarks
 
 pytestmark = pytest.mark.integration
 
 
+class Clock:
+    """A wall clock the test moves (it starts at the real time: keys expire at real Unix times)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _drop(client: aioredis.Redis, marks: AppliedMarks, worlds: list[str], *extra: str) -> None:
+    keys = [k for w in worlds for k in marks.keys_of(w)] + list(extra)
+    for i in range(0, len(keys), 5000):
+        await client.unlink(*keys[i : i + 5000])
+
+
 async def test_mark_then_lookup_in_one_script_per_world(redis_url: str, unique: str) -> None:
-    marks = AppliedMarks.from_url(redis_url, 120)
+    marks = AppliedMarks.from_url(redis_url, 120, buckets=16)
     client = aioredis.Redis.from_url(redis_url)
     w1, w2 = f"a{unique[:10]}", f"b{unique[:10]}"
+    uuids = [str(uuid.uuid4()) for _ in range(50)]
+    cdc = [f"cdc-{uuid.uuid4().hex}" for _ in range(50)]
     try:
         pairs = [(w1, f"e{i}") for i in range(12_000)] + [(w2, "x"), (w2, "y"), (w1, "e0")]
-        assert await marks.mark(pairs) == 12_002  # unique pairs; chunked over several script calls
-        key = applied_key(w1, "e11999")
-        assert await client.get(key) == b"1"
-        assert 0 < await client.ttl(key) <= 120
+        pairs += [(w1, u) for u in uuids] + [(w2, c) for c in cdc]
+        assert await marks.mark(pairs) == 12_102  # unique pairs; chunked over several script calls
+        assert await marks.mark(pairs[:100]) == 100  # idempotent: packed records are not appended twice
         asked = [(w1, "e5"), (w1, "e11999"), (w1, "missing"), (w2, "y"), (w2, "e5"), (w1, "e5")]
-        assert await marks.applied(asked) == {(w1, "e5"), (w1, "e11999"), (w2, "y")}
+        asked += [(w1, uuids[7]), (w2, uuids[7]), (w2, cdc[3]), (w2, f"cdc-{uuid.uuid4().hex}")]
+        assert await marks.applied(asked) == {(w1, "e5"), (w1, "e11999"), (w2, "y"), (w1, uuids[7]), (w2, cdc[3])}
         assert await marks.applied([]) == set() and await marks.mark([]) == 0
+        # Compact: a world's marks are in at most 3 families x 16 buckets of the current slot, not a key each.
+        live = [k for k in marks.keys_of(w1) if await client.exists(k)]
+        assert 0 < len(live) <= 3 * 16
+        ttl = await client.ttl(live[0])
+        assert 120 <= ttl <= 120 + 120 // SLOTS_PER_WINDOW + 1
+        assert await client.exists(applied_key(w1, "e5")) == 0  # no per-event key any more
     finally:
-        await client.delete(*[applied_key(w, e) for w, e in pairs])
+        await _drop(client, marks, [w1, w2])
         await client.aclose()
         await marks.close()
 
 
-async def test_marks_of_the_old_key_format_are_read_until_they_expire(redis_url: str, unique: str) -> None:
+async def test_a_packed_record_is_matched_only_on_its_own_16_bytes(redis_url: str, unique: str) -> None:
+    """Two packed ids side by side contain, across their boundary, 16 bytes that are a third id."""
+    clock = Clock()
+    marks = AppliedMarks.from_url(redis_url, 600, buckets=1, clock=clock)
+    client = aioredis.Redis.from_url(redis_url)
+    world = f"p{unique[:10]}"
+    a, b = "11111111-2222-3333-4444-555555555555", "66666666-7777-8888-9999-aaaaaaaaaaaa"
+    straddling = "22223333-4444-5555-5555-666666667777"  # the last 8 bytes of a + the first 8 of b
+    try:
+        await marks.mark([(world, a), (world, b)])
+        assert await marks.applied([(world, a), (world, b), (world, straddling)]) == {(world, a), (world, b)}
+    finally:
+        await _drop(client, marks, [world])
+        await client.aclose()
+        await marks.close()
+
+
+async def test_marks_live_for_the_window_then_go_and_memory_stays_flat(redis_url: str, unique: str) -> None:
+    clock = Clock()
+    start = clock.now
+    marks = AppliedMarks.from_url(redis_url, 400, buckets=4, clock=clock)
+    client = aioredis.Redis.from_url(redis_url)
+    world = f"t{unique[:10]}"
+    ids = [str(uuid.uuid4()) for _ in range(20)]
+    try:
+        await marks.mark([(world, i) for i in ids[:10]])
+        clock.now += 399  # just inside the window: still marked, whatever the slot
+        assert await marks.applied([(world, i) for i in ids[:10]]) == {(world, i) for i in ids[:10]}
+        await marks.mark([(world, i) for i in ids[10:]])
+        clock.now += 400 + 200 + 1  # past the window and a slot: the first marks are out of the lookup
+        assert await marks.applied([(world, i) for i in ids[:10]]) == set()
+        # Their keys carry an expiry at the slot's end plus the window: Redis drops them by itself.
+        first_slot = marks.window.slot(start)
+        assert marks.window.expire_at(first_slot) <= start + 400 + 200
+    finally:
+        await _drop(client, marks, [world])
+        await client.aclose()
+        await marks.close()
+
+
+async def test_marks_of_the_old_key_formats_are_read_until_they_expire(redis_url: str, unique: str) -> None:
     client = aioredis.Redis.from_url(redis_url)
     world = f"l{unique[:10]}"
-    old = legacy_applied_key(world, "old-1")
+    old, tagged = legacy_applied_key(world, "old-1"), applied_key(world, "old-2")
     await client.set(old, b"1", ex=60)
+    await client.set(tagged, b"1", ex=60)
+    reading = AppliedMarks(client, 60)
     try:
-        reading = AppliedMarks(client, 60)
-        assert await reading.applied([(world, "old-1"), (world, "new-1")]) == {(world, "old-1")}
-        not_reading = AppliedMarks(client, 60, read_legacy=False)
-        assert await not_reading.applied([(world, "old-1")]) == set()
-        # New marks are written in the hash-tagged format only.
+        both = {(world, "old-1"), (world, "old-2")}
+        assert await reading.applied([(world, "old-1"), (world, "old-2"), (world, "new-1")]) == both
+        not_legacy = AppliedMarks(client, 60, read_legacy=False)
+        assert await not_legacy.applied([(world, "old-1"), (world, "old-2")]) == {(world, "old-2")}
+        neither = AppliedMarks(client, 60, read_legacy=False, read_per_event=False)
+        assert await neither.applied([(world, "old-1"), (world, "old-2")]) == set()
+        # New marks are written in the windowed format only.
         await reading.mark([(world, "new-1")])
-        assert await client.exists(applied_key(world, "new-1")) == 1
-        assert await client.exists(legacy_applied_key(world, "new-1")) == 0
-        assert await not_reading.applied([(world, "new-1")]) == {(world, "new-1")}
+        assert await client.exists(applied_key(world, "new-1"), legacy_applied_key(world, "new-1")) == 0
+        assert await neither.applied([(world, "new-1")]) == {(world, "new-1")}
+        # forget() removes a mark in any format (tests and repairs that simulate a lost mark).
+        packed = [str(uuid.uuid4()) for _ in range(3)]
+        await reading.mark([(world, p) for p in packed])
+        assert await reading.forget([(world, "new-1"), (world, "old-2"), (world, packed[1])]) == 3
+        assert await reading.applied([(world, "new-1"), (world, "old-2"), *((world, p) for p in packed)]) == {
+            (world, packed[0]),
+            (world, packed[2]),
+        }
     finally:
-        await client.delete(old, applied_key(world, "new-1"))
+        await _drop(client, reading, [world], old, tagged)
         await client.aclose()
 
 
 def test_one_worlds_keys_share_a_cluster_slot() -> None:
-    slots = {key_slot(applied_key("w-7", f"event-{i}").encode()) for i in range(1000)}
-    assert len(slots) == 1
+    marks = AppliedMarks(aioredis.Redis(), 3600, buckets=64)
+    keys = marks.keys_of("w-7", now=1e9) + [applied_key("w-7", f"event-{i}") for i in range(1000)]
+    assert len({key_slot(k.encode()) for k in keys}) == 1
     legacy = {key_slot(legacy_applied_key("w-7", f"event-{i}").encode()) for i in range(1000)}
-    assert len(legacy) > 1  # why the old format cannot be read by one script on a cluster
+    assert len(legacy) > 1  # why the oldest format cannot be read by one script on a cluster
+
+
+async def test_redis_drops_a_slot_once_the_window_has_passed_it(redis_url: str, unique: str) -> None:
+    """Memory stays flat: the keys themselves expire (real time, a 2-second window)."""
+    marks = AppliedMarks.from_url(redis_url, 2, buckets=2)
+    client = aioredis.Redis.from_url(redis_url)
+    world = f"x{unique[:10]}"
+    try:
+        written_at = time.time()
+        await marks.mark([(world, str(uuid.uuid4())) for _ in range(20)] + [(world, "plain-id")])
+        keys = marks.keys_of(world, written_at)
+        assert await client.exists(*keys) > 0
+        deadline = marks.window.expire_at(marks.window.slot(written_at))
+        await asyncio.sleep(max(0.0, deadline + 1.5 - time.time()))  # Redis expires keys on time
+        assert await client.exists(*keys) == 0
+    finally:
+        await _drop(client, marks, [world])
+        await client.aclose()
+        await marks.close()

@@ -14,11 +14,10 @@ from urllib.parse import urlparse
 
 import orjson
 import pytest
-import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from click.testing import CliRunner, Result
 
-from agents.dedupe import applied_key
+from agents.marks import AppliedMarks
 from bench.workload import Record, expected_state, generate
 from cli.main import cli
 from models.deadletter import DeadLetter
@@ -419,11 +418,11 @@ async def test_redrive_refuses_a_cause_missing_letter_whose_cause_is_still_nowhe
     await pipe.publish(creates)
     await pipe.wait_drained()
     # Marks expire (or Redis loses them): the branch's event log still holds the cause.
-    client = aioredis.Redis.from_url(s.redis_url)
+    marks = AppliedMarks.from_settings(s)
     try:
-        assert await client.delete(applied_key(cause_unmarked.world_id, cause_unmarked.event_id)) == 1
+        assert await marks.forget([(cause_unmarked.world_id, cause_unmarked.event_id)]) == 1
     finally:
-        await client.aclose()
+        await marks.close()
 
     def effect(name: str, caused_by: str) -> ChangeEvent:
         return dataclasses.replace(
@@ -508,11 +507,11 @@ async def test_replay_ends_bounds_its_reads_and_never_writes_into_an_existing_wo
     #    An effect whose cause is only on the branch (its mark lost) is applied.
     first = next(r.event for r in wl.records if r.event is not None and r.event.change_type.value == "CREATE")
     assert first is not None
-    client = aioredis.Redis.from_url(s.redis_url)
+    marks = AppliedMarks.from_settings(s)
     try:
-        assert await client.delete(applied_key(first.world_id, first.event_id)) == 1
+        assert await marks.forget([(first.world_id, first.event_id)]) == 1
     finally:
-        await client.aclose()
+        await marks.close()
     orphan = dataclasses.replace(first, event_id=f"{u}-orphan", entity_pk=f"{u}-o", caused_by=f"{u}-nowhere")
     on_branch = dataclasses.replace(first, event_id=f"{u}-child", entity_pk=f"{u}-c", caused_by=first.event_id)
     start = await end_offsets(pipe)

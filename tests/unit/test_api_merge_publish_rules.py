@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import grpc
+import orjson
 import pytest
 from google.rpc import status_pb2
 
 from api import world_manager_pb2 as pb
 from api.auth import Principal, Role, authorize
-from api.errors import PermissionDenied, status_for
-from api.merge_rpcs import DETAILS_BUDGET, conflict_message, conflict_status
+from api.errors import HeadMoved, PermissionDenied, status_for
+from api.merge_rpcs import DETAILS_BUDGET, conflict_message, conflict_status, pending_response
 from worlds.merge import MergeError
 from worlds.publish import PublishError
 
@@ -62,9 +63,41 @@ def test_conflict_details_are_a_rich_status_capped_under_the_metadata_limit() ->
     assert (status.code, status.message) == (grpc.StatusCode.ABORTED.value[0], message)
     got = pb.MergeResponse()
     assert status.details[0].Unpack(got)
-    assert 10 < len(got.conflicts) < 500 and got.conflicts[0].pk == "p00000" and not got.conflicts[0].json
+    assert 10 < len(got.conflicts) < 500 and got.conflicts[0].pk == "p00000"
+    brief = orjson.loads(got.conflicts[0].json)  # the conflict without its three states (CLI output needs it)
+    assert brief == {"kind": "object", "type": "person", "pk": "p00000", "conflict": "MODIFY_MODIFY"}
     assert got.ByteSize() <= DETAILS_BUDGET
 
     few = pb.MergeResponse(status="conflicts", conflicts=conflicts[:3])
     message, raw = conflict_status("merge met 3 conflicts", few)
     assert message == "merge met 3 conflicts"  # all of them fit: nothing is said about a cut
+
+
+def test_pending_conflicts_are_paged_by_id_with_a_token_pinned_to_the_merge() -> None:
+    doc = {
+        "source": "s",
+        "target": "t",
+        "source_hash": "a" * 64,
+        "target_head": "b" * 64,
+        "base": "c" * 64,
+        "created": "2026-11-30T10:00:00+00:00",
+        "conflicts": [
+            {"id": i, "kind": "object", "type": "person", "pk": f"p{i}", "conflict": "MODIFY_MODIFY"}
+            for i in (5, 3, 1, 4, 2)
+        ],
+        "resolutions": {"object/person/p2/MODIFY_MODIFY": "source"},
+    }
+    pages, token = [], ""
+    while True:
+        page = pending_response(doc, 2, token)
+        pages.append([(c.id, c.resolution) for c in page.conflicts])
+        assert page.total == 5
+        token = page.next_page_token
+        if not token:
+            break
+    assert pages == [[(1, ""), (2, "source")], [(3, ""), (4, "")], [(5, "")]]
+    header = orjson.loads(page.json)
+    assert "conflicts" not in header and header["resolutions"] == doc["resolutions"]
+    first = pending_response(doc, 2).next_page_token
+    with pytest.raises(HeadMoved):  # the pending merge was replaced: the old token is refused
+        pending_response(doc | {"created": "2026-11-30T11:00:00+00:00"}, 2, first)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agents.applier import Applier, RawRecord
-from agents.flushing import FlushScheduler
+from agents.flushing import CommitBudget, FlushScheduler
 from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
 from streams.settings import Settings
@@ -141,3 +141,40 @@ def test_backpressure_bounds_buffered_batches() -> None:
     for _ in range(6):
         applier.batches.add("wa", Any, 0.0)  # type: ignore[arg-type]
     assert applier.backpressure
+
+
+# --- the commit budget ----------------------------------------------------------------------------
+
+
+def test_the_budget_bounds_commits_in_flight_and_never_picks_a_world_twice() -> None:
+    budget = CommitBudget(2)
+    assert budget.pick(["a", "b", "c"], in_flight=[]) == ["a", "b"]
+    assert budget.pick(["a", "b", "c"], in_flight=["a", "b"]) == []
+    assert budget.pick(["a", "c", "c"], in_flight=["a"]) == ["c"]
+    with pytest.raises(ValueError):
+        CommitBudget(0)
+
+
+def test_worlds_take_turns_the_longest_waiting_first() -> None:
+    budget = CommitBudget(1)
+    # "a" is always first in the due list (its batch is oldest), yet b and c get their turns.
+    turns = [budget.pick(["a", "b", "c"], in_flight=[])[0] for _ in range(6)]
+    assert turns == ["a", "b", "c", "a", "b", "c"]
+    # A world never seen goes before ones that committed.
+    assert budget.pick(["a", "b", "new"], in_flight=[]) == ["new"]
+
+
+async def test_many_due_worlds_share_the_budget_and_all_commit() -> None:
+    applier, committer = pipelined()
+    assert applier.flusher is not None
+    applier.flusher.budget = CommitBudget(2)
+    worlds = [f"w{i}" for i in range(5)]
+    await applier.process([rec(2 * i + k, w, 2 * i + k) for i, w in enumerate(worlds) for k in (0, 1)])
+    await settle()
+    assert [w for w, _ in committer.started] == ["w0", "w1"]  # two in flight, three waiting
+    for w in worlds:
+        committer.gate(w).set()
+        await settle()
+        assert len(applier.flusher.in_flight()) <= 2
+    await applier.flush_all()
+    assert sorted(w for w, _ in committer.finished) == worlds

@@ -1,0 +1,57 @@
+"""The bench's latency phases: one per offered rate, each with its own figures (issue 13: p99 at 5,000/s)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench.__main__ import _add_overrides, _profile
+from bench.harness import latency_of, ratios
+from bench.profiles import PROFILES
+from bench.report import _cell
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser()
+    _add_overrides(ap)
+    return ap.parse_args(list(argv))
+
+
+def test_the_small_profile_measures_latency_at_1000_and_5000_events_per_second() -> None:
+    small = PROFILES["small"]
+    assert (small.latency_rate, *small.extra_latency_rates) == (1_000, 5_000)
+
+
+def test_extra_rates_come_from_the_command_line_and_zero_turns_them_off() -> None:
+    assert _profile(_args("--extra-latency-rates", "5000,10000")).extra_latency_rates == (5_000, 10_000)
+    assert _profile(_args("--extra-latency-rates", "0")).extra_latency_rates == ()
+    assert _profile(_args()).extra_latency_rates == (5_000,)
+    with pytest.raises(SystemExit, match="not a list of integers"):
+        _profile(_args("--extra-latency-rates", "fast"))
+
+
+def test_latency_is_publish_to_visible_and_records_never_visible_count_as_lower_bounds() -> None:
+    paced = {("t", 0, 1): (10_000, 100), ("t", 0, 2): (11_000, 100), ("t", 1, 1): (12_000, 100)}
+    visible = {("t", 0, 1): 10.5, ("t", 0, 2): 10.0}  # the second was seen before its timestamp: clock skew
+    latencies, censored = latency_of(paced, visible, finished_epoch=20.0)
+    assert latencies == [0.5, 0.0, 8.0]
+    assert censored == 1
+
+
+def _fig(p99_first: float, p99_more: float) -> dict:
+    phase = {"offered_rate": 5_000, "records": 50_000, "latency_s": {"p50": 1.0, "p99": p99_more}, "censored": 3}
+    return {
+        "events_per_s": 1.0,
+        "latency_s": {"p50": 0.5, "p99": p99_first},
+        "cpu_s_per_1k_events": 1.0,
+        "peak_rss_mb": 1.0,
+        "latency_phases": [{"offered_rate": 1_000, "latency_s": {"p99": p99_first}}, phase],
+    }
+
+
+def test_each_further_rate_is_reported_and_compared_with_the_ceiling_at_the_same_rate() -> None:
+    r = ratios({"causeway": _fig(2.0, 3.0), "ceiling": _fig(1.0, 0.5)})
+    assert r["causeway/ceiling"]["latency_p99"] == 2.0
+    assert r["causeway/ceiling"]["latency_p99_at_5000"] == 6.0
+    assert _cell(_fig(2.0, 3.0), "_more_latency") == "1.00 / 3.00 at 5,000/s (3 of 50000 not visible)"
