@@ -36,10 +36,10 @@ from agents.letter_marks import arrival_key, letter_key, split_replays
 from agents.offset_tracker import Arrival, OffsetTracker
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
-from monitoring.metrics import Metrics
+from monitoring.metrics import Dependency, Metrics
 from sinks.committed_offsets import PartitionId, Source
 from sinks.committer import Batch, CommitOutcome
-from sinks.errors import NessieAuthError, NessieConflict, NessieNotFound, NessieUnavailable
+from sinks.errors import NessieAuthError, NessieConflict, NessieNotFound, NessieUnavailable, RetriesExhausted
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -288,7 +288,7 @@ class Applier:
             return arrivals, dead
         keys = [arrival_key(a) for a in arrivals] + [letter_key(dl) for dl in dead]
         marks = self.dead_marks
-        recorded = await self._retry("redis dead-letter lookup", lambda: marks.recorded(keys))
+        recorded = await self._retry("redis dead-letter lookup", lambda: marks.recorded(keys), "redis")
         if not recorded:
             return arrivals, dead
         split = split_replays(arrivals, dead, recorded)
@@ -301,10 +301,10 @@ class Applier:
     async def _check_worlds(self, arrivals: list[Arrival], dead: list[DeadLetter]) -> list[Arrival]:
         worlds = {a.event.world_id for a in arrivals} - self._known_worlds
         for world in worlds:
-            if await self._retry(f"check world {world}", partial(self.worlds.exists, world)):
+            if await self._retry(f"check world {world}", partial(self.worlds.exists, world), "nessie"):
                 self._known_worlds.add(world)
             elif self.settings.unknown_world_policy == "create":
-                await self._retry(f"create world {world}", partial(self.worlds.ensure, world))
+                await self._retry(f"create world {world}", partial(self.worlds.ensure, world), "nessie")
                 log.info(
                     "created world %s from %s (unknown-world policy 'create')",
                     world,
@@ -339,9 +339,9 @@ class Applier:
         if self._recent_event_ids is None:
             return
         recent = self._recent_event_ids
-        ids = await self._retry(f"mark repair for world {world}", lambda: recent(world))
+        ids = await self._retry(f"mark repair for world {world}", lambda: recent(world), "nessie")
         if ids:
-            await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]))
+            await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]), "redis")
         self._repaired.add(world)
 
     def on_assigned(self, tps: Sequence[PartitionId] | None = None, generation: int | None = None) -> None:
@@ -359,7 +359,7 @@ class Applier:
     async def _dedupe_and_gate(self, arrivals: list[Arrival], now: float) -> None:
         unknown = self.gate.unknown_causes()
         refs = refs_to_check(arrivals, unknown)
-        marked = await self._retry("redis dedupe lookup", lambda: self.marks.applied(refs)) if refs else set()
+        marked = await self._retry("redis dedupe lookup", lambda: self.marks.applied(refs), "redis") if refs else set()
         self.metrics.dependency("redis", True)
         split = drop_duplicates(arrivals, marked)
         per_world: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -409,10 +409,10 @@ class Applier:
                 due[ref[0]].add(ref[1])
                 self._cause_checked[ref] = now
         for world, ids in due.items():
-            found = await self._retry(f"cause lookup in world {world}", partial(lookup, world, ids))
+            found = await self._retry(f"cause lookup in world {world}", partial(lookup, world, ids), "nessie")
             if found:
                 refs = [(world, i) for i in found]
-                await self._retry("redis mark", partial(self.marks.mark, refs))
+                await self._retry("redis mark", partial(self.marks.mark, refs), "redis")
                 self.gate.learn_applied(refs)
 
     def _collect_gate_output(self, dead: list[DeadLetter]) -> None:
@@ -441,11 +441,11 @@ class Applier:
     async def _publish_dead(self, dead: list[DeadLetter]) -> None:
         if not dead:
             return
-        await self._retry("dead-letter publish", lambda: self.dlq.publish(dead))
+        await self._retry("dead-letter publish", lambda: self.dlq.publish(dead), "kafka")
         if self.dead_marks is not None:
             # Confirmed, now durable: a redelivery (offset not yet committed) is settled, not decided again.
             marks, keys = self.dead_marks, [letter_key(dl) for dl in dead]
-            await self._retry("redis dead-letter mark", lambda: marks.record(keys))
+            await self._retry("redis dead-letter mark", lambda: marks.record(keys), "redis")
         for dl in dead:
             self.metrics.dead_lettered(dl.topic, dl.reason, world=dl.world_id)
             self.tracker.done((dl.topic, dl.partition), dl.offset)
@@ -521,10 +521,11 @@ class Applier:
         outcome = await self._retry(
             f"commit of {len(items)} event(s) to world {world}",
             commit,
+            "nessie",
             on_error=lambda exc: self.metrics.commit_failed(
                 world,
                 duration_s=time.monotonic() - started,
-                retries_exhausted=type(exc).__name__ == "RetriesExhausted",
+                retries_exhausted=isinstance(exc, RetriesExhausted),
             ),
         )
         if isinstance(outcome, Exception):
@@ -572,7 +573,7 @@ class Applier:
         # it). Settled, never marked, and its effects are not released (issue 12, case 2).
         absent = set(outcome.absent_ids)
         refs = [a.ref for a in items if a.event.event_id not in absent]
-        await self._retry("redis mark", lambda: self.marks.mark(refs))
+        await self._retry("redis mark", lambda: self.marks.mark(refs), "redis")
         faults.reached("after-mark")
         self.gate.committed(refs)
         self.gate.abandoned([a.ref for a in items if a.event.event_id in absent])
@@ -607,14 +608,18 @@ class Applier:
         self._collect_gate_output([])
 
     async def _retry(
-        self, what: str, call: Callable[[], Any], on_error: Callable[[Exception], None] | None = None
+        self,
+        what: str,
+        call: Callable[[], Any],
+        dep: Dependency,
+        on_error: Callable[[Exception], None] | None = None,
     ) -> Any:
-        """Run ``call`` until it succeeds; back off (capped) and report while a dependency is down.
+        """Run ``call`` until it succeeds; back off (capped) and report while ``dep`` is down.
 
         The dependency gauge goes to 0 on a failure and back to 1 when the same call succeeds, so
-        it recovers even when nothing else touches that dependency afterwards.
+        it recovers even when nothing else touches that dependency afterwards. ``dep`` is the
+        service ``call`` talks to, stated by the caller (``what`` is only for the log).
         """
-        dep = "redis" if "redis" in what else ("nessie" if "commit" in what or "world" in what else "kafka")
         delay = 0.2
         attempt = 0
         while True:
@@ -626,7 +631,7 @@ class Applier:
                 attempt += 1
                 if on_error is not None:
                     on_error(exc)
-                self.metrics.dependency(dep, False)  # type: ignore[arg-type]
+                self.metrics.dependency(dep, False)
                 log.warning(
                     "%s failed (attempt %d, retrying in %.1fs): %s: %s",
                     what,
@@ -639,7 +644,7 @@ class Applier:
                 delay = min(delay * 2, 10.0)
             else:
                 if attempt:
-                    self.metrics.dependency(dep, True)  # type: ignore[arg-type]
+                    self.metrics.dependency(dep, True)
                     log.info("%s succeeded after %d failed attempt(s)", what, attempt)
                 return result
 

@@ -60,11 +60,13 @@ from agents.reconcile_plan import (
     expected,
     latest_counts,
 )
+from models.errors import OperatorError
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.worlds import WorldNaming
 from monitoring.metrics import Metrics, world_label
+from sinks.catalog import NessieCatalog
 from sinks.committer import PROP_BATCH, PROP_WORLD, BatchCommitter, stage_replacement
-from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
+from sinks.errors import BranchMissing
 from sinks.nessie import SyncNessieClient
 from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
@@ -132,7 +134,7 @@ def _event(world: str, r: Mapping[str, Any]) -> ChangeEvent:
     )
 
 
-class UnknownWorld(LookupError):
+class UnknownWorld(OperatorError, LookupError):
     """The world has no branch."""
 
 
@@ -148,7 +150,7 @@ class Reconciler:
         self.naming = WorldNaming(settings.prod_world, settings.main_branch)
 
     def worlds(self) -> list[str]:
-        return world_ids(self.committer.client.list_references(), self.naming)
+        return world_ids(self.committer.occ.client.list_references(), self.naming)
 
     def run_world(self, world: str, control: Mapping[str, int] | None = None, *, dry_run: bool = False) -> RunReport:
         """Reconcile one world and record its metrics (unless ``dry_run``); never raises."""
@@ -175,31 +177,22 @@ class Reconciler:
 
     def _run(self, world: str, control: dict[str, int], dry_run: bool) -> RunReport:
         branch = self.naming.branch(world)
-        retries = self.settings.commit_retries
         run_id = f"reconcile:{uuid.uuid4().hex[:12]}"
-        first_base: str | None = None
-        unknown = False
-        for attempt in range(1, retries + 2):
-            if unknown and self.committer.find_batch_commit(branch, run_id, since=first_base):
-                break  # landed: the next run confirms it is consistent
-            cat = self.committer.catalog(branch)
-            try:
-                base = cat.begin()
-            except NessieNotFound:
-                raise UnknownWorld(f"world {world} has no branch ({branch})") from None
-            first_base = first_base or base
-            try:
-                return self._attempt(cat, world, base, control, dry_run, run_id)
-            except NessieConflict:
-                log.info("reconciliation of %s: conflict (attempt %d), re-reading", world, attempt)
-            except CommitStateUnknown:
-                unknown = True
-            finally:
-                cat.discard()
-            time.sleep(self.committer.backoff(attempt))
-        if unknown and self.committer.find_batch_commit(branch, run_id, since=first_base):
-            return RunReport(world, "repaired", commit=self.committer.find_batch_commit(branch, run_id))
-        raise NessieConflict(f"reconciliation of {world}: gave up after {retries + 1} attempts")
+
+        def attempt(cat: NessieCatalog, base: str, n: int) -> RunReport:
+            return self._attempt(cat, world, base, control, dry_run, run_id)
+
+        try:
+            return self.committer.occ.run(
+                branch,
+                attempt,
+                what=f"reconciliation of {world}",
+                commit_id=run_id,
+                # landed: the next run confirms it is consistent
+                landed=lambda found, attempts: RunReport(world, "repaired", commit=found),
+            )
+        except BranchMissing:
+            raise UnknownWorld(f"world {world} has no branch ({branch})") from None
 
     def _attempt(
         self, cat: Any, world: str, base: str, control: dict[str, int], dry_run: bool, run_id: str

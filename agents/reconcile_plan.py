@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
+from models.errors import OperatorError
 from models.events import ChangeType, Invalid
 from models.worlds import InvalidWorldId, validate_world_id
 from monitoring.metrics import ReconcileOutcome
@@ -241,7 +242,7 @@ def compare(
 # --- which worlds a pass covers -------------------------------------------------------------------
 
 
-class ScopeError(ValueError):
+class ScopeError(OperatorError, ValueError):
     """``CAUSEWAY_RECONCILE_WORLDS`` holds a term that is neither ``served``, a world id nor a pattern."""
 
 

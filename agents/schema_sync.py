@@ -63,7 +63,7 @@ from models.worlds import WorldNaming
 from monitoring.metrics import Metrics
 from sinks.catalog import NessieCatalog
 from sinks.committer import PROP_BATCH, PROP_WORLD, BatchCommitter, read_rows, stage_replacement
-from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
+from sinks.errors import BranchMissing, NessieConflict
 from sinks.rows import property_value
 from sinks.tables import TableDef, contracts, evolve, projection_for, schema_property
 from streams.security import kafka_client_options
@@ -102,11 +102,11 @@ class SchemaStore:
 
     def worlds(self) -> list[str]:
         """Every world that has a branch (what ``world_id = "*"`` means when it is applied)."""
-        return world_ids(self.committer.client.list_references(), self.naming)
+        return world_ids(self.committer.occ.client.list_references(), self.naming)
 
     def contracts(self, world_id: str) -> dict[tuple[EntityKind, str], TypeSchema]:
         """The contracts applied on a world's branch head, by (kind, type)."""
-        cat = self.committer.catalog(self.naming.branch(world_id))
+        cat = self.committer.occ.catalog(self.naming.branch(world_id))
         out: dict[tuple[EntityKind, str], TypeSchema] = {}
         for kind in EntityKind:
             tdef = projection_for(kind)
@@ -124,38 +124,21 @@ class SchemaStore:
         world = change.world_id
         branch = self.naming.branch(world)
         batch_id = f"schema:{change.change_id}"
-        first_base: str | None = None
-        unknown = False
-        last: Exception | None = None
-        retries = self.settings.commit_retries
-        for attempt in range(1, retries + 2):
-            if unknown:
-                found = self.committer.find_batch_commit(branch, batch_id, since=first_base)
-                if found is not None:
-                    return self._landed(change, found, attempt - 1)
-            cat = self.committer.catalog(branch)
-            try:
-                base = cat.begin()
-            except NessieNotFound:
-                empty = TypeSchema(change.kind, change.type_name)
-                return SyncResult(world, "refused", empty, None, "unknown-world", f"world {world} has no branch")
-            first_base = first_base or base
-            try:
-                return self._attempt(cat, change, batch_id, attempt)
-            except NessieConflict as exc:
-                last = exc
-                log.info("schema change %s on %s: conflict (attempt %d)", change.change_id, branch, attempt)
-            except CommitStateUnknown as exc:
-                last, unknown = exc, True
-            finally:
-                cat.discard()
-            if attempt <= retries:
-                time.sleep(self.committer.backoff(attempt))
-        if unknown:
-            found = self.committer.find_batch_commit(branch, batch_id, since=first_base)
-            if found is not None:
-                return self._landed(change, found, retries + 1)
-        raise NessieConflict(f"schema change {change.change_id} on {branch}: gave up: {last}")
+
+        def attempt(cat: NessieCatalog, base: str, n: int) -> SyncResult:
+            return self._attempt(cat, change, batch_id, n)
+
+        try:
+            return self.committer.occ.run(
+                branch,
+                attempt,
+                what=f"schema change {change.change_id} on {branch}",
+                commit_id=batch_id,
+                landed=lambda found, attempts: self._landed(change, found, attempts),
+            )
+        except BranchMissing:
+            empty = TypeSchema(change.kind, change.type_name)
+            return SyncResult(world, "refused", empty, None, "unknown-world", f"world {world} has no branch")
 
     def _landed(self, change: SchemaChange, commit: str, attempts: int) -> SyncResult:
         schema = self.contracts(change.world_id).get((change.kind, change.type_name))

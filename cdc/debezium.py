@@ -57,6 +57,8 @@ from typing import Any
 
 import orjson
 
+from models.errors import InputError
+
 UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
 
 _EPOCH = datetime(1970, 1, 1)  # naive: Debezium's Timestamp types carry no zone
@@ -82,7 +84,7 @@ class SkipKind(StrEnum):
     MESSAGE = "message"
 
 
-class EnvelopeError(ValueError):
+class EnvelopeError(InputError, ValueError):
     """A record that is not a usable Debezium envelope; ``reason`` is a stable dead-letter code."""
 
     def __init__(self, reason: str, detail: str) -> None:

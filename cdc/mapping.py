@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cdc.debezium import UNAVAILABLE_PLACEHOLDER, SourceInfo, check_hint
+from models.errors import InputError
 from models.events import EntityKind
 from models.worlds import InvalidWorldId, validate_world_id
 
@@ -23,7 +24,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,199}")
 _SOURCE_KEYS = ("connector", "name", "db", "schema", "table")
 
 
-class MappingError(ValueError):
+class MappingError(InputError, ValueError):
     """The mapping config cannot be used; ``problems`` lists every one, each with its path."""
 
     def __init__(self, problems: list[str], origin: str = "CDC mapping") -> None:

@@ -45,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from models.errors import SchemaError
 from models.events import EntityKind, Invalid
 from models.worlds import InvalidWorldId, validate_world_id
 
@@ -57,7 +58,7 @@ _PID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 _DECIMAL = re.compile(r"decimal\(\s*(\d{1,2})\s*,\s*(\d{1,2})\s*\)")
 
 
-class SchemaRefused(ValueError):
+class SchemaRefused(SchemaError, ValueError):
     """A change the data layer will not apply; ``reason`` is a stable code for labels and headers."""
 
     def __init__(self, reason: str, detail: str) -> None:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from models.errors import InputError
+
 WORLD_ID_MAX = 63
 _WORLD_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 BRANCH_PREFIX = "world-"
 
 
-class InvalidWorldId(ValueError):
+class InvalidWorldId(InputError, ValueError):
     """A world id that may not become a branch name; ``reason`` is a short machine-readable code."""
 
     def __init__(self, world_id: object, reason: str, detail: str) -> None:

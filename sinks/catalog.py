@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,7 +51,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile
-from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table import CommitTableResponse, Table, Transaction
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
@@ -69,6 +69,35 @@ ICEBERG_TABLE = "ICEBERG_TABLE"
 NAMESPACE = "NAMESPACE"
 
 _REF = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9./_-]*?)(?:@(?P<hash>[0-9a-fA-F]{8,64}))?(?:\*(?P<ts>[^@*]+))?")
+
+
+class _Transaction(Transaction):
+    """A pyiceberg transaction that builds its current metadata once per change, not once per read.
+
+    ``Transaction.table_metadata`` re-applies every update and deep-copies the result on each read;
+    a flush reads it dozens of times (measured ~60 reads, ~30% of commit CPU). The result depends
+    only on the base metadata and the update tuple (both immutable: pyiceberg's metadata models are
+    frozen and ``_updates`` is replaced, never mutated), so it is kept until either changes.
+    """
+
+    _meta: TableMetadata | None = None
+    _meta_base: object = None
+    _meta_updates: object = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        base, updates = self._table.metadata, self._updates
+        if self._meta is None or self._meta_base is not base or self._meta_updates is not updates:
+            self._meta = super().table_metadata
+            self._meta_base, self._meta_updates = base, updates
+        return self._meta
+
+
+class _Table(Table):
+    """A table whose transactions are :class:`_Transaction`."""
+
+    def transaction(self) -> Transaction:
+        return _Transaction(self)
 
 
 class ReadOnlyReference(CommitFailedException):
@@ -170,6 +199,10 @@ class NessieCatalog(MetastoreCatalog):
         self._base_hash: str | None = None  # pinned head while staging
         self._staged: dict[Identifier, _Staged] = {}
         self._staged_namespaces: set[Identifier] = set()
+        # While staging the read ref is a fixed hash, so what it holds cannot change: contents
+        # (None: absent) and parsed metadata files are read once per staging session.
+        self._pinned_contents: dict[Identifier, Any | None] = {}
+        self._pinned_metadata: dict[str, TableMetadata] = {}
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -280,6 +313,8 @@ class NessieCatalog(MetastoreCatalog):
         """Drop staged pointers and leave staging mode (their metadata files become orphans)."""
         self._staged.clear()
         self._staged_namespaces.clear()
+        self._pinned_contents.clear()
+        self._pinned_metadata.clear()
         self._base_hash = None
 
     @property
@@ -332,12 +367,35 @@ class NessieCatalog(MetastoreCatalog):
 
     # --- contents --------------------------------------------------------------------------------
 
+    def prefetch(self, identifiers: Sequence[str | Identifier]) -> None:
+        """Read the contents of ``identifiers`` at the pinned head in one Nessie call (staging only).
+
+        Later loads and commits of those tables in this staging session use the answer instead of
+        one contents call each. Outside staging the ref can move, so nothing is kept.
+        """
+        if not self.staging:
+            return
+        keys = [k for k in (self._identifier(i) for i in identifiers) if k not in self._pinned_contents]
+        if not keys:
+            return
+        try:
+            found = self.client.get_contents(self.read_ref, [tuple(k) for k in keys])
+        except NessieNotFound:
+            found = {}
+        for k in keys:
+            self._pinned_contents[k] = found.get(tuple(k))
+
     def _content(self, key: Identifier) -> Any | None:
+        if self.staging and key in self._pinned_contents:
+            return self._pinned_contents[key]
         try:
             found = self.client.get_contents(self.read_ref, [tuple(key)])
         except NessieNotFound:
-            return None
-        return found.get(tuple(key))
+            found = {}
+        content = found.get(tuple(key))
+        if self.staging:
+            self._pinned_contents[key] = content
+        return content
 
     def _metadata_at(self, key: Identifier) -> tuple[TableMetadata, str, str | None]:
         staged = self._staged.get(key)
@@ -347,10 +405,13 @@ class NessieCatalog(MetastoreCatalog):
         if not isinstance(content, IcebergTable):
             raise NoSuchTableError(f"table does not exist on {self.read_ref}: {'.'.join(key)}")
         location = content.metadata_location
-        io = load_file_io(self.properties, location)
-        metadata = FromInputFile.table_metadata(io.new_input(location))
-        content_id = content.id
-        return metadata, location, content_id
+        metadata = self._pinned_metadata.get(location)  # metadata files are immutable
+        if metadata is None:
+            io = load_file_io(self.properties, location)
+            metadata = FromInputFile.table_metadata(io.new_input(location))
+            if self.staging:
+                self._pinned_metadata[location] = metadata
+        return metadata, location, content.id
 
     def _identifier(self, identifier: str | Identifier) -> Identifier:
         ident = self.identifier_to_tuple(identifier)
@@ -364,7 +425,7 @@ class NessieCatalog(MetastoreCatalog):
         key = self._identifier(identifier)
         metadata, location, _ = self._metadata_at(key)
         io = self._load_file_io(metadata.properties, location)
-        return Table(key, metadata=metadata, metadata_location=location, io=io, catalog=self)
+        return _Table(key, metadata=metadata, metadata_location=location, io=io, catalog=self)
 
     def create_table(
         self,

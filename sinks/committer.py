@@ -20,9 +20,10 @@ Order of one attempt (every decision is taken against the head it read, and take
    ``causeway.offsets.<topic>/<partition>`` = the exact offsets of the events this commit applied
    (``"100-180,182-200"``; offsets the branch had already recorded are not repeated).
 
-Failures: ``NessieConflict`` (a touched table moved since ``H``) → jittered exponential backoff,
-reload, re-apply from scratch, up to ``Settings.commit_retries`` retries, then the conflict is
-raised and the caller acks nothing. ``CommitStateUnknown`` → the history since ``H`` is searched for
+Failures (the loop is :mod:`sinks.occ`, shared with every other writer): ``NessieConflict`` (a
+touched table moved since ``H``) → jittered exponential backoff, reload, re-apply from scratch, up
+to ``Settings.commit_retries`` retries, then ``RetriesExhausted`` is raised and the caller acks
+nothing. ``CommitStateUnknown`` → the history since ``H`` is searched for
 a commit carrying this batch id; if one is found the batch counts as committed, otherwise it is
 retried. A batch is never committed twice: the history check covers a lost answer, the offset
 summary covers a redelivery.
@@ -81,31 +82,27 @@ than ``Settings.snapshot_expire_every`` of them (metadata only — data files ma
 by other branches; physical deletion is Nessie GC's job), the metadata log keeps 20 entries,
 RowDelta consolidates manifests past 16 and the log merges its append manifests. Data files are
 sized by ``Settings.target_file_bytes``.
+
+Modules: this one holds the batch, its outcome and the attempt's order; the projection write is
+:mod:`sinks.projection_write`, the compaction policy :mod:`sinks.compaction`, reading and
+replacing rows of data files :mod:`sinks.rowfiles`, the cost record :mod:`sinks.flush_stats`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
-from pyiceberg.table import Table, Transaction
-from pyiceberg.table.update.snapshot import ExpireSnapshots
+from pyiceberg.table import Table
 
 from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
-from sinks import projection
 from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import (
     OffsetSet,
@@ -117,22 +114,17 @@ from sinks.committed_offsets import (
     merge_maps,
     tp_name,
 )
-from sinks.errors import CommitStateUnknown, NessieConflict, NessieError
-from sinks.layout import key_filter
-from sinks.logcompact import choose, compact_log, small_file
+from sinks.compaction import Compaction
+from sinks.errors import NessieError, RetriesExhausted
+from sinks.flush_stats import FlushStats
+from sinks.logcompact import compact_log
 from sinks.nessie import SyncNessieClient
-from sinks.rowdelta import (
-    FileCache,
-    RowDelta,
-    TableState,
-    deletes_to_merge,
-    positions,
-    read_state,
-    write_data_files,
-    write_partition_deletes,
-)
-from sinks.rows import events_arrow, projection_arrow
-from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, contracts, table_properties
+from sinks.occ import Occ
+from sinks.projection_write import apply_projection
+from sinks.rowdelta import FileCache
+from sinks.rowfiles import read_data_file, read_rows, stage_replacement
+from sinks.rows import events_arrow
+from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TableDef, table_properties
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -173,21 +165,6 @@ class Batch:
         return cls(world_id, batch_id, [e for e, _ in items], offsets, [s for _, s in items], **kw)  # type: ignore[arg-type]
 
 
-@dataclass
-class FlushStats:
-    """What one table's part of a flush cost: rows and bytes written, deleted, rewritten and read."""
-
-    rows_written: int = 0  # new row versions (events for the log)
-    rows_deleted: int = 0  # positions newly masked by the delete file
-    rows_rewritten: int = 0  # live rows copied out of compacted files
-    files_added: int = 0
-    files_removed: int = 0
-    bytes_written: int = 0  # every new data + delete file
-    bytes_rewritten: int = 0  # bytes of new files that carry already-stored rows (compaction, merge)
-    bytes_read: int = 0  # files read to decide (index) or to compact
-    values_unconverted: int = 0  # property values left null in their typed column (kept in the JSON)
-
-
 @dataclass(frozen=True)
 class CommitOutcome:
     """The result of ``commit_batch``. ``already_committed``: found landed, not committed again."""
@@ -213,10 +190,6 @@ class CommitOutcome:
     #: Copies of events the branch's log already holds (another offset: a producer retry whose
     #: Redis mark was lost). Dropped as duplicates, not dead-lettered as stale.
     duplicate_ids: frozenset[str] = frozenset()
-
-
-class RetriesExhausted(NessieConflict):
-    """Every retry of a batch met a conflict; nothing was committed and nothing may be acked."""
 
 
 BeforePublish = Callable[[NessieCatalog, Batch, int], None]
@@ -246,17 +219,22 @@ class BatchCommitter:
         self.client = client or SyncNessieClient.from_settings(settings)
         self.naming = naming or WorldNaming(settings.prod_world, settings.main_branch)
         self.before_publish = before_publish
-        self.compact_below = compact_below
-        self.compact_budget = compact_budget
-        self.max_delete_files = max_delete_files
-        self.max_small_files = max_small_files
+        self.compaction = Compaction(
+            settings.target_file_bytes,
+            settings.snapshot_expire_every,
+            compact_below,
+            compact_budget,
+            max_delete_files,
+            max_small_files,
+        )
         self.file_cache = FileCache(settings.index_cache_bytes if index_cache_bytes is None else index_cache_bytes)
-        self._catalog_template = NessieCatalog.from_settings(settings, settings.main_branch, client=self.client)
+        #: The commit loop (expected hash, backoff, "did it land?"); shared with the other writers.
+        self.occ = Occ.from_settings(settings, self.client)
 
     # --- public API ------------------------------------------------------------------------------
 
     def catalog(self, branch: str) -> NessieCatalog:
-        return self._catalog_template.at(branch)
+        return self.occ.catalog(branch)
 
     def commit_batch(self, batch: Batch) -> CommitOutcome:
         """Commit ``batch`` to its world's branch exactly once, or raise (then ack nothing).
@@ -266,53 +244,28 @@ class BatchCommitter:
         """
         branch = self.naming.branch(batch.world_id)
         started = time.monotonic()
-        retries = self.settings.commit_retries
-        last: Exception | None = None
-        first_base: str | None = None  # commits of this call can only be newer than this
-        unknown = False
-        for attempt in range(1, retries + 2):
-            if unknown:
-                # An earlier attempt's outcome was unknown: it may land late, so look again (back to
-                # the first attempt's base) before every retry, not only right after the failure.
-                found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
-                if found is not None:
-                    log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
-                    return _finish(self._landed(batch, branch, found, attempt - 1), started)
-            cat = self.catalog(branch)
-            base = cat.begin()
-            first_base = first_base or base
-            try:
-                outcome = self._attempt(cat, batch, branch, attempt, base)
-                return _finish(outcome, started)
-            except NessieConflict as exc:
-                last = exc
-                log.info("batch %s on %s: conflict (attempt %d): %s", batch.batch_id, branch, attempt, exc)
-            except CommitStateUnknown as exc:
-                last = exc
-                unknown = True
-                log.warning("batch %s on %s: commit outcome unknown (attempt %d)", batch.batch_id, branch, attempt)
-            finally:
-                cat.discard()
-            if attempt <= retries:
-                if self.on_retry is not None:
-                    reason = "unknown_state" if isinstance(last, CommitStateUnknown) else "conflict"
-                    self.on_retry(batch.world_id, reason)
-                time.sleep(self.backoff(attempt))
-        if unknown:
-            found = self.find_batch_commit(branch, batch.batch_id, since=first_base)
-            if found is not None:
-                return _finish(self._landed(batch, branch, found, retries + 1), started)
-        raise RetriesExhausted(
-            f"batch {batch.batch_id} for world {batch.world_id}: gave up after {retries + 1} attempts: {last}"
-        ) from last
+
+        def attempt(cat: NessieCatalog, base: str, n: int) -> CommitOutcome:
+            return self._attempt(cat, batch, branch, n, base)
+
+        def landed(found: str, attempts: int) -> CommitOutcome:
+            log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
+            return self._landed(batch, branch, found, attempts)
+
+        on_retry = self.on_retry
+        outcome = self.occ.run(
+            branch,
+            attempt,
+            what=f"batch {batch.batch_id} for world {batch.world_id}",
+            commit_id=batch.batch_id,
+            landed=landed,
+            on_retry=None if on_retry is None else (lambda reason: on_retry(batch.world_id, reason)),
+        )
+        return _finish(outcome, started)
 
     async def commit_batch_async(self, batch: Batch) -> CommitOutcome:
         """``commit_batch`` in a worker thread, for the asyncio worker."""
         return await asyncio.to_thread(self.commit_batch, batch)
-
-    def backoff(self, attempt: int) -> float:
-        """Full-jitter exponential backoff: uniform(0, base * 2**(attempt-1)), capped at 5 s."""
-        return random.uniform(0, min(5.0, self.settings.commit_backoff_s * 2 ** (attempt - 1)))
 
     def applied_events(self, world_id: str, ids: set[str]) -> set[str]:
         """Those of ``ids`` that took effect on the world's branch (its event log, applied=true).
@@ -368,32 +321,13 @@ class BatchCommitter:
             absent_ids=frozenset(ids - set(logged)),
         )
 
-    def find_batch_commit(
-        self, branch: str, batch_id: str, *, since: str | None = None, max_records: int = 2000
-    ) -> str | None:
-        """The hash of the commit on ``branch`` whose properties carry ``batch_id``, or None.
-
-        Walks history newest first and stops at ``since`` (the expected hash of the attempt: a
-        commit of that attempt can only be newer) or after ``max_records`` commits.
-        """
-        seen = 0
-        for page in self.client.history(branch, max_records=min(max_records, 200)):
-            for entry in page:
-                if entry.hash == since:
-                    return None
-                if entry.properties.get(PROP_BATCH) == batch_id:
-                    return entry.hash
-                seen += 1
-                if seen >= max_records:
-                    return None
-        return None
-
     # --- one attempt -----------------------------------------------------------------------------
 
     def _attempt(self, cat: NessieCatalog, batch: Batch, branch: str, attempt: int, base: str) -> CommitOutcome:
         """Stage and publish the batch against ``base`` (pinned by ``cat.begin()``)."""
         ns = self.settings.namespace
         now = datetime.now(UTC)
+        cat.prefetch([(ns, d.name) for d in (EVENTS, COMMON, EDGE)])  # one contents call for the three
         tables = {d.name: self._load_or_create(cat, ns, d) for d in (EVENTS, COMMON, EDGE)}
         events_table = tables[EVENTS.name]
 
@@ -429,7 +363,7 @@ class BatchCommitter:
             evs = [ev for ev, _ in items if ev.kind is kind]
             if not evs:
                 continue
-            st = self._apply_projection(tables[tdef.name], tdef, evs, batch, now)
+            st = apply_projection(tables[tdef.name], tdef, evs, batch.batch_id, now, self.file_cache, self.compaction)
             stats[tdef.name] = st[0]
             stale_ids |= st[1]
         # A stale event whose id the log already holds is a copy of an applied one: a duplicate.
@@ -519,283 +453,9 @@ class BatchCommitter:
                 stats.files_added = int(snap.summary.get("added-data-files", "0") or 0)
             row_bytes = arrow.nbytes / arrow.num_rows
             compact_log(tx, self.settings.target_file_bytes, stats, row_bytes=row_bytes)  # inside each partition
-        self._expire(tx)
+        self.compaction.expire(tx)
         tx.commit_transaction()
         return stats
-
-    # --- projections -----------------------------------------------------------------------------
-
-    def _carry_stored_properties(
-        self, table: Table, tdef: TableDef, plan: projection.Plan, keys: set[projection.Key]
-    ) -> None:
-        """Fill events' unchanged properties from the stored rows of ``keys`` (read only for them)."""
-        type_col, pk_col = tdef.key
-        pks = pa.array(sorted({pk for _, pk in keys}), pa.string())
-        state = read_state(
-            table,
-            [type_col, pk_col, "version", "properties"],
-            lambda t: pc.is_in(t.column(pk_col), value_set=pks),
-            None,
-            key_filter(type_col, pk_col, pks.to_pylist()),
-        )
-        if state.index is None:
-            return
-        best: dict[projection.Key, tuple[int, str | None]] = {}
-        for t_, pk, version, props in zip(
-            *(state.index.column(c).to_pylist() for c in (type_col, pk_col, "version", "properties")), strict=True
-        ):
-            if (t_, pk) in keys and ((t_, pk) not in best or version > best[(t_, pk)][0]):
-                best[(t_, pk)] = (version, props)
-        for key, (_, props) in best.items():
-            if props:
-                plan.rows[key] = projection.carry_unchanged(plan.rows[key], orjson.loads(props))
-
-    def _apply_projection(
-        self, table: Table, tdef: TableDef, events: list[ChangeEvent], batch: Batch, now: datetime
-    ) -> tuple[FlushStats, set[str]]:
-        type_col, pk_col = tdef.key
-        keys, types = projection.touched(events)
-        pks = pa.array(sorted({pk for _, pk in keys}), pa.string())
-        type_values = pa.array(sorted(types), pa.string())
-
-        def match(t: pa.Table) -> pa.Array:
-            mask = pc.is_in(t.column(pk_col), value_set=pks)
-            if len(type_values):
-                mask = pc.or_(mask, pc.is_in(t.column(type_col), value_set=type_values))
-            return mask
-
-        scan = key_filter(type_col, pk_col, pks.to_pylist(), types)  # prunes to the touched buckets
-        state = read_state(table, [type_col, pk_col, "version", "deleted"], match, self.file_cache, scan)
-        stats = FlushStats(bytes_read=state.bytes_read)
-        stored: dict[projection.Key, projection.Stored] = {}
-        where: dict[projection.Key, list[tuple[str, int]]] = {}
-        if state.index is not None:
-            for t_, pk, version, deleted, pos, path in zip(
-                *(state.index.column(c).to_pylist() for c in (type_col, pk_col, "version", "deleted", "_pos", "_file")),
-                strict=True,
-            ):
-                key = (t_, pk)
-                where.setdefault(key, []).append((path, pos))
-                prev = stored.get(key)
-                if prev is None or version > prev.version:
-                    stored[key] = projection.Stored(version, deleted)
-        plan = projection.plan(events, stored)
-        stale = {e.event_id for e in plan.stale}
-        if not plan.changed:
-            return stats, stale
-
-        missing = projection.needs_stored_properties(plan) & set(stored)
-        if missing:
-            self._carry_stored_properties(table, tdef, plan, missing)
-
-        new_deletes: dict[str, list[int]] = {}
-        for key in plan.remove:
-            for path, pos in where.get(key, ()):
-                new_deletes.setdefault(path, []).append(pos)
-        stats.rows_deleted = sum(len(v) for v in new_deletes.values())
-
-        # Typed columns follow the table's schema *at this head* (schema sync may have evolved it
-        # since the last attempt) and the contracts recorded with it.
-        unconverted: Counter[str] = Counter()
-        rows = projection_arrow(
-            tdef,
-            list(plan.rows.values()),
-            batch.batch_id,
-            now,
-            table.schema().as_arrow(),
-            contracts(table.metadata.properties),
-            unconverted,
-        )
-        stats.values_unconverted = sum(unconverted.values())
-        stats.rows_written = rows.num_rows
-        to_remove, carried = self._compact(table, state, new_deletes, stats)
-        parts = [rows] + carried
-        data = pa.concat_tables(parts) if len(parts) > 1 else rows
-
-        tx = table.transaction()
-        rd = RowDelta(tx, {"causeway.batch_id": batch.batch_id})
-        if data.num_rows:
-            files = write_data_files(tx.table_metadata, data, table.io)  # one writer call per partition
-            rd.add(files)
-            new_bytes = sum(f.file_size_in_bytes for f in files)
-            stats.bytes_written += new_bytes
-            stats.files_added += len(files)
-            if stats.rows_rewritten and data.num_rows:
-                stats.bytes_rewritten += int(new_bytes * stats.rows_rewritten / data.num_rows)
-        rd.remove(state.files[p].data_file for p in to_remove)
-        stats.files_removed += len(to_remove)
-
-        # Delete files: drop those that name no surviving data file; when there are too many,
-        # merge the smaller half (tiered, like an LSM) so a merge rewrites recent deletes, not all.
-        removed = set(to_remove)
-        surviving_files = set(state.files) - removed
-        survivors = {p: list(v) for p, v in new_deletes.items() if p not in removed}
-        obsolete = [
-            state.delete_files[d] for d, refs in state.delete_positions.items() if not set(refs) & surviving_files
-        ]
-        gone = {df.file_path for df in obsolete}
-        live_deletes = [d for d in state.delete_files if d not in gone]
-        merge = deletes_to_merge(state.delete_files, live_deletes, self.max_delete_files)  # per partition
-        for d in merge:
-            for path, pos in state.delete_positions[d].items():
-                if path not in removed and path in state.files:
-                    survivors.setdefault(path, []).extend(pos.to_pylist())
-            obsolete.append(state.delete_files[d])
-        rd.remove(obsolete)
-        stats.files_removed += len(obsolete)
-        if survivors:  # one delete file per partition: deletes never cross a partition
-            dfiles = write_partition_deletes(table, state.files, survivors)
-            rd.add(dfiles)
-            stats.files_added += len(dfiles)
-            written = sum(d.file_size_in_bytes for d in dfiles)
-            stats.bytes_written += written
-            if merge and dfiles:  # the share of the files that carries positions already stored
-                carried_pos = sum(state.delete_files[d].record_count for d in merge)
-                stats.bytes_rewritten += written * carried_pos // max(1, sum(d.record_count for d in dfiles))
-        if not rd.empty:
-            rd.commit()
-        self._expire(tx)
-        tx.commit_transaction()
-        return stats, stale
-
-    def _compact(
-        self, table: Table, state: TableState, new_deletes: dict[str, list[int]], stats: FlushStats
-    ) -> tuple[list[str], list[pa.Table]]:
-        """Pick data files to rewrite and return their live rows.
-
-        Candidates are files this flush deletes from whose live fraction falls below
-        ``compact_below``, emptiest first; then, in a partition whose size tier holds more than
-        ``max_small_files`` files under a quarter of ``target_file_bytes``, those files (each flush
-        adds one per partition it touches; see ``sinks.logcompact``).
-        A flush rewrites at most ``compact_budget`` × the rows it deletes — but always at least one
-        sparse file, so the bound is also "one file", which ``target_file_bytes`` caps. Without the
-        budget, files written together would cross the threshold together and one flush would
-        rewrite most of the table.
-        """
-        candidates: list[tuple[float, str, set[int]]] = []
-        for path, fresh_list in new_deletes.items():
-            live = state.files.get(path)
-            if live is None or live.data_file.record_count <= 0:
-                continue
-            dead = set(fresh_list) | set(live.deleted.to_pylist())
-            fraction = (live.data_file.record_count - len(dead)) / live.data_file.record_count
-            if fraction < self.compact_below:
-                candidates.append((fraction, path, dead))
-        candidates.sort()
-        budget = self.compact_budget * max(1, sum(len(v) for v in new_deletes.values()))
-        chosen: list[tuple[str, set[int]]] = []
-        rows = 0
-        for _, path, dead_set in candidates:
-            live_rows = state.files[path].data_file.record_count - len(dead_set)
-            if chosen and rows + live_rows > budget:
-                break
-            chosen.append((path, dead_set))
-            rows += live_rows
-        # Small files (one per flush and partition) are bin-packed under the same budget, per
-        # partition and size tier, once a tier holds more than max_small_files of them.
-        taken = {c for c, _ in chosen}
-        small = [small_file(p, live.data_file) for p, live in state.files.items() if p not in taken]
-        for group in choose(small, self.settings.target_file_bytes // 4, self.max_small_files + 1):
-            for path in group:
-                live = state.files[path]
-                dead_set = set(new_deletes.get(path, ())) | set(live.deleted.to_pylist())
-                live_rows = live.data_file.record_count - len(dead_set)
-                if rows + live_rows > budget:
-                    break
-                chosen.append((path, dead_set))
-                rows += live_rows
-
-        remove: list[str] = []
-        carried: list[pa.Table] = []
-        schema = table.schema().as_arrow()
-        for path, dead_set in chosen:
-            live = state.files[path]
-            t = read_data_file(table, path)
-            stats.bytes_read += live.data_file.file_size_in_bytes
-            if dead_set:
-                dead = pa.array(sorted(dead_set), pa.int64())
-                t = t.filter(pc.invert(pc.is_in(positions(t.num_rows), value_set=dead)))
-            remove.append(path)
-            if t.num_rows:
-                carried.append(t.select(schema.names).cast(schema))
-                stats.rows_rewritten += t.num_rows
-        return remove, carried
-
-    def _expire(self, tx: Transaction) -> None:
-        metadata = tx.table_metadata
-        if len(metadata.snapshots) <= self.settings.snapshot_expire_every:
-            return
-        protected = {ref.snapshot_id for ref in metadata.refs.values()}
-        old = [s.snapshot_id for s in metadata.snapshots if s.snapshot_id not in protected]
-        if old:
-            ExpireSnapshots(tx).by_ids(old).commit()
-
-
-def read_data_file(table: Table, path: str) -> pa.Table:
-    """A data file's rows in file order, under the table's *current* schema.
-
-    Columns are matched by Iceberg field id, so a file written before a rename reads under the new
-    name, one written before an added column reads it as null, and a widened column is promoted.
-    """
-    from pyiceberg.io.pyarrow import _to_requested_schema, pyarrow_to_schema
-
-    with table.io.new_input(path).open() as f:
-        raw = pq.read_table(f)
-    file_schema = pyarrow_to_schema(raw.schema)
-    wanted = table.schema()
-    batches = [_to_requested_schema(wanted, file_schema, b) for b in raw.to_batches()]
-    return pa.Table.from_batches(batches, schema=wanted.as_arrow()) if batches else wanted.as_arrow().empty_table()
-
-
-def read_rows(
-    table: Table, tdef: TableDef, match: Callable[[pa.Table], pa.Array], cache: FileCache | None = None
-) -> pa.Table | None:
-    """Full live rows (current schema) that ``match`` selects on the key columns, with ``_file``/``_pos``.
-
-    ``match`` sees the key columns plus ``version``, ``deleted`` and ``event_id``. Files with no
-    selected row are not read in full.
-    """
-    type_col, pk_col = tdef.key
-    state = read_state(table, [type_col, pk_col, "version", "deleted", "event_id"], match, cache)
-    if state.index is None:
-        return None
-    parts: list[pa.Table] = []
-    index = state.index
-    for path in pc.unique(index.column("_file")).to_pylist():
-        pos = index.filter(pc.equal(index.column("_file"), path)).column("_pos")
-        rows = read_data_file(table, path).take(pos)
-        rows = rows.append_column("_pos", pos.combine_chunks()).append_column(
-            "_file", pa.array([path] * len(pos), pa.string())
-        )
-        parts.append(rows)
-    return pa.concat_tables(parts)
-
-
-def stage_replacement(
-    tx: Transaction, table: Table, rows: pa.Table, deletes: Mapping[str, Sequence[int]], properties: dict[str, str]
-) -> FlushStats:
-    """Add ``rows`` (current schema) and mask ``deletes`` ({data file: positions}) in one snapshot of ``tx``.
-
-    The merge-on-read write of a repair or a backfill; ``tx`` is committed by the caller (inside
-    catalog staging, so the change is published with the rest of its Nessie commit).
-    """
-    stats = FlushStats()
-    rd = RowDelta(tx, properties)
-    if rows.num_rows:
-        files = list(_dataframe_to_data_files(tx.table_metadata, rows, table.io))
-        rd.add(files)
-        stats.rows_written = rows.num_rows
-        stats.files_added += len(files)
-        stats.bytes_written += sum(f.file_size_in_bytes for f in files)
-    if any(deletes.values()):
-        dfiles = write_partition_deletes(table, None, {p: list(v) for p, v in deletes.items()})
-        rd.add(dfiles)
-        stats.rows_deleted = sum(d.record_count for d in dfiles)
-        stats.files_added += len(dfiles)
-        stats.bytes_written += sum(d.file_size_in_bytes for d in dfiles)
-    if not rd.empty:
-        rd.commit()
-    return stats
 
 
 def _finish(outcome: CommitOutcome, started: float) -> CommitOutcome:

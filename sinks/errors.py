@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from models.errors import CommitError, StorageError
+
 ContentKey = tuple[str, ...]
 
 
@@ -35,7 +37,7 @@ class Conflict:
         )
 
 
-class NessieError(Exception):
+class NessieError(StorageError):
     """Root of every Nessie failure. ``status`` and ``error_code`` are Nessie's, when it answered."""
 
     def __init__(self, message: str, *, status: int | None = None, error_code: str | None = None) -> None:
@@ -78,11 +80,23 @@ class NessieUnavailable(NessieError):
     """Nessie did not answer usefully: connection error, timeout, 5xx, or 429 after the last retry."""
 
 
-class CommitStateUnknown(NessieUnavailable):
+class CommitStateUnknown(NessieUnavailable, CommitError):
     """A commit, merge or transplant was sent but its outcome is unknown (timeout after sending, 5xx).
 
     It may have landed. Look for it (e.g. by a batch id in the commit properties) before retrying.
     """
+
+
+class RetriesExhausted(NessieConflict, CommitError):
+    """Every attempt of a commit met a conflict (or an unknown outcome that never showed up).
+
+    Nothing was committed and nothing may be acked. Raised by :func:`sinks.occ.commit_loop` for
+    every writer: the batch committer, schema sync, reconciliation, table evolution, merge.
+    """
+
+
+class BranchMissing(NessieNotFound, CommitError):
+    """The branch a commit was to go to does not exist (the world was never created or was deleted)."""
 
 
 _BY_STATUS: dict[int, type[NessieError]] = {

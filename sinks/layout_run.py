@@ -10,7 +10,6 @@ writes use the new one, and scans plan each file with its own spec.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -23,7 +22,7 @@ from pyiceberg.types import IntegerType
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.committer import BatchCommitter
-from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
+from sinks.errors import NessieNotFound, RetriesExhausted
 from sinks.layout import (
     Evolution,
     Layout,
@@ -236,21 +235,16 @@ class TableLayouts:
     ) -> EvolveResult:
         """Move ``table`` to ``spec`` / ``sort`` (None keeps the current one) in one Nessie commit."""
         branch = self._branch(world)
-        retries = self.settings.commit_retries
-        last: Exception | None = None
-        for attempt in range(1, retries + 2):
-            cat = self.committer.catalog(branch)
-            base = cat.begin()
-            try:
-                return self._attempt(cat, world, branch, table, spec, sort, dry_run, base, attempt)
-            except (NessieConflict, CommitStateUnknown) as exc:
-                # Planned again on the new head: an evolution that landed shows as "nothing to do".
-                last = exc
-            finally:
-                cat.discard()
-            if attempt <= retries:
-                time.sleep(self.committer.backoff(attempt))
-        raise TableLayoutError(f"evolving {table} on {branch}: gave up after {retries + 1} attempts: {last}")
+
+        def attempt(cat: NessieCatalog, base: str, n: int) -> EvolveResult:
+            # No lookup: an unknown outcome is planned again; an evolution that landed shows as
+            # "nothing to do" on the new head.
+            return self._attempt(cat, world, branch, table, spec, sort, dry_run, base, n)
+
+        try:
+            return self.committer.occ.run(branch, attempt, what=f"evolving {table} on {branch}")
+        except RetriesExhausted as exc:
+            raise TableLayoutError(str(exc)) from exc
 
     def _attempt(
         self,

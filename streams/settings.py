@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from models.errors import ConfigError
+
 
 class Secret(str):
     """A string that never shows its value: ``repr``, ``str``, f-strings and ``%s`` print ``***``.
@@ -60,7 +62,7 @@ def mask_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=masked))
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigError, ValueError):
     """An environment variable holds a value that cannot be used; the message names it."""
 
 

@@ -1,7 +1,7 @@
-"""Errors of the world manager's read and rewind API."""
+"""Errors of the world manager's read and rewind API (the area base lives in ``models.errors``)."""
 
 from __future__ import annotations
 
+from models.errors import WorldsError
 
-class WorldsError(Exception):
-    """A world read or rewind that cannot be done; the message says why and what to do."""
+__all__ = ["WorldsError"]

@@ -19,11 +19,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from models.errors import WorldsError
+
 _DURATION = re.compile(r"(\d+)\s*([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-class GcError(ValueError):
+class GcError(WorldsError, ValueError):
     """A GC request that cannot be run as asked."""
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from models.errors import WorldsError
 from models.worlds import WorldNaming, validate_world_id
 from sinks.errors import NessieConflict, NessieNotFound
 from sinks.nessie import NessieClient, Reference
 
 
-class WorldError(Exception):
+class WorldError(WorldsError):
     """A world operation that cannot be done; the message says why and what to do."""
 
 

@@ -33,8 +33,8 @@ import orjson
 
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks.catalog import NessieCatalog
-from sinks.committer import Batch, BatchCommitter, RetriesExhausted
-from sinks.errors import NessieConflict
+from sinks.committer import Batch, BatchCommitter
+from sinks.errors import NessieConflict, RetriesExhausted
 from worlds.base import WorldsBase
 from worlds.merge import (
     Conflict,

@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from models.errors import OperatorError
 from sinks.committed_offsets import PartitionId
 from streams.lag import partition_lag
 
 STRATEGIES = ("earliest", "latest", "timestamp", "offset")
 
 
-class ResetRefused(Exception):
+class ResetRefused(OperatorError):
     """The reset may not run now (the group has members, or the target is unusable)."""
 
 

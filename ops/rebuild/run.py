@@ -22,11 +22,13 @@ import orjson
 import pyarrow as pa
 from pyiceberg.exceptions import NoSuchTableError
 
+from models.errors import WorldsError
 from models.worlds import WorldNaming
 from ops.rebuild.plan import LOG_COLUMNS, Key, Rebuilt, Row, TableDiff, diff, fold
 from sinks.catalog import NessieCatalog
 from sinks.errors import NessieConflict, NessieNotFound
 from sinks.nessie import Reference, SyncNessieClient
+from sinks.occ import Occ
 from sinks.rows import typed_columns
 from sinks.tables import COMMON, EDGE, ENTITY_EVENTS, TableDef, contracts, table_properties
 from streams.settings import Settings
@@ -34,7 +36,7 @@ from streams.settings import Settings
 PROP_REBUILD_OF = "causeway.rebuild_of"
 
 
-class RebuildError(Exception):
+class RebuildError(WorldsError):
     """The rebuild or swap cannot proceed; the message says why and what to do."""
 
 
@@ -160,9 +162,9 @@ def rebuild(
 
 
 def _write(settings: Settings, client: SyncNessieClient, rb: str, world: str, head: str, rebuilt: Rebuilt) -> str:
-    cat = NessieCatalog.from_settings(settings, rb, client=client)
-    cat.begin()
-    try:
+    """Overwrite both projections on ``rb`` in one commit, through the write path's commit loop."""
+
+    def attempt(cat: NessieCatalog, base: str, n: int) -> str:
         for tdef, rows in ((COMMON, rebuilt.objects), (EDGE, rebuilt.links)):
             try:
                 table = cat.load_table((settings.namespace, tdef.name))
@@ -181,14 +183,15 @@ def _write(settings: Settings, client: SyncNessieClient, rb: str, world: str, he
                 warnings.filterwarnings("ignore", "Merge on read is not yet supported", UserWarning)
                 tx.overwrite(_arrow(table, tdef, list(rows.values())))
             tx.commit_transaction()
-        published = cat.publish(
+        return cat.publish(
             f"causeway: rebuild projections of world {world} from its event log at {head[:12]}",
             {PROP_REBUILD_OF: head, "causeway.world": world},
-        )
-    except BaseException:
-        cat.discard()
-        raise
-    return published.hash
+        ).hash
+
+    occ = Occ.from_settings(settings, client)
+    what = f"rebuild of {world} on {rb}"
+    # "Did it land?": the rebuild commit is the one on rb that names the head it rebuilt.
+    return occ.run(rb, attempt, what=what, commit_id=head, id_property=PROP_REBUILD_OF, landed=lambda h, _n: h)
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,14 @@ from typing import Any
 
 import orjson
 
+from models.errors import OperatorError
 from models.events import ChangeEvent
 from sinks.committed_offsets import PartitionId, parse_tp, tp_name
 
 _RANGE = re.compile(r"(?:(?P<topic>[^/:]+)/)?(?P<partition>\d+):(?P<start>\d+)?-(?P<end>\d+)?")
 
 
-class ReplayError(ValueError):
+class ReplayError(OperatorError, ValueError):
     """A replay request that cannot be carried out; the message says what to change."""
 
 

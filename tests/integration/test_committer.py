@@ -446,3 +446,35 @@ def test_commit_properties_carry_exactly_the_offsets_applied_from_offset_zero(
     committer.commit_batch(batch(world, "z2", [events[3], obj(world, "p9", "CREATE", 1)], 3))
     props = next(iter(client.history(f"world-{world}", max_records=1))).items[0].properties
     assert props[f"causeway.offsets.{OBJ}/0"] == "4"
+
+
+def test_a_commit_reads_table_contents_once_and_builds_each_transaction_state_once(
+    client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13 "cheaper commits": one Nessie contents call for the three tables (was 6: a load and
+    a commit lookup per table), and pyiceberg's table metadata built once per transaction state
+    (was rebuilt and deep-copied on every read, ~60 times per commit)."""
+    from pyiceberg.table import Transaction
+
+    committer = BatchCommitter(sink_settings, client)
+    committer.commit_batch(batch(world, "b1", [obj(world, "p", "CREATE", 1, n=1), link(world, "l", 1, "p", "q")], 0))
+
+    calls: list[object] = []
+    real_contents = client.get_contents
+    monkeypatch.setattr(client, "get_contents", lambda *a, **kw: (calls.append(a), real_contents(*a, **kw))[1])
+    built: list[tuple[Transaction, object]] = []  # references, so no id is reused
+    real_metadata = Transaction.table_metadata
+
+    def counting(self: Transaction) -> object:
+        built.append((self, self._updates))
+        return real_metadata.fget(self)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Transaction, "table_metadata", property(counting))
+    events = [obj(world, "p", "UPDATE", 2, n=2), obj(world, "r", "CREATE", 1, n=3), link(world, "l", 2, "p", "r")]
+    outcome = committer.commit_batch(batch(world, "b2", events, 2))
+
+    assert outcome.events_appended == 3 and not outcome.already_committed
+    assert len(calls) == 1
+    same = [(i, j) for i, a in enumerate(built) for j, b in enumerate(built[:i]) if a[0] is b[0] and a[1] is b[1]]
+    assert built and same == []  # never built twice for the same transaction state
+    assert objects(committer.catalog(f"world-{world}"))["p"][:2] == (2, False)

@@ -7,7 +7,7 @@ import time
 from agents.applier import RawRecord
 from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
 from sinks.committer import Batch, CommitOutcome
-from tests.fakes import event, make, rec
+from tests.fakes import FakeCommitter, event, make, rec
 
 
 async def test_good_bad_and_waiting_events_ack_in_offset_order() -> None:
@@ -142,3 +142,55 @@ def test_a_dead_letter_too_big_for_the_topic_goes_without_its_value() -> None:
     headers = [("h", b"v" * MAX_LETTER_BYTES)]
     worst = fit(DeadLetter("r", "d" * 2000, "t", 0, 5, b"k" * MAX_LETTER_BYTES, b"x", original_headers=headers))
     assert letter_size(worst) <= MAX_LETTER_BYTES and len(worst.detail) <= 1000
+
+
+def fail_first(committer: FakeCommitter, exc: Exception) -> None:
+    """The committer's first call raises ``exc``; the next ones commit."""
+    real_commit, failures = committer.commit_batch_async, [exc]
+
+    async def flaky(batch: Batch) -> CommitOutcome:
+        if failures:
+            raise failures.pop()
+        return await real_commit(batch)
+
+    committer.commit_batch_async = flaky  # type: ignore[method-assign]
+
+
+async def test_a_failing_commit_to_a_world_named_redis_marks_nessie_down_not_redis() -> None:
+    """The dependency gauge follows the service a call talks to, never words in its description."""
+    from sinks.errors import NessieUnavailable
+
+    applier, committer, _, _ = make()
+
+    async def exists(world_id: str) -> bool:
+        return True
+
+    applier.worlds.exists = exists  # type: ignore[attr-defined]
+    calls: list[tuple[str, bool]] = []
+    record = applier.metrics.dependency
+    applier.metrics.dependency = lambda name, up: (calls.append((name, up)), record(name, up))[1]  # type: ignore[method-assign]
+    fail_first(committer, NessieUnavailable("Nessie 503"))
+    acks = await applier.process([rec(0, event(1, world="redis-sessions"))])
+    assert acks == ["h0"]
+    assert ("nessie", False) in calls
+    assert ("redis", False) not in calls  # before: the word "redis" in the world id blamed Redis
+
+
+async def test_an_exhausted_commit_is_counted_by_type_whatever_the_subclass() -> None:
+    from sinks.errors import RetriesExhausted
+
+    class MergeGaveUp(RetriesExhausted):
+        pass
+
+    applier, committer, _, _ = make()
+    seen: list[bool] = []
+    record = applier.metrics.commit_failed
+
+    def commit_failed(world: str, *, duration_s: float, retries_exhausted: bool) -> None:
+        seen.append(retries_exhausted)
+        record(world, duration_s=duration_s, retries_exhausted=retries_exhausted)
+
+    applier.metrics.commit_failed = commit_failed  # type: ignore[method-assign]
+    fail_first(committer, MergeGaveUp("gave up after 9 attempts"))
+    assert await applier.process([rec(0, event(1))]) == ["h0"]
+    assert seen == [True]  # before: the class-name check saw "MergeGaveUp" and counted a plain failure

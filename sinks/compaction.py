@@ -1,0 +1,106 @@
+"""Compaction policy of the merge-on-read projections: which data files a flush rewrites, which
+delete files it merges or drops, and when old snapshots are expired.
+
+Rewrites are bounded by policy, not by table size (see :mod:`sinks.committer`): a data file is
+rewritten once at least ``compact_below`` of its rows are deleted, within ``compact_budget`` x the
+rows a flush changes; small files are bin-packed per partition and size tier past
+``max_small_files``; delete files are merged tiered past ``max_delete_files``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+from sinks.flush_stats import FlushStats
+from sinks.logcompact import choose, small_file
+from sinks.rowdelta import TableState, positions
+from sinks.rowfiles import read_data_file
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """The knobs of the compaction policy (defaults measured in ``bench/sink_flush.py``)."""
+
+    target_file_bytes: int
+    snapshot_expire_every: int
+    compact_below: float = 0.5
+    compact_budget: float = 2.0
+    max_delete_files: int = 8
+    max_small_files: int = 16
+
+    def rewrites(
+        self, table: Table, state: TableState, new_deletes: dict[str, list[int]], stats: FlushStats
+    ) -> tuple[list[str], list[pa.Table]]:
+        """Pick data files to rewrite and return their live rows.
+
+        Candidates are files this flush deletes from whose live fraction falls below
+        ``compact_below``, emptiest first; then, in a partition whose size tier holds more than
+        ``max_small_files`` files under a quarter of ``target_file_bytes``, those files (each flush
+        adds one per partition it touches; see ``sinks.logcompact``).
+        A flush rewrites at most ``compact_budget`` × the rows it deletes — but always at least one
+        sparse file, so the bound is also "one file", which ``target_file_bytes`` caps. Without the
+        budget, files written together would cross the threshold together and one flush would
+        rewrite most of the table.
+        """
+        candidates: list[tuple[float, str, set[int]]] = []
+        for path, fresh_list in new_deletes.items():
+            live = state.files.get(path)
+            if live is None or live.data_file.record_count <= 0:
+                continue
+            dead = set(fresh_list) | set(live.deleted.to_pylist())
+            fraction = (live.data_file.record_count - len(dead)) / live.data_file.record_count
+            if fraction < self.compact_below:
+                candidates.append((fraction, path, dead))
+        candidates.sort()
+        budget = self.compact_budget * max(1, sum(len(v) for v in new_deletes.values()))
+        chosen: list[tuple[str, set[int]]] = []
+        rows = 0
+        for _, path, dead_set in candidates:
+            live_rows = state.files[path].data_file.record_count - len(dead_set)
+            if chosen and rows + live_rows > budget:
+                break
+            chosen.append((path, dead_set))
+            rows += live_rows
+        # Small files (one per flush and partition) are bin-packed under the same budget, per
+        # partition and size tier, once a tier holds more than max_small_files of them.
+        taken = {c for c, _ in chosen}
+        small = [small_file(p, live.data_file) for p, live in state.files.items() if p not in taken]
+        for group in choose(small, self.target_file_bytes // 4, self.max_small_files + 1):
+            for path in group:
+                live = state.files[path]
+                dead_set = set(new_deletes.get(path, ())) | set(live.deleted.to_pylist())
+                live_rows = live.data_file.record_count - len(dead_set)
+                if rows + live_rows > budget:
+                    break
+                chosen.append((path, dead_set))
+                rows += live_rows
+
+        remove: list[str] = []
+        carried: list[pa.Table] = []
+        schema = table.schema().as_arrow()
+        for path, dead_set in chosen:
+            live = state.files[path]
+            t = read_data_file(table, path)
+            stats.bytes_read += live.data_file.file_size_in_bytes
+            if dead_set:
+                dead = pa.array(sorted(dead_set), pa.int64())
+                t = t.filter(pc.invert(pc.is_in(positions(t.num_rows), value_set=dead)))
+            remove.append(path)
+            if t.num_rows:
+                carried.append(t.select(schema.names).cast(schema))
+                stats.rows_rewritten += t.num_rows
+        return remove, carried
+
+    def expire(self, tx: Transaction) -> None:
+        metadata = tx.table_metadata
+        if len(metadata.snapshots) <= self.snapshot_expire_every:
+            return
+        protected = {ref.snapshot_id for ref in metadata.refs.values()}
+        old = [s.snapshot_id for s in metadata.snapshots if s.snapshot_id not in protected]
+        if old:
+            ExpireSnapshots(tx).by_ids(old).commit()

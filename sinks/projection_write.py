@@ -1,0 +1,164 @@
+"""One flush's projection write (``entity_common`` / ``entity_edge``), merge-on-read.
+
+Reads the stored ``(version, deleted)`` of every touched key at the pinned head, lets
+:func:`sinks.projection.plan` decide the rows, writes the new row versions to new data files,
+masks the replaced rows with one position-delete file per partition, applies the compaction
+policy (:mod:`sinks.compaction`) and commits it all as one snapshot (:class:`sinks.rowdelta.RowDelta`)
+in the table's transaction, staged for the batch's one Nessie commit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
+
+from models.events import ChangeEvent
+from sinks import projection
+from sinks.compaction import Compaction
+from sinks.flush_stats import FlushStats
+from sinks.layout import key_filter
+from sinks.rowdelta import FileCache, RowDelta, deletes_to_merge, read_state, write_data_files, write_partition_deletes
+from sinks.rows import projection_arrow
+from sinks.tables import TableDef, contracts
+
+
+def carry_stored_properties(table: Table, tdef: TableDef, plan: projection.Plan, keys: set[projection.Key]) -> None:
+    """Fill events' unchanged properties from the stored rows of ``keys`` (read only for them)."""
+    type_col, pk_col = tdef.key
+    pks = pa.array(sorted({pk for _, pk in keys}), pa.string())
+    state = read_state(
+        table,
+        [type_col, pk_col, "version", "properties"],
+        lambda t: pc.is_in(t.column(pk_col), value_set=pks),
+        None,
+        key_filter(type_col, pk_col, pks.to_pylist()),
+    )
+    if state.index is None:
+        return
+    best: dict[projection.Key, tuple[int, str | None]] = {}
+    for t_, pk, version, props in zip(
+        *(state.index.column(c).to_pylist() for c in (type_col, pk_col, "version", "properties")), strict=True
+    ):
+        if (t_, pk) in keys and ((t_, pk) not in best or version > best[(t_, pk)][0]):
+            best[(t_, pk)] = (version, props)
+    for key, (_, props) in best.items():
+        if props:
+            plan.rows[key] = projection.carry_unchanged(plan.rows[key], orjson.loads(props))
+
+
+def apply_projection(
+    table: Table,
+    tdef: TableDef,
+    events: list[ChangeEvent],
+    batch_id: str,
+    now: datetime,
+    cache: FileCache,
+    policy: Compaction,
+) -> tuple[FlushStats, set[str]]:
+    type_col, pk_col = tdef.key
+    keys, types = projection.touched(events)
+    pks = pa.array(sorted({pk for _, pk in keys}), pa.string())
+    type_values = pa.array(sorted(types), pa.string())
+
+    def match(t: pa.Table) -> pa.Array:
+        mask = pc.is_in(t.column(pk_col), value_set=pks)
+        if len(type_values):
+            mask = pc.or_(mask, pc.is_in(t.column(type_col), value_set=type_values))
+        return mask
+
+    scan = key_filter(type_col, pk_col, pks.to_pylist(), types)  # prunes to the touched buckets
+    state = read_state(table, [type_col, pk_col, "version", "deleted"], match, cache, scan)
+    stats = FlushStats(bytes_read=state.bytes_read)
+    stored: dict[projection.Key, projection.Stored] = {}
+    where: dict[projection.Key, list[tuple[str, int]]] = {}
+    if state.index is not None:
+        for t_, pk, version, deleted, pos, path in zip(
+            *(state.index.column(c).to_pylist() for c in (type_col, pk_col, "version", "deleted", "_pos", "_file")),
+            strict=True,
+        ):
+            key = (t_, pk)
+            where.setdefault(key, []).append((path, pos))
+            prev = stored.get(key)
+            if prev is None or version > prev.version:
+                stored[key] = projection.Stored(version, deleted)
+    plan = projection.plan(events, stored)
+    stale = {e.event_id for e in plan.stale}
+    if not plan.changed:
+        return stats, stale
+
+    missing = projection.needs_stored_properties(plan) & set(stored)
+    if missing:
+        carry_stored_properties(table, tdef, plan, missing)
+
+    new_deletes: dict[str, list[int]] = {}
+    for key in plan.remove:
+        for path, pos in where.get(key, ()):
+            new_deletes.setdefault(path, []).append(pos)
+    stats.rows_deleted = sum(len(v) for v in new_deletes.values())
+
+    # Typed columns follow the table's schema *at this head* (schema sync may have evolved it
+    # since the last attempt) and the contracts recorded with it.
+    unconverted: Counter[str] = Counter()
+    rows = projection_arrow(
+        tdef,
+        list(plan.rows.values()),
+        batch_id,
+        now,
+        table.schema().as_arrow(),
+        contracts(table.metadata.properties),
+        unconverted,
+    )
+    stats.values_unconverted = sum(unconverted.values())
+    stats.rows_written = rows.num_rows
+    to_remove, carried = policy.rewrites(table, state, new_deletes, stats)
+    parts = [rows] + carried
+    data = pa.concat_tables(parts) if len(parts) > 1 else rows
+
+    tx = table.transaction()
+    rd = RowDelta(tx, {"causeway.batch_id": batch_id})
+    if data.num_rows:
+        files = write_data_files(tx.table_metadata, data, table.io)  # one writer call per partition
+        rd.add(files)
+        new_bytes = sum(f.file_size_in_bytes for f in files)
+        stats.bytes_written += new_bytes
+        stats.files_added += len(files)
+        if stats.rows_rewritten and data.num_rows:
+            stats.bytes_rewritten += int(new_bytes * stats.rows_rewritten / data.num_rows)
+    rd.remove(state.files[p].data_file for p in to_remove)
+    stats.files_removed += len(to_remove)
+
+    # Delete files: drop those that name no surviving data file; when there are too many,
+    # merge the smaller half (tiered, like an LSM) so a merge rewrites recent deletes, not all.
+    removed = set(to_remove)
+    surviving_files = set(state.files) - removed
+    survivors = {p: list(v) for p, v in new_deletes.items() if p not in removed}
+    obsolete = [state.delete_files[d] for d, refs in state.delete_positions.items() if not set(refs) & surviving_files]
+    gone = {df.file_path for df in obsolete}
+    live_deletes = [d for d in state.delete_files if d not in gone]
+    merge = deletes_to_merge(state.delete_files, live_deletes, policy.max_delete_files)  # per partition
+    for d in merge:
+        for path, pos in state.delete_positions[d].items():
+            if path not in removed and path in state.files:
+                survivors.setdefault(path, []).extend(pos.to_pylist())
+        obsolete.append(state.delete_files[d])
+    rd.remove(obsolete)
+    stats.files_removed += len(obsolete)
+    if survivors:  # one delete file per partition: deletes never cross a partition
+        dfiles = write_partition_deletes(table, state.files, survivors)
+        rd.add(dfiles)
+        stats.files_added += len(dfiles)
+        written = sum(d.file_size_in_bytes for d in dfiles)
+        stats.bytes_written += written
+        if merge and dfiles:  # the share of the files that carries positions already stored
+            carried_pos = sum(state.delete_files[d].record_count for d in merge)
+            stats.bytes_rewritten += written * carried_pos // max(1, sum(d.record_count for d in dfiles))
+    if not rd.empty:
+        rd.commit()
+    policy.expire(tx)
+    tx.commit_transaction()
+    return stats, stale
