@@ -32,6 +32,8 @@ class Compaction:
     compact_budget: float = 2.0
     max_delete_files: int = 8
     max_small_files: int = 16
+    #: Small files may always be merged up to this many rows per flush, whatever the flush deleted.
+    small_files_min_rows: int = 4096
 
     def rewrites(
         self, table: Table, state: TableState, new_deletes: dict[str, list[int]], stats: FlushStats
@@ -43,7 +45,8 @@ class Compaction:
         ``max_small_files`` files under a quarter of ``target_file_bytes``, those files (each flush
         adds one per partition it touches; see ``sinks.logcompact``).
         A flush rewrites at most ``compact_budget`` × the rows it deletes — but always at least one
-        sparse file, so the bound is also "one file", which ``target_file_bytes`` caps. Without the
+        sparse file, so the bound is also "one file", which ``target_file_bytes`` caps — plus, for
+        small files, at least ``small_files_min_rows``. Without the
         budget, files written together would cross the threshold together and one flush would
         rewrite most of the table.
         """
@@ -66,8 +69,12 @@ class Compaction:
                 break
             chosen.append((path, dead_set))
             rows += live_rows
-        # Small files (one per flush and partition) are bin-packed under the same budget, per
-        # partition and size tier, once a tier holds more than max_small_files of them.
+        # Small files (one per flush and partition) are bin-packed per partition and size tier, once
+        # a tier holds more than max_small_files of them, under the same budget but never less than
+        # small_files_min_rows: a flush that deletes little (new keys, one hot key updated) would
+        # otherwise merge nothing, and a world of small flushes would grow a file per partition per
+        # flush, which every scan and time-travel read then plans (500 flushes: 3,296 files).
+        budget = max(budget, self.small_files_min_rows)
         taken = {c for c, _ in chosen}
         small = [small_file(p, live.data_file) for p, live in state.files.items() if p not in taken]
         for group in choose(small, self.target_file_bytes // 4, self.max_small_files + 1):
