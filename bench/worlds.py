@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--changed", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip", choices=["log", "diff"], default=None, help="skip one half")
+    ap.add_argument("--keep", action="store_true", help="keep the worlds and their warehouse for inspection")
     ap.add_argument("--diff-only", nargs=2, metavar=("A", "B"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.diff_only:
@@ -251,8 +252,11 @@ def main(argv: list[str] | None = None) -> None:
                 result["diff"] = bench_diff(settings, client, root, args.entities, args.changed, args.repeat)
                 names.append(result["diff"]["world"])
         finally:
-            _cleanup(client, names)
-            shutil.rmtree(wh, ignore_errors=True)
+            if args.keep:
+                print(f"kept worlds {names} in warehouse file://{wh}", file=sys.stderr)
+            else:
+                _cleanup(client, names)
+                shutil.rmtree(wh, ignore_errors=True)
     result["load_after"] = os.getloadavg()
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{started.strftime('%Y%m%dT%H%M%S%z')}-worlds.json"
