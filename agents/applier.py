@@ -32,7 +32,16 @@ from agents.batching import BatchAccumulator
 from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler, UnlockedCommits
-from agents.letter_marks import arrival_key, letter_key, split_replays
+from agents.letter_marks import (
+    CONFIRMED,
+    arrival_keys,
+    letter_key,
+    letter_keys,
+    pending,
+    pending_since,
+    redrive_count,
+    split_replays,
+)
 from agents.offsets import Arrival, OffsetTracker, TopicPartition
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
@@ -76,8 +85,8 @@ class Marks(Protocol):
 
 
 class LetterMarks(Protocol):
-    async def recorded(self, keys: Any) -> set[str]: ...
-    async def record(self, keys: Any) -> int: ...
+    async def states(self, keys: Any) -> dict[str, bytes]: ...
+    async def record(self, keys: Any, value: bytes = ...) -> int: ...
 
 
 class Committer(Protocol):
@@ -210,25 +219,30 @@ class Applier:
             return self._acks_due()
 
     async def revoke(self, tps: Sequence[TopicPartition]) -> None:
-        """Give partitions up: released events are committed first, parked ones dropped (re-read later)."""
+        """Give partitions up: released events are committed first, parked ones dropped (re-read later).
+
+        Whatever the gate rejected meanwhile is dead-lettered before the partitions' records are
+        forgotten (a letter carries the producer's bytes and headers); a letter of a revoked
+        partition is settled by its recorded decision when the next owner re-reads it.
+        """
         await self.flush_all()
         async with self.lock:
+            dropped = {tp: self.gate.revoke(tp) for tp in tps}
+            await self._drain_gate()
             for tp in tps:
-                dropped = self.gate.revoke(tp)
                 self.tracker.revoke(tp, fence=True)  # late records of the old assignment are refused
                 self._handles.pop(tp, None)
                 self._consumed_at.pop(tp, None)
                 self._records.pop(tp, None)
                 for ref in [r for r, (_, src) in self._parked_at.items() if src == tp]:
                     del self._parked_at[ref]
-                if dropped:
+                if dropped[tp]:
                     log.info(
                         "revoked %s[%d]: dropped %d parked event(s); the new owner re-reads them",
                         tp[0],
                         tp[1],
-                        dropped,
+                        dropped[tp],
                     )
-            self._collect_gate_output([])
 
     @property
     def backpressure(self) -> bool:
@@ -278,20 +292,48 @@ class Applier:
         self, arrivals: list[Arrival], dead: list[DeadLetter]
     ) -> tuple[list[Arrival], list[DeadLetter]]:
         """Settle records dead-lettered before (then redelivered: a crash before their offset was
-        committed) without deciding them again; one Redis round trip per batch."""
+        committed; or a producer-retry copy of a dead-lettered event) without deciding them again;
+        one Redis round trip per batch (``agents.letter_marks``)."""
         if self.dead_marks is None or not (arrivals or dead):
             return arrivals, dead
-        keys = [arrival_key(a) for a in arrivals] + [letter_key(dl) for dl in dead]
+        redrives: dict[tuple[str, int, int], int] = {}
+        keys = [letter_key(dl) for dl in dead]
+        for a in arrivals:
+            rec = self._records.get(a.tp, {}).get(a.offset)
+            n = redrive_count(rec.headers) if rec is not None and rec.headers else 0
+            if n:
+                redrives[(a.topic, a.partition, a.offset)] = n
+            keys += arrival_keys(a, n)
         marks = self.dead_marks
-        recorded = await self._retry("redis dead-letter lookup", lambda: marks.recorded(keys))
-        if not recorded:
+        states = await self._retry("redis dead-letter lookup", lambda: marks.states(keys))
+        if not states:
             return arrivals, dead
-        split = split_replays(arrivals, dead, recorded)
+        recorded = {k for k, v in states.items() if v == CONFIRMED}
+        since = pending_since(states)
+        if since is not None:
+            recorded |= await self._pending_sent({k for k in states if k not in recorded}, since)
+        split = split_replays(arrivals, dead, recorded, redrives)
         for world, (topic, partition, offset) in split.replayed:
             self.tracker.done((topic, partition), offset)
             self.metrics.event_outcome(world, "dead_letter_replay")
         self.totals["dead_letter_replays"] += len(split.replayed)
         return split.arrivals, split.letters
+
+    async def _pending_sent(self, keys: set[str], since_ms: int) -> set[str]:
+        """Of decisions found pending (their worker died between writing them and confirming the
+        letter), those whose letter is in the DLQ: confirmed now. The others are decided again."""
+        scan = getattr(self.dlq, "letter_keys_since", None)
+        if scan is None:
+            return set()
+        found = keys & await self._retry("dead-letter topic scan", partial(scan, since_ms))
+        log.info(
+            "%d pending dead-letter decision(s): %d found in the DLQ, the rest decided again", len(keys), len(found)
+        )
+        if found:
+            marks = self.dead_marks
+            assert marks is not None
+            await self._retry("redis dead-letter mark", partial(marks.record, found, CONFIRMED))
+        return found
 
     async def _check_worlds(self, arrivals: list[Arrival], dead: list[DeadLetter]) -> list[Arrival]:
         worlds = {a.event.world_id for a in arrivals} - self._known_worlds
@@ -432,17 +474,33 @@ class Applier:
             self.totals["duplicates"] += 1
             self._settle(a)
 
+    async def _drain_gate(self) -> None:
+        """Collect the gate's output outside intake and ticks (after a commit, at a revoke): its
+        rejections are dead-lettered here, never dropped (a dropped one would hold its partition's
+        offset back for good, or lose the decision)."""
+        dead: list[DeadLetter] = []
+        self._collect_gate_output(dead)
+        await self._publish_dead(dead)
+
     def _rejected_letter(self, rej: Rejected) -> DeadLetter:
         return self._letter(rej.arrival, rej.reason, rej.detail)
 
     async def _publish_dead(self, dead: list[DeadLetter]) -> None:
         if not dead:
             return
+        marks = self.dead_marks
+        keys = [k for dl in dead for k in letter_keys(dl)]
+        if marks is not None:
+            # Pending first: a worker killed after the broker confirmed the letters but before the
+            # decision is confirmed leaves it pending, and the next owner looks for the letters in
+            # the DLQ instead of deciding again (one letter per origin in every interleaving).
+            stamp = pending(int(time.time() * 1000))
+            await self._retry("redis dead-letter mark", lambda: marks.record(keys, stamp))
         await self._retry("dead-letter publish", lambda: self.dlq.publish(dead))
-        if self.dead_marks is not None:
+        faults.reached("after-dead-letter")
+        if marks is not None:
             # Confirmed, now durable: a redelivery (offset not yet committed) is settled, not decided again.
-            marks, keys = self.dead_marks, [letter_key(dl) for dl in dead]
-            await self._retry("redis dead-letter mark", lambda: marks.record(keys))
+            await self._retry("redis dead-letter mark", lambda: marks.record(keys, CONFIRMED))
         for dl in dead:
             self.metrics.dead_lettered(dl.topic, dl.reason, world=dl.world_id)
             self.tracker.done((dl.topic, dl.partition), dl.offset)
@@ -601,7 +659,7 @@ class Applier:
             outcome.hash[:12],
             outcome.seconds,
         )
-        self._collect_gate_output([])
+        await self._drain_gate()
 
     async def _retry(
         self, what: str, call: Callable[[], Any], on_error: Callable[[Exception], None] | None = None

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from agents.letter_marks import letter_keys
 from models.deadletter import DeadLetter
 
 log = logging.getLogger(__name__)
@@ -97,3 +98,48 @@ class DeadLetterPublisher:
                 dl.reason,
                 dl.detail[:200],
             )
+
+    async def letter_keys_since(self, since_ms: int) -> set[str]:
+        """Decision keys (``agents.letter_marks.letter_keys``) of every letter in the topic stamped
+        at or after ``since_ms``: which pending decisions did go out before their worker died.
+
+        Reads each partition from its first offset at ``since_ms`` (``offsets_for_times``) to the end
+        offset seen at the start: a recovery path, run only when a decision was found pending.
+        """
+        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False, **self._options)
+        try:
+            await consumer.start()
+            parts = consumer.partitions_for_topic(self.topic)
+            if not parts:
+                await consumer._client.force_metadata_update()
+                parts = consumer.partitions_for_topic(self.topic) or set()
+            tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+            if not tps:
+                return set()
+            ends = await consumer.end_offsets(tps)
+            starts = await consumer.offsets_for_times(dict.fromkeys(tps, max(0, since_ms)))
+            consumer.assign(tps)
+            todo: dict[TopicPartition, int] = {}
+            for tp in tps:
+                start = starts.get(tp)
+                if start is not None and start.offset < ends[tp]:
+                    consumer.seek(tp, start.offset)
+                    todo[tp] = ends[tp]
+                else:
+                    consumer.pause(tp)
+            keys: set[str] = set()
+            idle = 0
+            while todo and idle < 30:  # a partition that yields nothing for 30 s: give up on it
+                batch = await consumer.getmany(*todo, timeout_ms=1000, max_records=5000)
+                idle = 0 if batch else idle + 1
+                for tp, records in batch.items():
+                    for r in records:
+                        if r.offset < todo.get(tp, -1):
+                            keys.update(letter_keys(DeadLetter.from_record(r.key, r.value, list(r.headers))))
+                for tp in list(todo):
+                    if await consumer.position(tp) >= todo[tp]:
+                        consumer.pause(tp)
+                        del todo[tp]
+            return keys
+        finally:
+            await consumer.stop()
