@@ -48,6 +48,15 @@ def fit(letter: DeadLetter, limit: int = MAX_LETTER_BYTES) -> DeadLetter:
     return replace(out, detail=out.detail[: 1000 - len(note)] + note)
 
 
+async def topic_partitions(consumer: AIOKafkaConsumer, topic: str) -> list[TopicPartition]:
+    """The partitions of ``topic`` (metadata refreshed once if the consumer does not know it yet)."""
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        await consumer._client.force_metadata_update()
+        parts = consumer.partitions_for_topic(topic) or set()
+    return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
 class DeadLetterPublisher:
     """Sends DeadLetter records to the DLQ topic with their reason headers (acks=all, idempotent)."""
 
@@ -109,11 +118,7 @@ class DeadLetterPublisher:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False, **self._options)
         try:
             await consumer.start()
-            parts = consumer.partitions_for_topic(self.topic)
-            if not parts:
-                await consumer._client.force_metadata_update()
-                parts = consumer.partitions_for_topic(self.topic) or set()
-            tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+            tps = await topic_partitions(consumer, self.topic)
             if not tps:
                 return set()
             ends = await consumer.end_offsets(tps)

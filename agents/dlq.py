@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from agents.deadletters import topic_partitions
 from agents.marks import AppliedMarks
 from agents.redrive import (
     Decision,
@@ -52,11 +53,7 @@ async def read_dlq(
     )
     try:
         await consumer.start()  # inside: a failed start still closes the client (no "Unclosed" noise)
-        parts = consumer.partitions_for_topic(settings.dlq_topic)
-        if not parts:
-            await consumer._client.force_metadata_update()
-            parts = consumer.partitions_for_topic(settings.dlq_topic) or set()
-        tps = [TopicPartition(settings.dlq_topic, p) for p in sorted(parts)]
+        tps = await topic_partitions(consumer, settings.dlq_topic)
         if not tps:
             return [], 0
         ends = await consumer.end_offsets(tps)
