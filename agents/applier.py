@@ -32,16 +32,7 @@ from agents.batching import BatchAccumulator
 from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler, UnlockedCommits
-from agents.letter_marks import (
-    CONFIRMED,
-    arrival_keys,
-    letter_key,
-    letter_keys,
-    pending,
-    pending_since,
-    redrive_count,
-    split_replays,
-)
+from agents.letter_marks import Decisions, DecisionStore, arrival_keys, letter_key, redrive_count, split_replays
 from agents.offsets import Arrival, OffsetTracker, TopicPartition
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
@@ -84,11 +75,6 @@ class Marks(Protocol):
     async def mark(self, pairs: Any) -> int: ...
 
 
-class LetterMarks(Protocol):
-    async def states(self, keys: Any) -> dict[str, bytes]: ...
-    async def record(self, keys: Any, value: bytes = ...) -> int: ...
-
-
 class Committer(Protocol):
     async def commit_batch_async(self, batch: Batch) -> CommitOutcome: ...
 
@@ -120,13 +106,16 @@ class Applier:
         recent_event_ids: RecentIds | None = None,
         pipelined: bool = False,
         commit_failure_attempts: int = 3,
-        dead_marks: LetterMarks | None = None,
+        dead_marks: DecisionStore | Decisions | None = None,
     ) -> None:
         self.settings = settings
         self.marks = marks
         self.committer = committer
         self.dlq = dead_letters
-        # Dead-letter decisions per origin (agents.letter_marks); None: decided again on redelivery.
+        # Dead-letter decisions (agents.letter_marks.Decisions); None: decided again on redelivery.
+        if dead_marks is not None and not isinstance(dead_marks, Decisions):
+            # The DLQ publisher reads its topic back for decisions a killed worker left pending.
+            dead_marks = Decisions(dead_marks, getattr(dead_letters, "letter_keys_since", None))
         self.dead_marks = dead_marks
         self.worlds = worlds
         self.metrics = metrics
@@ -304,36 +293,16 @@ class Applier:
             if n:
                 redrives[(a.topic, a.partition, a.offset)] = n
             keys += arrival_keys(a, n)
-        marks = self.dead_marks
-        states = await self._retry("redis dead-letter lookup", lambda: marks.states(keys))
-        if not states:
+        decisions = self.dead_marks
+        recorded = await self._retry("redis dead-letter lookup", lambda: decisions.taken(keys))
+        if not recorded:
             return arrivals, dead
-        recorded = {k for k, v in states.items() if v == CONFIRMED}
-        since = pending_since(states)
-        if since is not None:
-            recorded |= await self._pending_sent({k for k in states if k not in recorded}, since)
         split = split_replays(arrivals, dead, recorded, redrives)
         for world, (topic, partition, offset) in split.replayed:
             self.tracker.done((topic, partition), offset)
             self.metrics.event_outcome(world, "dead_letter_replay")
         self.totals["dead_letter_replays"] += len(split.replayed)
         return split.arrivals, split.letters
-
-    async def _pending_sent(self, keys: set[str], since_ms: int) -> set[str]:
-        """Of decisions found pending (their worker died between writing them and confirming the
-        letter), those whose letter is in the DLQ: confirmed now. The others are decided again."""
-        scan = getattr(self.dlq, "letter_keys_since", None)
-        if scan is None:
-            return set()
-        found = keys & await self._retry("dead-letter topic scan", partial(scan, since_ms))
-        log.info(
-            "%d pending dead-letter decision(s): %d found in the DLQ, the rest decided again", len(keys), len(found)
-        )
-        if found:
-            marks = self.dead_marks
-            assert marks is not None
-            await self._retry("redis dead-letter mark", partial(marks.record, found, CONFIRMED))
-        return found
 
     async def _check_worlds(self, arrivals: list[Arrival], dead: list[DeadLetter]) -> list[Arrival]:
         worlds = {a.event.world_id for a in arrivals} - self._known_worlds
@@ -488,19 +457,19 @@ class Applier:
     async def _publish_dead(self, dead: list[DeadLetter]) -> None:
         if not dead:
             return
-        marks = self.dead_marks
-        keys = [k for dl in dead for k in letter_keys(dl)]
-        if marks is not None:
+        decisions = self.dead_marks
+        keys: list[str] = []
+        if decisions is not None:
             # Pending first: a worker killed after the broker confirmed the letters but before the
             # decision is confirmed leaves it pending, and the next owner looks for the letters in
             # the DLQ instead of deciding again (one letter per origin in every interleaving).
-            stamp = pending(int(time.time() * 1000))
-            await self._retry("redis dead-letter mark", lambda: marks.record(keys, stamp))
+            now_ms = int(time.time() * 1000)
+            keys = await self._retry("redis dead-letter mark", lambda: decisions.publishing(dead, now_ms))
         await self._retry("dead-letter publish", lambda: self.dlq.publish(dead))
         faults.reached("after-dead-letter")
-        if marks is not None:
+        if decisions is not None:
             # Confirmed, now durable: a redelivery (offset not yet committed) is settled, not decided again.
-            await self._retry("redis dead-letter mark", lambda: marks.record(keys, CONFIRMED))
+            await self._retry("redis dead-letter mark", lambda: decisions.published(keys))
         for dl in dead:
             self.metrics.dead_lettered(dl.topic, dl.reason, world=dl.world_id)
             self.tracker.done((dl.topic, dl.partition), dl.offset)

@@ -46,6 +46,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, MessageSizeTooLargeError
+from redis.exceptions import RedisError
 
 from agents.cdc_mapping import CdcMapping, MappingError, load_mapping
 from agents.cdc_plan import (
@@ -59,7 +60,10 @@ from agents.cdc_plan import (
     plan_batch,
     unchecked_world_warning,
 )
+from agents.deadletters import decisions_from_settings
 from agents.kafka_loop import KafkaLoop
+from agents.letter_marks import Decisions, letter_key
+from models.deadletter import DeadLetter
 from streams.security import kafka_client_options
 from streams.settings import Settings, SettingsError
 from streams.topics import MESSAGE_HEADROOM_BYTES, ensure_topics, message_bytes_needed
@@ -153,8 +157,12 @@ class CdcIngest(KafkaLoop):
         mapping: CdcMapping,
         options: IngestOptions | None = None,
         metrics: _Metrics | None = None,
+        decisions: Decisions | None = None,
     ) -> None:
         self.settings = settings
+        #: Dead-letter decisions shared with the applier (``agents.letter_marks.Decisions``): a raw
+        #: record dead-lettered before a crash (offset not committed yet) gets no second letter.
+        self.decisions = decisions
         self.mapping = mapping
         self.options = options or IngestOptions.from_settings(settings)
         self.metrics = metrics
@@ -276,6 +284,7 @@ class CdcIngest(KafkaLoop):
                 if rs and tp not in self._fetched_from:
                     self._fetched_from[tp] = rs[0].offset
             plan = self._plan(records)
+            keys = await self._decide_letters(plan)
             try:
                 try:
                     await self._produce(producer, plan.outgoing)
@@ -292,6 +301,8 @@ class CdcIngest(KafkaLoop):
                 await asyncio.sleep(self.options.retry_backoff_s)
                 self._record(None)
                 return 0
+            if self.decisions is not None and keys:
+                await self._decision_call(self.decisions.published(keys))
             offsets = {TopicPartition(t, p): off for (t, p), off in plan.commit.items()}
             committed_at: float | None = None
             try:
@@ -307,6 +318,32 @@ class CdcIngest(KafkaLoop):
         self._count(records, plan)
         self._record(plan, committed_at)
         return len(records)
+
+    async def _decide_letters(self, plan: BatchPlan) -> list[str]:
+        """Leave out of ``plan`` the letters decided before (published, then a crash before the
+        offset commit), record the others pending; returns their keys to confirm after the produce.
+        Redis unreachable: the letters go out undecided (at-least-once, as before), with a warning."""
+        decisions = self.decisions
+        if decisions is None or not plan.dead_letters:
+            return []
+        taken = await self._decision_call(decisions.taken([letter_key(dl) for dl in plan.dead_letters]))
+        if taken:
+            dlq = self.settings.dlq_topic
+            plan.dead_letters = [dl for dl in plan.dead_letters if letter_key(dl) not in taken]
+            plan.outgoing = [
+                o
+                for o in plan.outgoing
+                if o.topic != dlq or letter_key(DeadLetter.from_record(o.key, o.value, o.headers or [])) not in taken
+            ]
+        keys = await self._decision_call(decisions.publishing(plan.dead_letters, int(time.time() * 1000)))
+        return keys or []
+
+    async def _decision_call(self, call: Any) -> Any:
+        try:
+            return await call
+        except (RedisError, OSError) as exc:
+            log.warning("cdc ingest: dead-letter decisions unavailable, letters may repeat: %r", exc)
+            return None
 
     def _plan(
         self,
@@ -433,7 +470,7 @@ async def run_forever(
     """Standalone entry point: settings, mapping and options from the environment."""
     settings = settings or Settings.from_env()
     mapping = mapping or load_cdc_mapping(settings)  # validated before anything connects
-    ingest = CdcIngest(settings, mapping, options)
+    ingest = CdcIngest(settings, mapping, options, decisions=decisions_from_settings(settings))
     await ingest.start()
     try:
         await ingest.run()
@@ -458,6 +495,7 @@ def attach(app: Any, settings: Settings, mapping: CdcMapping, **kwargs: Any) -> 
     """Run the ingest inside a Faust worker: started after the app starts, stopped with it."""
     from mode import Service
 
+    kwargs.setdefault("decisions", decisions_from_settings(settings))
     ingest = CdcIngest(settings, mapping, **kwargs)
 
     class _Service(Service, CdcIngestService):  # type: ignore[misc]

@@ -11,8 +11,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from agents.letter_marks import letter_keys
+from agents.letter_marks import Decisions, letter_keys
 from models.deadletter import DeadLetter
+from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -148,3 +149,13 @@ class DeadLetterPublisher:
             return keys
         finally:
             await consumer.stop()
+
+
+def decisions_from_settings(settings: Settings) -> Decisions:
+    """The dead-letter decisions every dead-lettering path shares: Redis, plus a reader of the DLQ topic."""
+    from agents.marks import DeadLetterMarks  # redis client only where decisions are used
+    from streams.security import kafka_client_options, redis_options
+
+    marks = DeadLetterMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
+    reader = DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings))
+    return Decisions(marks, reader.letter_keys_since)

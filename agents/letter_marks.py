@@ -30,8 +30,9 @@ then ``agents.dlq.letter_keys_since``), so it gets exactly one letter either way
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED
 from agents.offsets import Arrival
@@ -163,3 +164,57 @@ def split_replays(
         else:
             out.letters.append(dl)
     return out
+
+
+class DecisionStore(Protocol):
+    async def states(self, keys: Any) -> dict[str, bytes]: ...
+    async def record(self, keys: Any, value: bytes = ...) -> int: ...
+
+
+LetterScan = Callable[[int], Awaitable[set[str]]]
+"""Decision keys of the letters in the DLQ topic since a time (ms): ``DeadLetterPublisher.letter_keys_since``."""
+
+
+class Decisions:
+    """The one primitive every dead-lettering path uses (applier, replay, CDC ingest): which
+    decisions were taken already, and recording new ones around their publish.
+
+    ``store``: the Redis half (``agents.marks.DeadLetterMarks``); ``scan``: reads the DLQ topic to
+    settle decisions found pending (None: a pending decision is decided again).
+    """
+
+    def __init__(self, store: DecisionStore, scan: LetterScan | None = None) -> None:
+        self.store = store
+        self.scan = scan
+        self.pending_found = 0
+        self.pending_redecided = 0
+
+    async def taken(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` are decided: confirmed, or pending with their letter in the DLQ (then
+        confirmed now). One Redis round trip; the DLQ is read only when a decision is pending."""
+        if not keys:
+            return set()
+        states = await self.store.states(keys)
+        taken = {k for k, v in states.items() if v == CONFIRMED}
+        since = pending_since(states)
+        if since is None:
+            return taken
+        open_keys = set(states) - taken
+        found = open_keys & await self.scan(since) if self.scan is not None else set()
+        if found:
+            await self.store.record(found, CONFIRMED)
+        self.pending_found += len(found)
+        self.pending_redecided += len(open_keys - found)
+        return taken | found
+
+    async def publishing(self, letters: Sequence[DeadLetter], now_ms: int) -> list[str]:
+        """Record ``letters``' decisions as pending before they are published; returns their keys."""
+        keys = [k for dl in letters for k in letter_keys(dl)]
+        if keys:
+            await self.store.record(keys, pending(now_ms))
+        return keys
+
+    async def published(self, keys: Sequence[str]) -> None:
+        """The broker confirmed the letters: their decisions stand."""
+        if keys:
+            await self.store.record(keys, CONFIRMED)

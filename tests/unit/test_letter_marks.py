@@ -279,3 +279,29 @@ def test_the_applier_s_reasons_about_valid_events_are_recorded_per_event() -> No
     bad = DeadLetter("malformed-json", "d", OBJ, 0, 6, b"k", b"{", "e1", "prod")
     assert letter_keys(bad) == [dead_key((OBJ, 0, 6), "prod")]  # a fixed re-send is decided afresh
     assert redrive_count([("x", b"1"), (H_REDRIVE, b"3")]) == 3 and redrive_count([(H_REDRIVE, b"?")]) == 0
+
+
+async def test_the_cdc_ingest_leaves_out_letters_decided_before_and_records_the_others() -> None:
+    """The CDC ingest uses the same decisions: a raw record dead-lettered before a crash (its offset
+    not committed) is re-planned without its letter; a new bad record's decision goes pending, then
+    confirmed after the produce."""
+    from agents.cdc import CdcIngest
+    from agents.cdc_plan import plan_batch
+    from agents.letter_marks import Decisions
+    from tests.unit.test_cdc_bad_input import MAPPING, SETTINGS, TOPIC, Rec, good
+
+    store = FakeDeadMarks()
+    ingest = CdcIngest(SETTINGS, MAPPING, decisions=Decisions(store))
+    recs = [Rec(TOPIC, 0, 10, b"{broken"), Rec(TOPIC, 0, 11, good(1)), Rec(TOPIC, 0, 12, b"{also broken")]
+    plan = plan_batch(recs, MAPPING, SETTINGS, now_ms=1_000)
+    first, second = (letter_key(dl) for dl in plan.dead_letters)
+    await store.record([first])  # dead-lettered by the run that crashed before its offset commit
+    keys = await ingest._decide_letters(plan)  # noqa: SLF001
+    assert [dl.offset for dl in plan.dead_letters] == [12]
+    assert [(o.topic, dict(o.headers or []).get("causeway.source.offset")) for o in plan.outgoing] == [
+        ("objs", None),
+        ("dlq", b"12"),
+    ]
+    assert keys == [second] and store.values[second].startswith(b"p:")
+    await ingest.decisions.published(keys)  # type: ignore[union-attr]
+    assert store.values[second] == CONFIRMED
