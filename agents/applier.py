@@ -340,7 +340,9 @@ class Applier:
         A crash between a Nessie commit and its Redis marks leaves those events unmarked; a
         redelivered copy at another offset (a producer retry) would then reach the committer
         again. Done once per world per partition assignment, since after a rebalance the crashed
-        worker's batches may be ours to guard.
+        worker's batches may be ours to guard. Depth (20 commits) is an optimisation: the committer
+        stops older copies (recorded offsets, version check, then event ids in the log), except a
+        copy of an event whose type was truncated after it (docs/architecture.md, "Mark repair depth").
         """
         if self._recent_event_ids is None:
             return
