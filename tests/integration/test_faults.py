@@ -58,10 +58,11 @@ async def test_kill_at_each_flush_point(point: str, unique: str, tmp_path: Path)
         # not waited for; a worker that neither dies nor moves the lag fails the test as a stall.
         for nth in (1, 2, 3):
             worker = pipe.start_worker(fault=f"{point}:{nth}", wait=False)
-            if await _killed_or_drained(pipe, worker):
-                kills += 1
-            else:
-                drained += 1
+            killed = await _killed_or_drained(pipe, worker)
+            kills, drained = kills + killed, drained + (not killed)
+            print(
+                f"restart {nth}: {'killed at pass ' + str(nth) if killed else 'drained the backlog first'}", flush=True
+            )
         assert kills >= 1
         pipe.start_worker()
         await pipe.wait_drained(timeout=180)
