@@ -29,6 +29,7 @@ then ``agents.dlq.letter_keys_since``), so it gets exactly one letter either way
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED
 from agents.offsets import Arrival
 from models.deadletter import H_REDRIVE, DeadLetter
 from models.worlds import InvalidWorldId, validate_world_id
+
+log = logging.getLogger(__name__)
 
 KEY_PREFIX = "causeway:dead:"
 EVENT_KEY_PREFIX = "causeway:dead-id:"
@@ -205,6 +208,12 @@ class Decisions:
             await self.store.record(found, CONFIRMED)
         self.pending_found += len(found)
         self.pending_redecided += len(open_keys - found)
+        log.info(
+            "%d dead-letter decision(s) found pending: %d letter(s) in the DLQ (settled), %d decided again",
+            len(open_keys),
+            len(found),
+            len(open_keys - found),
+        )
         return taken | found
 
     async def publishing(self, letters: Sequence[DeadLetter], now_ms: int) -> list[str]:
