@@ -248,6 +248,19 @@ def check_branches(pipe: Pipeline, wl: Workload, orphans: set[str], letters: lis
     return outcome
 
 
+async def _drain_supervised(pipe: Pipeline, workers: list[Any], n: int = 3, timeout: float = 300.0) -> None:  # noqa: ASYNC109
+    """Wait until drained while keeping ``n`` workers alive, as a supervisor would: on a loaded box a
+    worker can exit at start-up (its preflight gives each service 5 s), and a run must not hang on that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        while len([w for w in workers if w.alive()]) < n:
+            workers.append(pipe.start_worker(wait=False))
+        if await pipe.lag() == 0:
+            return
+        await asyncio.sleep(1.0)
+    await pipe.wait_drained(timeout=1)  # raises with the workers' logs
+
+
 SEEDS = [int(s) for s in os.environ.get("CAUSEWAY_FAULT_SEEDS", "1").split(",")]
 
 
@@ -285,9 +298,7 @@ async def test_workers_join_leave_and_die_at_random(seed: int, unique: str, tmp_
                 actions.append("kill")
         for chunk in chunks:
             await pipe.publish(chunk)
-        while len([w for w in workers if w.alive()]) < 3:
-            workers.append(pipe.start_worker(wait=False))
-        await pipe.wait_drained(timeout=300)
+        await _drain_supervised(pipe, workers)
         outcome = check_branches(pipe, wl, orphans, await pipe.dead_letters())
         print(f"seed {seed}: {' '.join(actions)}; {len(pipe.workers)} worker processes; {dict(outcome)}; checks held")
     finally:
