@@ -32,7 +32,7 @@ from agents.batching import BatchAccumulator
 from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler, UnlockedCommits
-from agents.letter_marks import arrival_key, letter_key, split_replays
+from agents.letter_marks import Decisions, DecisionStore, arrival_keys, letter_key, redrive_count, split_replays
 from agents.offset_tracker import Arrival, OffsetTracker
 from models.deadletter import DeadLetter
 from models.events import EntityKind, Invalid, decode
@@ -76,11 +76,6 @@ class Marks(Protocol):
     async def mark(self, pairs: Any) -> int: ...
 
 
-class LetterMarks(Protocol):
-    async def recorded(self, keys: Any) -> set[str]: ...
-    async def record(self, keys: Any) -> int: ...
-
-
 class Committer(Protocol):
     async def commit_batch_async(self, batch: Batch) -> CommitOutcome: ...
 
@@ -112,13 +107,16 @@ class Applier:
         recent_event_ids: RecentIds | None = None,
         pipelined: bool = False,
         commit_failure_attempts: int = 3,
-        dead_marks: LetterMarks | None = None,
+        dead_marks: DecisionStore | Decisions | None = None,
     ) -> None:
         self.settings = settings
         self.marks = marks
         self.committer = committer
         self.dlq = dead_letters
-        # Dead-letter decisions per origin (agents.letter_marks); None: decided again on redelivery.
+        # Dead-letter decisions (agents.letter_marks.Decisions); None: decided again on redelivery.
+        if dead_marks is not None and not isinstance(dead_marks, Decisions):
+            # The DLQ publisher reads its topic back for decisions a killed worker left pending.
+            dead_marks = Decisions(dead_marks, getattr(dead_letters, "letter_keys_since", None))
         self.dead_marks = dead_marks
         self.worlds = worlds
         self.metrics = metrics
@@ -215,25 +213,30 @@ class Applier:
             return self._acks_due()
 
     async def revoke(self, tps: Sequence[PartitionId]) -> None:
-        """Give partitions up: released events are committed first, parked ones dropped (re-read later)."""
+        """Give partitions up: released events are committed first, parked ones dropped (re-read later).
+
+        Whatever the gate rejected meanwhile is dead-lettered before the partitions' records are
+        forgotten (a letter carries the producer's bytes and headers); a letter of a revoked
+        partition is settled by its recorded decision when the next owner re-reads it.
+        """
         await self.flush_all()
         async with self.lock:
+            dropped = {tp: self.gate.revoke(tp) for tp in tps}
+            await self._drain_gate()
             for tp in tps:
-                dropped = self.gate.revoke(tp)
                 self.tracker.revoke(tp, fence=True)  # late records of the old assignment are refused
                 self._handles.pop(tp, None)
                 self._consumed_at.pop(tp, None)
                 self._records.pop(tp, None)
                 for ref in [r for r, (_, src) in self._parked_at.items() if src == tp]:
                     del self._parked_at[ref]
-                if dropped:
+                if dropped[tp]:
                     log.info(
                         "revoked %s[%d]: dropped %d parked event(s); the new owner re-reads them",
                         tp[0],
                         tp[1],
-                        dropped,
+                        dropped[tp],
                     )
-            self._collect_gate_output([])
 
     @property
     def backpressure(self) -> bool:
@@ -283,15 +286,23 @@ class Applier:
         self, arrivals: list[Arrival], dead: list[DeadLetter]
     ) -> tuple[list[Arrival], list[DeadLetter]]:
         """Settle records dead-lettered before (then redelivered: a crash before their offset was
-        committed) without deciding them again; one Redis round trip per batch."""
+        committed; or a producer-retry copy of a dead-lettered event) without deciding them again;
+        one Redis round trip per batch (``agents.letter_marks``)."""
         if self.dead_marks is None or not (arrivals or dead):
             return arrivals, dead
-        keys = [arrival_key(a) for a in arrivals] + [letter_key(dl) for dl in dead]
-        marks = self.dead_marks
-        recorded = await self._retry("redis dead-letter lookup", lambda: marks.recorded(keys), "redis")
+        redrives: dict[tuple[str, int, int], int] = {}
+        keys = [letter_key(dl) for dl in dead]
+        for a in arrivals:
+            rec = self._records.get(a.tp, {}).get(a.offset)
+            n = redrive_count(rec.headers) if rec is not None and rec.headers else 0
+            if n:
+                redrives[(a.topic, a.partition, a.offset)] = n
+            keys += arrival_keys(a, n)
+        decisions = self.dead_marks
+        recorded = await self._retry("redis dead-letter lookup", lambda: decisions.taken(keys), "redis")
         if not recorded:
             return arrivals, dead
-        split = split_replays(arrivals, dead, recorded)
+        split = split_replays(arrivals, dead, recorded, redrives)
         for world, (topic, partition, offset) in split.replayed:
             self.tracker.done((topic, partition), offset)
             self.metrics.event_outcome(world, "dead_letter_replay")
@@ -334,7 +345,9 @@ class Applier:
         A crash between a Nessie commit and its Redis marks leaves those events unmarked; a
         redelivered copy at another offset (a producer retry) would then reach the committer
         again. Done once per world per partition assignment, since after a rebalance the crashed
-        worker's batches may be ours to guard.
+        worker's batches may be ours to guard. Depth (20 commits) is an optimisation: the committer
+        stops older copies (recorded offsets, version check, then event ids in the log), except a
+        copy of an event whose type was truncated after it (docs/architecture.md, "Mark repair depth").
         """
         if self._recent_event_ids is None:
             return
@@ -435,17 +448,33 @@ class Applier:
             self.totals["duplicates"] += 1
             self._settle(a)
 
+    async def _drain_gate(self) -> None:
+        """Collect the gate's output outside intake and ticks (after a commit, at a revoke): its
+        rejections are dead-lettered here, never dropped (a dropped one would hold its partition's
+        offset back for good, or lose the decision)."""
+        dead: list[DeadLetter] = []
+        self._collect_gate_output(dead)
+        await self._publish_dead(dead)
+
     def _rejected_letter(self, rej: Rejected) -> DeadLetter:
         return self._letter(rej.arrival, rej.reason, rej.detail)
 
     async def _publish_dead(self, dead: list[DeadLetter]) -> None:
         if not dead:
             return
+        decisions = self.dead_marks
+        keys: list[str] = []
+        if decisions is not None:
+            # Pending first: a worker killed after the broker confirmed the letters but before the
+            # decision is confirmed leaves it pending, and the next owner looks for the letters in
+            # the DLQ instead of deciding again (one letter per origin in every interleaving).
+            now_ms = int(time.time() * 1000)
+            keys = await self._retry("redis dead-letter mark", lambda: decisions.publishing(dead, now_ms), "redis")
         await self._retry("dead-letter publish", lambda: self.dlq.publish(dead), "kafka")
-        if self.dead_marks is not None:
+        faults.reached("after-dead-letter")
+        if decisions is not None:
             # Confirmed, now durable: a redelivery (offset not yet committed) is settled, not decided again.
-            marks, keys = self.dead_marks, [letter_key(dl) for dl in dead]
-            await self._retry("redis dead-letter mark", lambda: marks.record(keys), "redis")
+            await self._retry("redis dead-letter mark", lambda: decisions.published(keys), "redis")
         for dl in dead:
             self.metrics.dead_lettered(dl.topic, dl.reason, world=dl.world_id)
             self.tracker.done((dl.topic, dl.partition), dl.offset)
@@ -605,7 +634,7 @@ class Applier:
             outcome.hash[:12],
             outcome.seconds,
         )
-        self._collect_gate_output([])
+        await self._drain_gate()
 
     async def _retry(
         self,

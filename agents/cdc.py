@@ -45,8 +45,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError, MessageSizeTooLargeError
+from redis.exceptions import RedisError
 
+from agents.deadletter_publisher import decisions_from_settings
 from agents.kafka_loop import KafkaLoop
+from agents.letter_marks import Decisions, letter_key
 from cdc.mapping import CdcMapping, MappingError
 from cdc.mapping_loader import load_cdc_mapping
 from cdc.plan import (
@@ -60,6 +63,7 @@ from cdc.plan import (
     plan_batch,
     unchecked_world_warning,
 )
+from models.deadletter import DeadLetter
 from streams.security import kafka_client_options
 from streams.settings import Settings, SettingsError
 from streams.topics import MESSAGE_HEADROOM_BYTES, ensure_topics, message_bytes_needed
@@ -124,8 +128,12 @@ class CdcIngest(KafkaLoop):
         settings: Settings,
         mapping: CdcMapping,
         metrics: _Metrics | None = None,
+        decisions: Decisions | None = None,
     ) -> None:
         self.settings = settings
+        #: Dead-letter decisions shared with the applier (``agents.letter_marks.Decisions``): a raw
+        #: record dead-lettered before a crash (offset not committed yet) gets no second letter.
+        self.decisions = decisions
         self.mapping = mapping
         self.metrics = metrics
         self.stats = IngestStats()
@@ -248,6 +256,7 @@ class CdcIngest(KafkaLoop):
                 if rs and tp not in self._fetched_from:
                     self._fetched_from[tp] = rs[0].offset
             plan = self._plan(records)
+            keys = await self._decide_letters(plan)
             try:
                 try:
                     await self._produce(producer, plan.outgoing)
@@ -264,6 +273,8 @@ class CdcIngest(KafkaLoop):
                 await asyncio.sleep(self.settings.cdc_retry_backoff_s)
                 self._record(None)
                 return 0
+            if self.decisions is not None and keys:
+                await self._decision_call(self.decisions.published(keys))
             offsets = {TopicPartition(t, p): off for (t, p), off in plan.commit.items()}
             committed_at: float | None = None
             try:
@@ -279,6 +290,32 @@ class CdcIngest(KafkaLoop):
         self._count(records, plan)
         self._record(plan, committed_at)
         return len(records)
+
+    async def _decide_letters(self, plan: BatchPlan) -> list[str]:
+        """Leave out of ``plan`` the letters decided before (published, then a crash before the
+        offset commit), record the others pending; returns their keys to confirm after the produce.
+        Redis unreachable: the letters go out undecided (at-least-once, as before), with a warning."""
+        decisions = self.decisions
+        if decisions is None or not plan.dead_letters:
+            return []
+        taken = await self._decision_call(decisions.taken([letter_key(dl) for dl in plan.dead_letters]))
+        if taken:
+            dlq = self.settings.dlq_topic
+            plan.dead_letters = [dl for dl in plan.dead_letters if letter_key(dl) not in taken]
+            plan.outgoing = [
+                o
+                for o in plan.outgoing
+                if o.topic != dlq or letter_key(DeadLetter.from_record(o.key, o.value, o.headers or [])) not in taken
+            ]
+        keys = await self._decision_call(decisions.publishing(plan.dead_letters, int(time.time() * 1000)))
+        return keys or []
+
+    async def _decision_call(self, call: Any) -> Any:
+        try:
+            return await call
+        except (RedisError, OSError) as exc:
+            log.warning("cdc ingest: dead-letter decisions unavailable, letters may repeat: %r", exc)
+            return None
 
     def _plan(
         self,
@@ -404,7 +441,7 @@ async def run_forever(
     """Standalone entry point: settings and mapping from the environment."""
     settings = settings or Settings.from_env()
     mapping = mapping or load_cdc_mapping(settings)  # validated before anything connects
-    ingest = CdcIngest(settings, mapping)
+    ingest = CdcIngest(settings, mapping, decisions=decisions_from_settings(settings))
     await ingest.start()
     try:
         await ingest.run()
@@ -422,6 +459,7 @@ def attach(app: Any, settings: Settings, mapping: CdcMapping, **kwargs: Any) -> 
     """Run the ingest inside a Faust worker: started after the app starts, stopped with it."""
     from mode import Service
 
+    kwargs.setdefault("decisions", decisions_from_settings(settings))
     ingest = CdcIngest(settings, mapping, **kwargs)
 
     class _Service(Service, CdcIngestService):

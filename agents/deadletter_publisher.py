@@ -9,9 +9,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from agents.letter_marks import Decisions, letter_keys
 from models.deadletter import DeadLetter
+from streams.kafka import topic_partitions
+from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +100,54 @@ class DeadLetterPublisher:
                 dl.reason,
                 dl.detail[:200],
             )
+
+    async def letter_keys_since(self, since_ms: int) -> set[str]:
+        """Decision keys (``agents.letter_marks.letter_keys``) of every letter in the topic stamped
+        at or after ``since_ms``: which pending decisions did go out before their worker died.
+
+        Reads each partition from its first offset at ``since_ms`` (``offsets_for_times``) to the end
+        offset seen at the start: a recovery path, run only when a decision was found pending.
+        """
+        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False, **self._options)
+        try:
+            await consumer.start()
+            tps = [TopicPartition(self.topic, p) for p in sorted(await topic_partitions(consumer, self.topic))]
+            if not tps:
+                return set()
+            ends = await consumer.end_offsets(tps)
+            starts = await consumer.offsets_for_times(dict.fromkeys(tps, max(0, since_ms)))
+            consumer.assign(tps)
+            todo: dict[TopicPartition, int] = {}
+            for tp in tps:
+                start = starts.get(tp)
+                if start is not None and start.offset < ends[tp]:
+                    consumer.seek(tp, start.offset)
+                    todo[tp] = ends[tp]
+                else:
+                    consumer.pause(tp)
+            keys: set[str] = set()
+            idle = 0
+            while todo and idle < 30:  # a partition that yields nothing for 30 s: give up on it
+                batch = await consumer.getmany(*todo, timeout_ms=1000, max_records=5000)
+                idle = 0 if batch else idle + 1
+                for tp, records in batch.items():
+                    for r in records:
+                        if r.offset < todo.get(tp, -1):
+                            keys.update(letter_keys(DeadLetter.from_record(r.key, r.value, list(r.headers))))
+                for tp in list(todo):
+                    if await consumer.position(tp) >= todo[tp]:
+                        consumer.pause(tp)
+                        del todo[tp]
+            return keys
+        finally:
+            await consumer.stop()
+
+
+def decisions_from_settings(settings: Settings) -> Decisions:
+    """The dead-letter decisions every dead-lettering path shares: Redis, plus a reader of the DLQ topic."""
+    from agents.marks import DeadLetterMarks  # redis client only where decisions are used
+    from streams.security import kafka_client_options, redis_options
+
+    marks = DeadLetterMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
+    reader = DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings))
+    return Decisions(marks, reader.letter_keys_since)

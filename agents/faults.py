@@ -3,6 +3,8 @@ SIGKILL the n-th time it reaches ``point``. Unset (the default) costs one dict l
 
 Points, in the order of a flush: ``before-commit`` (files may be written, nothing published),
 ``after-commit`` (the Nessie commit landed, Redis not marked), ``after-mark`` (marked, not acked).
+Outside ``POINTS``: ``after-dead-letter`` (the broker confirmed a batch of letters, their decisions
+are still pending in Redis).
 """
 
 from __future__ import annotations

@@ -10,21 +10,52 @@ offset) and, on intake, settles records whose origin is recorded without decidin
 Keys: ``causeway:dead:{<world>}:<topic>:<partition>:<offset>`` when the record names a valid world
 (the world is the hash tag, as for the applied marks), ``causeway:dead:{<topic>:<partition>}:<offset>``
 when it names none or an invalid one. Both sides compute the key from the same bytes (the decoded
-world), so they agree. A ``dlq redrive`` publishes a new record at a new offset: a new origin,
-decided afresh.
+world), so they agree.
+
+Per event too: a letter about a valid event (``EVENT_REASONS``: the gate's, the world check's and
+the committer's decisions) is also recorded as ``causeway:dead-id:{<world>}:<redrive count>:<event
+id>``, so a producer-retry copy of the event at another offset gets the same decision (settled, no
+second letter) instead of one of its own. Decode failures are recorded per origin only: a
+producer that fixes a bad record and sends it again under the same id is decided afresh. The
+redrive count (header ``causeway.redrive_count``, set by ``dlq redrive``) is part of the key, so a
+redriven record is decided afresh (applied once its cause landed), while copies of one redrive
+share its decision.
+
+A decision is written in two steps around the publish (``PENDING`` with the time, then
+``CONFIRMED``): a record found *pending* on intake was being dead-lettered when its worker died,
+and whether its letter went out is read from the dead-letter topic itself (``pending_since``,
+then ``agents.deadletter_publisher.DeadLetterPublisher.letter_keys_since``), so it gets exactly one letter either way.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED
 from agents.offset_tracker import Arrival
-from models.deadletter import DeadLetter
+from models.deadletter import H_REDRIVE, DeadLetter
 from models.worlds import InvalidWorldId, validate_world_id
 
+log = logging.getLogger(__name__)
+
 KEY_PREFIX = "causeway:dead:"
+EVENT_KEY_PREFIX = "causeway:dead-id:"
+
+#: Reasons that are decisions about a valid event (not about its bytes): recorded per event id too.
+#: The applier's own codes are literals here (it imports this module); a unit test keeps them equal.
+EVENT_REASONS = frozenset({CAUSE_MISSING, CAUSAL_CYCLE, SELF_CAUSED, "unknown-world", "stale-version", "commit-failed"})
+
+#: Values of a decision key: written before the publish, then after the broker confirmed it.
+CONFIRMED = b"1"
+PENDING = b"p:"
+
+#: A pending decision's letter is looked for in the DLQ from this long before the recorded time
+#: (clock skew between workers and the broker, ``LogAppendTime`` topics).
+PENDING_MARGIN_MS = 300_000
 
 Origin = tuple[str, int, int]
 """(topic, partition, offset): where a record was read."""
@@ -40,12 +71,56 @@ def dead_key(origin: Origin, world_id: str | None) -> str:
     return f"{KEY_PREFIX}{{{world}}}:{topic}:{partition}:{offset}"
 
 
+def event_key(world_id: str, event_id: str, redrive: int = 0) -> str:
+    """The Redis key recording that event ``event_id`` (as redriven ``redrive`` times) was dead-lettered."""
+    return f"{EVENT_KEY_PREFIX}{{{world_id}}}:{redrive}:{event_id}"
+
+
+def redrive_count(headers: Iterable[tuple[str, bytes | None]]) -> int:
+    """The record's ``causeway.redrive_count`` header (0 when absent or unreadable)."""
+    for k, v in headers:
+        if k == H_REDRIVE:
+            try:
+                return int(v or b"0")
+            except ValueError:
+                return 0
+    return 0
+
+
 def letter_key(letter: DeadLetter) -> str:
     return dead_key((letter.topic, letter.partition, letter.offset), letter.world_id)
 
 
+def letter_keys(letter: DeadLetter) -> list[str]:
+    """Every key a confirmed letter records: its origin, and its event when it is a decision about one."""
+    keys = [letter_key(letter)]
+    if letter.reason in EVENT_REASONS and letter.event_id:
+        try:
+            world = validate_world_id(letter.world_id)
+        except InvalidWorldId:
+            return keys
+        keys.append(event_key(world, letter.event_id, letter.redrive_count))
+    return keys
+
+
 def arrival_key(arrival: Arrival) -> str:
     return dead_key((arrival.topic, arrival.partition, arrival.offset), arrival.event.world_id)
+
+
+def arrival_keys(arrival: Arrival, redrive: int = 0) -> list[str]:
+    """Keys that settle a decoded record: its origin's decision, or its event's (a copy's)."""
+    ev = arrival.event
+    return [arrival_key(arrival), event_key(ev.world_id, ev.event_id, redrive)]
+
+
+def pending(now_ms: int) -> bytes:
+    return PENDING + str(now_ms).encode()
+
+
+def pending_since(states: Mapping[str, bytes]) -> int | None:
+    """The earliest time (ms) any of ``states`` was written pending, less the margin; None if none is."""
+    times = [int(v[len(PENDING) :] or 0) for v in states.values() if v.startswith(PENDING)]
+    return min(times) - PENDING_MARGIN_MS if times else None
 
 
 def by_tag(keys: Iterable[str], chunk: int) -> list[list[str]]:
@@ -70,12 +145,20 @@ class Replays:
     replayed: list[tuple[str | None, Origin]] = field(default_factory=list)
 
 
-def split_replays(arrivals: Sequence[Arrival], letters: Sequence[DeadLetter], recorded: set[str]) -> Replays:
-    """Split decoded arrivals and fresh letters into new ones and replays of a recorded letter."""
+def split_replays(
+    arrivals: Sequence[Arrival],
+    letters: Sequence[DeadLetter],
+    recorded: Collection[str],
+    redrives: Mapping[tuple[str, int, int], int] | None = None,
+) -> Replays:
+    """Split decoded arrivals and fresh letters into new ones and replays of a recorded letter
+    (``redrives``: the redrive count of each arrival's origin, when not 0)."""
     out = Replays()
+    redrives = redrives or {}
     for a in arrivals:
-        if arrival_key(a) in recorded:
-            out.replayed.append((a.event.world_id, (a.topic, a.partition, a.offset)))
+        origin = (a.topic, a.partition, a.offset)
+        if any(k in recorded for k in arrival_keys(a, redrives.get(origin, 0))):
+            out.replayed.append((a.event.world_id, origin))
         else:
             out.arrivals.append(a)
     for dl in letters:
@@ -84,3 +167,63 @@ def split_replays(arrivals: Sequence[Arrival], letters: Sequence[DeadLetter], re
         else:
             out.letters.append(dl)
     return out
+
+
+class DecisionStore(Protocol):
+    async def states(self, keys: Any) -> dict[str, bytes]: ...
+    async def record(self, keys: Any, value: bytes = ...) -> int: ...
+
+
+LetterScan = Callable[[int], Awaitable[set[str]]]
+"""Decision keys of the letters in the DLQ topic since a time (ms): ``DeadLetterPublisher.letter_keys_since``."""
+
+
+class Decisions:
+    """The one primitive every dead-lettering path uses (applier, replay, CDC ingest): which
+    decisions were taken already, and recording new ones around their publish.
+
+    ``store``: the Redis half (``agents.marks.DeadLetterMarks``); ``scan``: reads the DLQ topic to
+    settle decisions found pending (None: a pending decision is decided again).
+    """
+
+    def __init__(self, store: DecisionStore, scan: LetterScan | None = None) -> None:
+        self.store = store
+        self.scan = scan
+        self.pending_found = 0
+        self.pending_redecided = 0
+
+    async def taken(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` are decided: confirmed, or pending with their letter in the DLQ (then
+        confirmed now). One Redis round trip; the DLQ is read only when a decision is pending."""
+        if not keys:
+            return set()
+        states = await self.store.states(keys)
+        taken = {k for k, v in states.items() if v == CONFIRMED}
+        since = pending_since(states)
+        if since is None:
+            return taken
+        open_keys = set(states) - taken
+        found = open_keys & await self.scan(since) if self.scan is not None else set()
+        if found:
+            await self.store.record(found, CONFIRMED)
+        self.pending_found += len(found)
+        self.pending_redecided += len(open_keys - found)
+        log.info(
+            "%d dead-letter decision(s) found pending: %d letter(s) in the DLQ (settled), %d decided again",
+            len(open_keys),
+            len(found),
+            len(open_keys - found),
+        )
+        return taken | found
+
+    async def publishing(self, letters: Sequence[DeadLetter], now_ms: int) -> list[str]:
+        """Record ``letters``' decisions as pending before they are published; returns their keys."""
+        keys = [k for dl in letters for k in letter_keys(dl)]
+        if keys:
+            await self.store.record(keys, pending(now_ms))
+        return keys
+
+    async def published(self, keys: Sequence[str]) -> None:
+        """The broker confirmed the letters: their decisions stand."""
+        if keys:
+            await self.store.record(keys, CONFIRMED)

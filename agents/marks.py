@@ -37,7 +37,7 @@ from redis.exceptions import NoScriptError
 from agents.dedupe import applied_key as mark_key
 from agents.dedupe import legacy_applied_key
 from agents.dedupe_window import PACKED, MarkWindow, encode
-from agents.letter_marks import by_tag
+from agents.letter_marks import CONFIRMED, by_tag
 
 if TYPE_CHECKING:
     from streams.settings import Settings
@@ -182,6 +182,26 @@ end
 return removed
 """.replace("PACKED", str(PACKED))
 )
+
+# Dead-letter decisions carry a value (pending with its time, or confirmed): get and set it.
+STATES_LUA = """
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    out[#out + 1] = i
+    out[#out + 1] = v
+  end
+end
+return out
+"""
+
+RECORD_LUA = """
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[2], 'EX', ARGV[1])
+end
+return #KEYS
+"""
 
 
 def _sha(script: str) -> str:
@@ -372,20 +392,24 @@ class DeadLetterMarks:
         """``options``: streams.security.redis_options (password, ACL user, TLS CA)."""
         return cls(aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options), ttl_s)
 
-    async def recorded(self, keys: Iterable[str]) -> set[str]:
-        """Which of ``keys`` are recorded; one round trip."""
+    async def states(self, keys: Iterable[str]) -> dict[str, bytes]:
+        """The recorded ones of ``keys`` and their values (``CONFIRMED`` or ``pending(ms)``); one round trip."""
         groups = by_tag(keys, CHUNK)
         if not groups:
-            return set()
-        answers = await run_scripts(self._redis, LOOKUP_LUA, [(g, [len(g)]) for g in groups])
-        return {g[pos - 1] for g, hits in zip(groups, answers, strict=True) for pos in hits}
+            return {}
+        answers = await run_scripts(self._redis, STATES_LUA, [(g, []) for g in groups])
+        return {
+            g[int(flat[i]) - 1]: flat[i + 1]
+            for g, flat in zip(groups, answers, strict=True)
+            for i in range(0, len(flat), 2)
+        }
 
-    async def record(self, keys: Iterable[str]) -> int:
-        """Record ``keys`` with the TTL; idempotent. Returns how many were written."""
+    async def record(self, keys: Iterable[str], value: bytes = CONFIRMED) -> int:
+        """Record ``keys`` as ``value`` with the TTL; idempotent. Returns how many were written."""
         groups = by_tag(keys, CHUNK)
         if not groups:
             return 0
-        return sum(await run_scripts(self._redis, MARK_LUA, [(g, [self._ttl]) for g in groups]))
+        return sum(await run_scripts(self._redis, RECORD_LUA, [(g, [self._ttl, value]) for g in groups]))
 
     async def close(self) -> None:
         await self._redis.aclose()

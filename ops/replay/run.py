@@ -39,7 +39,7 @@ from pyiceberg.expressions import In
 
 from agents.applier import Applier, RawRecord
 from agents.deadletter_publisher import DeadLetterPublisher
-from agents.marks import AppliedMarks
+from agents.marks import AppliedMarks, DeadLetterMarks
 from models.events import EntityKind, Invalid, decode
 from models.worlds import WorldNaming
 from monitoring.metrics import Dependency, Metrics
@@ -431,6 +431,8 @@ async def _run(
     committer = ReplayCommitter(BatchCommitter(settings))
     clock = SkippableClock()
     dlq = DeadLetterPublisher(settings.kafka_bootstrap, settings.dlq_topic, kafka_client_options(settings))
+    # The workers' dead-letter decisions: a record they dead-lettered is settled, not decided again.
+    dead_marks = DeadLetterMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings))
     nessie = NessieClient.from_settings(settings)
     applier = Applier(
         settings,
@@ -442,6 +444,7 @@ async def _run(
         worker_id=f"replay-{rid}",
         clock=clock,
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
+        dead_marks=dead_marks,
     )
     kinds = {settings.objects_topic: EntityKind.OBJECT, settings.links_topic: EntityKind.LINK}
     remaining = cp.remaining()
@@ -522,6 +525,7 @@ async def _run(
         await consumer.stop()
         await dlq.stop()
         await marks.close()
+        await dead_marks.close()
         await nessie.aclose()
     if report.causes_missing:
         report.notes.append(

@@ -15,7 +15,7 @@ import pytest
 
 from agents.applier import Applier, RawRecord
 from agents.deadletter_publisher import DeadLetterPublisher
-from agents.letter_marks import dead_key
+from agents.letter_marks import CONFIRMED, dead_key, pending
 from agents.marks import AppliedMarks, DeadLetterMarks
 from monitoring.metrics import Metrics
 from ops.redrive.plan import DlqFilter
@@ -113,8 +113,9 @@ async def test_decisions_are_recorded_with_the_ttl_and_found_in_one_lookup(dl_se
     marks = DeadLetterMarks.from_url(dl_settings.redis_url, 120)
     try:
         keys = [dead_key((f"t-{unique}", 0, i), w) for i, w in enumerate([None, "w1", unique[:20].lower(), None])]
-        assert await marks.record(keys[:3]) == 3
-        assert await marks.recorded(keys) == set(keys[:3])
+        assert await marks.record(keys[:2]) == 2
+        assert await marks.record(keys[2:3], pending(1234)) == 1
+        assert await marks.states(keys) == {keys[0]: CONFIRMED, keys[1]: CONFIRMED, keys[2]: b"p:1234"}
         ttl = await marks._redis.ttl(keys[1])  # noqa: SLF001
         assert 0 < ttl <= 120
         await marks._redis.delete(*keys)  # noqa: SLF001

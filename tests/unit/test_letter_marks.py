@@ -5,8 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from agents import faults
 from agents.applier import Applier, RawRecord
-from agents.letter_marks import by_tag, dead_key, letter_key
+from agents.letter_marks import (
+    CONFIRMED,
+    EVENT_REASONS,
+    by_tag,
+    dead_key,
+    event_key,
+    letter_key,
+    letter_keys,
+    redrive_count,
+)
 from models.deadletter import H_REDRIVE, DeadLetter
 from monitoring.metrics import Metrics
 from streams.settings import Settings
@@ -17,13 +29,17 @@ OBJ = "onto.changes.objects"
 
 class FakeDeadMarks:
     def __init__(self) -> None:
-        self.keys: set[str] = set()
+        self.values: dict[str, bytes] = {}
 
-    async def recorded(self, keys: Any) -> set[str]:
-        return {k for k in keys if k in self.keys}
+    @property
+    def keys(self) -> set[str]:
+        return set(self.values)
 
-    async def record(self, keys: Any) -> int:
-        self.keys |= set(keys)
+    async def states(self, keys: Any) -> dict[str, bytes]:
+        return {k: self.values[k] for k in keys if k in self.values}
+
+    async def record(self, keys: Any, value: bytes = CONFIRMED) -> int:
+        self.values.update(dict.fromkeys(keys, value))
         return len(keys)
 
 
@@ -124,3 +140,168 @@ async def test_a_redriven_letter_is_a_new_record_and_is_decided_again() -> None:
     assert shared.applied() == ["e9", "e1"]
     assert len(shared.dlq.letters) == 1
     assert acks == ["h0", "h1", "h2"]
+
+
+def applied_from(shared: Shared) -> list[tuple[str, int]]:
+    """(event id, source offset) of every committed event, in commit order."""
+    return [
+        (e.event_id, s.offset) for b in shared.committer.batches for e, s in zip(b.events, b.sources or [], strict=True)
+    ]
+
+
+async def test_a_rejection_the_gate_holds_at_a_revoke_is_dead_lettered_not_dropped() -> None:
+    """The gate rejected an event of a partition we keep, and its output is drained by the revoke of
+    another partition: the letter goes out and the kept partition's offset moves past it (it used to
+    be dropped: no letter, and the offset held back until the next restart)."""
+    shared = Shared()
+    worker = shared.worker()
+    kept = RawRecord(OBJ, 1, 0, b"prod::p1", event(1, caused_by="e9"), [], "x0")
+    await worker.process([kept, rec(0, event(2))])
+    assert worker.gate.is_parked(("prod", "e1"))
+    shared.now += 6.0
+    worker.gate.expire(shared.now)  # decided; drained by whatever collects the gate's output next
+    await worker.revoke([(OBJ, 0)])
+    assert [(d.event_id, d.reason) for d in shared.dlq.letters] == [("e1", "cause-missing")]
+    assert worker.tracker.committable((OBJ, 1)) == 1
+    assert shared.dead.values[dead_key((OBJ, 1, 0), "prod")] == CONFIRMED
+
+
+async def test_a_producer_retry_copy_of_a_dead_lettered_event_at_another_offset_gets_the_same_decision() -> None:
+    """e1 is dead-lettered (cause-missing); its cause lands; then a producer-retry copy of e1 arrives
+    at another offset. The copy is settled by e1's decision: no effect, no second letter (it used to
+    be decided on its own and took effect although e1 has a letter)."""
+    shared = Shared()
+    worker = shared.worker()
+    await worker.process([rec(0, event(1, caused_by="e9"))])
+    shared.now += 6.0
+    acks = await worker.tick()
+    acks += await worker.process([rec(1, event(9)), rec(2, event(1, caused_by="e9"))])
+    acks += await worker.tick()
+    assert applied_from(shared) == [("e9", 1)]
+    assert [(d.event_id, d.offset, d.reason) for d in shared.dlq.letters] == [("e1", 0, "cause-missing")]
+    assert acks == ["h0", "h1", "h2"]
+    assert worker.totals["dead_letter_replays"] == 1
+
+
+async def test_each_redrive_is_decided_afresh_and_copies_of_a_redrive_share_its_decision() -> None:
+    """Redrive 1 of e1 fails again (its cause is still missing); a copy of redrive 1 gets that decision
+    even after the cause landed; redrive 2 is decided afresh and takes effect."""
+    shared = Shared()
+    worker = shared.worker()
+    await worker.process([rec(0, event(1, caused_by="e9"))])
+    shared.now += 6.0
+    await worker.tick()
+    await worker.process([rec(1, event(1, caused_by="e9"), headers=[(H_REDRIVE, b"1")])])
+    shared.now += 6.0
+    await worker.tick()
+    await worker.process([rec(2, event(9)), rec(3, event(1, caused_by="e9"), headers=[(H_REDRIVE, b"1")])])
+    await worker.process([rec(4, event(1, caused_by="e9"), headers=[(H_REDRIVE, b"2")])])
+    await worker.tick()
+    assert applied_from(shared) == [("e9", 2), ("e1", 4)]
+    assert [(d.offset, d.redrive_count) for d in shared.dlq.letters] == [(0, 0), (1, 1)]
+    assert worker.totals["dead_letter_replays"] == 1
+
+
+class Killed(BaseException):
+    """SIGKILL in a unit test: nothing after the fault point runs (``_retry`` does not catch it)."""
+
+
+class ScannableDlq(FakeDlq):
+    """The DLQ topic, with the scan a worker runs for decisions it finds pending."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scans = 0
+
+    async def letter_keys_since(self, since_ms: int) -> set[str]:
+        self.scans += 1
+        return {k for dl in self.letters for k in letter_keys(dl)}
+
+
+async def _killed_after_the_letter(shared: Shared, monkeypatch: Any, *, sent: bool) -> Applier:
+    """A worker dead-letters e1 (cause-missing) and is killed after the broker confirmed the letter
+    (``sent``) or just before the publish; the decision stays pending."""
+    shared.dlq = ScannableDlq()
+    first = shared.worker()
+    await first.process([rec(0, event(1, caused_by="e9"))])
+    shared.now += 6.0
+
+    def reached(point: str) -> None:
+        if point == "after-dead-letter":
+            raise Killed
+
+    async def publish(letters: Any) -> None:
+        raise Killed
+
+    monkeypatch.setattr(faults, "reached", reached)
+    if not sent:
+        monkeypatch.setattr(shared.dlq, "publish", publish)
+    with pytest.raises(Killed):
+        await first.tick()
+    monkeypatch.undo()
+    assert set(shared.dead.values.values()) == {b"p:" + shared.dead.values[dead_key((OBJ, 0, 0), "prod")][2:]}
+    return shared.worker()
+
+
+async def test_killed_between_the_confirmed_letter_and_its_decision_the_redelivery_gets_no_second_letter(
+    monkeypatch: Any,
+) -> None:
+    shared = Shared()
+    second = await _killed_after_the_letter(shared, monkeypatch, sent=True)
+    assert [d.event_id for d in shared.dlq.letters] == ["e1"]
+    acks = await second.process([rec(0, event(1, caused_by="e9")), rec(1, event(9))])
+    assert applied_from(shared) == [("e9", 1)]  # e1 stays dead-lettered although its cause is here now
+    assert [d.event_id for d in shared.dlq.letters] == ["e1"]
+    assert acks == ["h0", "h1"]
+    assert isinstance(shared.dlq, ScannableDlq) and shared.dlq.scans == 1
+    assert set(shared.dead.values.values()) == {CONFIRMED}
+
+
+async def test_killed_before_the_letter_went_out_the_redelivery_is_decided_again(monkeypatch: Any) -> None:
+    shared = Shared()
+    second = await _killed_after_the_letter(shared, monkeypatch, sent=False)
+    assert shared.dlq.letters == []
+    acks = await second.process([rec(0, event(1, caused_by="e9"))])
+    shared.now += 6.0
+    acks += await second.tick()
+    assert [(d.event_id, d.reason) for d in shared.dlq.letters] == [("e1", "cause-missing")]
+    assert acks == ["h0"]
+    assert set(shared.dead.values.values()) == {CONFIRMED}
+
+
+def test_the_applier_s_reasons_about_valid_events_are_recorded_per_event() -> None:
+    from agents import applier as applier_module
+
+    for reason in (applier_module.UNKNOWN_WORLD, applier_module.STALE_VERSION, applier_module.COMMIT_FAILED):
+        assert reason in EVENT_REASONS
+    letter = DeadLetter("cause-missing", "d", OBJ, 0, 5, b"k", b"{}", "e1", "prod", redrive_count=2)
+    assert letter_keys(letter) == [dead_key((OBJ, 0, 5), "prod"), event_key("prod", "e1", 2)]
+    bad = DeadLetter("malformed-json", "d", OBJ, 0, 6, b"k", b"{", "e1", "prod")
+    assert letter_keys(bad) == [dead_key((OBJ, 0, 6), "prod")]  # a fixed re-send is decided afresh
+    assert redrive_count([("x", b"1"), (H_REDRIVE, b"3")]) == 3 and redrive_count([(H_REDRIVE, b"?")]) == 0
+
+
+async def test_the_cdc_ingest_leaves_out_letters_decided_before_and_records_the_others() -> None:
+    """The CDC ingest uses the same decisions: a raw record dead-lettered before a crash (its offset
+    not committed) is re-planned without its letter; a new bad record's decision goes pending, then
+    confirmed after the produce."""
+    from agents.cdc import CdcIngest
+    from agents.letter_marks import Decisions
+    from cdc.plan import plan_batch
+    from tests.debezium_records import MAPPING, SETTINGS, TOPIC, Rec, good
+
+    store = FakeDeadMarks()
+    ingest = CdcIngest(SETTINGS, MAPPING, decisions=Decisions(store))
+    recs = [Rec(TOPIC, 0, 10, b"{broken"), Rec(TOPIC, 0, 11, good(1)), Rec(TOPIC, 0, 12, b"{also broken")]
+    plan = plan_batch(recs, MAPPING, SETTINGS, now_ms=1_000)
+    first, second = (letter_key(dl) for dl in plan.dead_letters)
+    await store.record([first])  # dead-lettered by the run that crashed before its offset commit
+    keys = await ingest._decide_letters(plan)  # noqa: SLF001
+    assert [dl.offset for dl in plan.dead_letters] == [12]
+    assert [(o.topic, dict(o.headers or []).get("causeway.source.offset")) for o in plan.outgoing] == [
+        ("objs", None),
+        ("dlq", b"12"),
+    ]
+    assert keys == [second] and store.values[second].startswith(b"p:")
+    await ingest.decisions.published(keys)  # type: ignore[union-attr]
+    assert store.values[second] == CONFIRMED
