@@ -8,8 +8,10 @@ COPY models ./models
 COPY sinks ./sinks
 COPY monitoring ./monitoring
 COPY worlds ./worlds
+COPY ops ./ops
+COPY cdc ./cdc
+COPY api ./api
 COPY cli ./cli
-COPY bench ./bench
 # pyarrow (a dependency) serves s3:// warehouses; no extra S3 client is needed.
 RUN pip install --no-cache-dir .
 EXPOSE 6066

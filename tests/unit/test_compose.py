@@ -58,3 +58,18 @@ def test_dockerfile_copies_only_existing_paths() -> None:
         if line.startswith("COPY "):
             for src in line.split()[1:-1]:
                 assert (ROOT / src).exists(), f"Dockerfile copies {src}, which does not exist"
+
+
+def test_dockerfile_copies_every_installed_package() -> None:
+    """`pip install .` in the image installs what pyproject's package list names: each must be copied."""
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = {
+        src.rstrip("/")
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ")
+        for src in line.split()[1:-1]
+    }
+    missing = sorted(p.rstrip("*") for p in include if p.rstrip("*") not in copied)
+    assert not missing, f"the image would install without {missing}: add COPY lines to the Dockerfile"
