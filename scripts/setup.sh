@@ -16,7 +16,9 @@ stamp=".venv/.causeway-installed"
 if [[ ! -f "$stamp" ]] || [[ pyproject.toml -nt "$stamp" ]]; then
   echo "[setup] installing causeway and its test tools into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  # The editable build prints setuptools' informational "Editable installation" notice as a warning
+  # block; it is not about causeway, so a healthy first run stays free of WARNING lines.
+  PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::UserWarning}" .venv/bin/python -m pip install -q -e ".[dev]"
   touch "$stamp"
 fi
 scripts/services.sh fetch
