@@ -105,8 +105,27 @@ class ChangeIntake(KafkaLoop):
         log.info("change intake started: group %s, topics %s", self.settings.app_id, ", ".join(self.topics))
 
     async def stop(self) -> None:
-        """Commit what is released and ack it, then leave the group."""
+        """Commit what is released and ack it, then leave the group, within ``shutdown_timeout_s``.
+
+        A step in flight holds the lock and retries a failing dependency without end; a SIGTERM must
+        still end the worker, so past the timeout it closes its clients without the final commit.
+        That is safe: nothing uncommitted is acked, and the next owner re-reads it (dedupe and the
+        branch's recorded offsets settle what did land).
+        """
         self._stopping.set()
+        try:
+            await asyncio.wait_for(self._commit_and_close(), self.settings.shutdown_timeout_s)
+        except TimeoutError:
+            log.warning(
+                "change intake: stopping after %.0fs without its final commit (a dependency keeps failing); "
+                "the next owner re-reads the records not committed",
+                self.settings.shutdown_timeout_s,
+            )
+            consumer, self._consumer = self._consumer, None
+            if consumer is not None:
+                await consumer.stop()
+
+    async def _commit_and_close(self) -> None:
         async with self._lock:
             if self._consumer is not None:
                 await self.applier.flush_all()

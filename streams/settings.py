@@ -147,6 +147,11 @@ class Settings:
         "batch_max_events records) instead of waiting for batch_max_seconds. Low latency at low rates; "
         "at high rates a world's batch still grows while its previous commit is in flight.",
     )
+    shutdown_timeout_s: float = _opt(
+        30.0,
+        "Most seconds a stopping worker spends committing what it holds; past it (a dependency keeps "
+        "failing) it leaves without committing, and the partitions' next owner re-reads those records.",
+    )
     flush_commit_budget: int = _opt(
         4,
         "Commits in flight at once across worlds. Due worlds take turns within it (the longest "

@@ -181,3 +181,31 @@ async def test_a_full_gate_pauses_intake_and_resumes_when_it_drains() -> None:
     await intake.step()
     assert consumer.paused() == set()
     assert applier.tracker.in_flight() == 0 and consumer.commits[-1] == {P0: 2}
+
+
+async def test_a_stop_while_a_step_retries_a_failing_dependency_ends_within_the_shutdown_timeout() -> None:
+    """SIGTERM must end a worker whose step is stuck retrying (a dependency down): the stop gives up
+    its final commit after ``shutdown_timeout_s``, closes the consumer and acks nothing more."""
+    consumer = FakeConsumer({P0})
+    closed: list[bool] = []
+
+    async def stop_consumer() -> None:
+        closed.append(True)
+
+    consumer.stop = stop_consumer  # type: ignore[method-assign]
+    intake, committer, _ = intake_with(consumer)
+    intake.settings = intake.settings.replace(shutdown_timeout_s=0.2)
+    stuck = asyncio.Event()
+
+    async def process_forever(records: object) -> None:
+        stuck.set()
+        await asyncio.Event().wait()  # like Applier._retry against a service that never recovers
+
+    intake.applier.process = process_forever  # type: ignore[method-assign]
+    consumer.polls.append({P0: [record(P0, 0, event(0))]})
+    step = asyncio.create_task(intake.step())
+    await asyncio.wait_for(stuck.wait(), 5)
+    commits_before = list(consumer.commits)
+    await asyncio.wait_for(intake.stop(), 5)  # hung here before: stop waited for the step's lock
+    assert closed == [True] and consumer.commits == commits_before and committer.batches == []
+    step.cancel()
