@@ -62,7 +62,8 @@ def stale_entries(names: list[str], kind: str, host: str, alive: Callable[[int],
     return out
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Is a process with this pid running on this host (one we may not signal counts as running)?"""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -85,7 +86,7 @@ def register(sd_dir: str, kind: str, target: str, labels: Mapping[str, str] | No
     path = folder / entry_name(kind, host, pid)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        for name in stale_entries(sorted(p.name for p in folder.iterdir()), kind, host, _alive):
+        for name in stale_entries(sorted(p.name for p in folder.iterdir()), kind, host, pid_alive):
             (folder / name).unlink(missing_ok=True)
         tmp = path.with_suffix(".tmp")  # Prometheus reads *.json only: never a half-written file
         tmp.write_text(json.dumps(entry(target, {"process": f"{host}-{pid}", **(labels or {})})))

@@ -42,6 +42,7 @@ from agents.deadletter_publisher import DeadLetterPublisher
 from agents.marks import AppliedMarks, DeadLetterMarks
 from models.events import EntityKind, Invalid, decode
 from models.worlds import WorldNaming
+from monitoring.discovery import pid_alive
 from monitoring.metrics import Dependency, Metrics
 from ops.replay.plan import Checkpoint, ReplayError, ReplaySpec, next_offset, resolve_range, rewrite
 from sinks.committer import Batch, BatchCommitter, CommitOutcome
@@ -63,14 +64,6 @@ LOCK_TTL_S = 60
 def _text(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else (value or "")
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -108,7 +101,7 @@ class CheckpointStore:
             return
         holder = _text(await self.redis.get(key))
         host, _, pid = holder.rpartition(":")
-        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
             await self.redis.set(key, self.me, ex=LOCK_TTL_S)
             return
         ttl = await self.redis.ttl(key)
