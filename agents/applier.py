@@ -12,7 +12,9 @@ Per input batch:
      branch's recorded offsets and versions against the head it commits on) → Redis marks →
      the gate learns what took effect → offsets are done → handles are acked in order.
 A failed flush keeps its events and retries with capped backoff while consumption waits: a Nessie
-or Redis outage pauses the worker (log line + metric) instead of losing data or spinning.
+or Redis outage pauses the worker (log line + metric) instead of losing data or spinning. A retry
+gives up (``StepAbandoned``) once ``keep_trying`` says no (the worker stops, or a revoke waits):
+the applier then forgets its in-memory work and the records are re-read by the next owner.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from agents import faults
 from agents.batching import BatchAccumulator
@@ -35,6 +37,7 @@ from agents.flushing import FlushScheduler, UnlockedCommits
 from agents.letter_marks import Decisions, DecisionStore, arrival_keys, letter_key, redrive_count, split_replays
 from agents.offset_tracker import Arrival, OffsetTracker
 from models.deadletter import DeadLetter
+from models.errors import WorkerError
 from models.events import EntityKind, Invalid, decode
 from monitoring.metrics import Dependency, Metrics
 from sinks.committed_offsets import PartitionId, Source
@@ -53,6 +56,15 @@ COMMIT_FAILED = "commit-failed"
 #: property of the batch: after ``Applier.commit_failure_attempts`` tries it is bisected and the
 #: event that cannot be committed is dead-lettered (``commit-failed``).
 TRANSIENT: tuple[type[BaseException], ...] = (NessieUnavailable, NessieConflict, NessieAuthError, OSError, TimeoutError)
+
+#: While a dependency keeps failing, ``Applier._retry`` asks ``keep_trying`` at least this often.
+GIVE_UP_CHECK_S = 0.25
+
+
+class StepAbandoned(WorkerError):
+    """A retry gave up because ``Applier.keep_trying`` said no (the worker stops, or a rebalance is
+    taking its partitions). The applier has forgotten everything in memory and refuses records until
+    partitions are assigned again; nothing of the abandoned work was acked or marked done."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +169,9 @@ class Applier:
         # Causes Redis does not know: when first seen unknown, and when last looked up on the branch.
         self._cause_seen: dict[tuple[str, str], float] = {}
         self._cause_checked: dict[tuple[str, str], float] = {}
+        # Asked while a dependency keeps failing: False gives the step up (``StepAbandoned``) so the
+        # caller's lock is released. The intake says False while it stops or a revoke waits for it.
+        self.keep_trying: Callable[[], bool] = lambda: True
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -648,6 +663,11 @@ class Applier:
         The dependency gauge goes to 0 on a failure and back to 1 when the same call succeeds, so
         it recovers even when nothing else touches that dependency afterwards. ``dep`` is the
         service ``call`` talks to, stated by the caller (``what`` is only for the log).
+
+        Gives up when ``keep_trying()`` turns False while the call keeps failing (asked after each
+        failure and during the backoff): everything in memory is forgotten (``_abandon``) and
+        :class:`StepAbandoned` is raised, so the step releases its lock at once and its records stay
+        unacked for the partitions' next owner. A call that succeeds is never given up.
         """
         delay = 0.2
         attempt = 0
@@ -661,6 +681,8 @@ class Applier:
                 if on_error is not None:
                     on_error(exc)
                 self.metrics.dependency(dep, False)
+                if not self.keep_trying():
+                    self._give_up(what, attempt, exc)
                 log.warning(
                     "%s failed (attempt %d, retrying in %.1fs): %s: %s",
                     what,
@@ -669,13 +691,51 @@ class Applier:
                     type(exc).__name__,
                     exc,
                 )
-                await asyncio.sleep(delay)
+                await self._backoff(delay, what, attempt, exc)
                 delay = min(delay * 2, 10.0)
             else:
                 if attempt:
                     self.metrics.dependency(dep, True)
                     log.info("%s succeeded after %d failed attempt(s)", what, attempt)
                 return result
+
+    async def _backoff(self, delay: float, what: str, attempt: int, exc: Exception) -> None:
+        """Sleep ``delay`` seconds, giving up (``_give_up``) as soon as ``keep_trying()`` says no."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + delay
+        while (left := until - loop.time()) > 0:
+            await asyncio.sleep(min(left, GIVE_UP_CHECK_S))
+            if not self.keep_trying():
+                self._give_up(what, attempt, exc)
+
+    def _give_up(self, what: str, attempt: int, exc: Exception) -> NoReturn:
+        log.warning(
+            "%s failed (attempt %d): %s: %s; giving the step up (stopping or partitions revoked): "
+            "its records stay unacked for the next owner",
+            what,
+            attempt,
+            type(exc).__name__,
+            exc,
+        )
+        self._abandon()
+        raise StepAbandoned(f"{what} given up after {attempt} failed attempt(s): {type(exc).__name__}: {exc}") from exc
+
+    def _abandon(self) -> None:
+        """Forget all in-memory work after a give-up (the gate's "drop everything, restart from the
+        committed offsets"): a step left half done could otherwise release an effect whose cause's
+        commit was given up, or take a re-read event for a pending one. Every tracked partition is
+        fenced (its records are refused until it is assigned again: the revoke that made us give up
+        re-assigns, and aiokafka then resumes from the committed offsets), so nothing past the last
+        committed offset is ever acked. Marks and commits that landed stay: they are facts."""
+        for tp in self.tracker.partitions():
+            self.tracker.revoke(tp, fence=True)
+        self.gate = CausalGate(self.gate.timeout_s, self.gate.max_parked)
+        self.batches.take_all()
+        for table in (self._handles, self._consumed_at, self._records, self._parked_at):
+            table.clear()
+        self._cause_seen.clear()
+        self._cause_checked.clear()
+        self._repaired.clear()
 
     # --- output ---------------------------------------------------------------------------------
 

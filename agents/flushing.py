@@ -32,6 +32,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
+from models.errors import WorkerError
+
 log = logging.getLogger(__name__)
 
 
@@ -130,6 +132,9 @@ class FlushScheduler:
                 await self._flush(world)
         except asyncio.CancelledError:
             raise
+        except WorkerError as exc:  # gave up on purpose (stopping, revoking): no traceback
+            log.info("flush of world %s given up: %s", world, exc)
+            self._error = self._error or exc
         except BaseException as exc:  # noqa: BLE001 - kept and raised where the intake sees it
             log.exception("flush of world %s failed", world)
             self._error = self._error or exc

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Collection, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from agents.applier import Applier, RawRecord
+from agents.applier import Applier, RawRecord, StepAbandoned
 from agents.kafka_loop import KafkaLoop
 from monitoring.metrics import Metrics
 from streams.security import kafka_client_options
@@ -76,6 +76,9 @@ class ChangeIntake(KafkaLoop):
         self._committed: dict[TopicPartition, int] = {}
         # Partitions the applier was told are assigned (cleared by a revoke).
         self._taken: set[TopicPartition] = set()
+        # Revokes waiting for the lock or running: while > 0 (or stopping) a retry gives up.
+        self._revoking = 0
+        applier.keep_trying = self._keep_trying
         self.stats = {"polls": 0, "records": 0, "dropped_stale": 0, "commits": 0, "commit_failures": 0}
 
     @property
@@ -104,13 +107,19 @@ class ChangeIntake(KafkaLoop):
         await self.applier.dlq.start()  # type: ignore[attr-defined]
         log.info("change intake started: group %s, topics %s", self.settings.app_id, ", ".join(self.topics))
 
+    def _keep_trying(self) -> bool:
+        """The applier's retries go on unless the worker stops or a revoke waits for the lock."""
+        return not self._revoking and not self._stopping.is_set()
+
     async def stop(self) -> None:
         """Commit what is released and ack it, then leave the group, within ``shutdown_timeout_s``.
 
-        A step in flight holds the lock and retries a failing dependency without end; a SIGTERM must
-        still end the worker, so past the timeout it closes its clients without the final commit.
-        That is safe: nothing uncommitted is acked, and the next owner re-reads it (dedupe and the
-        branch's recorded offsets settle what did land).
+        A step in flight retrying a failing dependency gives up at its next failure once stopping
+        is set (``Applier.keep_trying``, ``StepAbandoned``), so the lock comes free within about
+        ``GIVE_UP_CHECK_S`` plus one call. The timeout stays as the last resort (a call that hangs
+        rather than fails): past it the clients close without the final commit. Both are safe:
+        nothing uncommitted is acked, and the next owner re-reads it (dedupe and the branch's
+        recorded offsets settle what did land).
         """
         self._stopping.set()
         try:
@@ -128,9 +137,18 @@ class ChangeIntake(KafkaLoop):
     async def _commit_and_close(self) -> None:
         async with self._lock:
             if self._consumer is not None:
-                await self.applier.flush_all()
+                await self._abandonable(self.applier.flush_all(), "final flush")
                 await self._commit(self.assignment())
         await super().stop()
+
+    async def _abandonable(self, work: Awaitable[Any], what: str) -> bool:
+        """Await applier ``work``; False if it gave up (``StepAbandoned``: stopping or revoking)."""
+        try:
+            await work
+        except StepAbandoned as exc:
+            log.warning("change intake: %s given up: %s", what, exc)
+            return False
+        return True
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -151,7 +169,7 @@ class ChangeIntake(KafkaLoop):
             # Adaptive batching: a poll that is not full means intake has caught up.
             self.applier.idle = self.settings.batch_flush_when_idle and len(records) < self.settings.batch_max_events
             if records:
-                await self.applier.process(records)
+                await self._abandonable(self.applier.process(records), "step")
             await self._commit(self.assignment())
         return len(records)
 
@@ -184,7 +202,7 @@ class ChangeIntake(KafkaLoop):
             async with self._lock:
                 if self._consumer is None:
                     continue
-                await self.applier.tick()
+                await self._abandonable(self.applier.tick(), "tick")
                 await self._commit(self.assignment())
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
@@ -222,19 +240,31 @@ class ChangeIntake(KafkaLoop):
     # --- rebalances -----------------------------------------------------------------------------
 
     async def on_revoked(self, revoked: Iterable[TopicPartition]) -> None:
-        """Before partitions move: commit what is released, ack it, forget the rest."""
+        """Before partitions move: commit what is released, ack it, forget the rest.
+
+        From before it waits for the lock until it is done, the applier's retries give up at their
+        next failure (``_keep_trying``): a step stuck on a failing dependency would otherwise hold
+        the lock, and the group's rebalance, for as long as the outage lasts. A step that gave up
+        left the applier empty and every partition fenced; aiokafka's revoke is the whole
+        assignment (eager protocol), so the assignment that follows takes them all again from the
+        committed offsets.
+        """
         tps = list(revoked)
-        async with self._lock:
-            self.generation += 1
-            await self.applier.flush_all()
-            try:
-                await self._commit(tps)
-            except KafkaError as exc:
-                log.warning("change intake: commit on revoke failed: %r", exc)
-            await self.applier.revoke([(tp.topic, tp.partition) for tp in tps])
-            for tp in tps:
-                self._taken.discard(tp)
-                self._committed.pop(tp, None)
+        self._revoking += 1
+        try:
+            async with self._lock:
+                self.generation += 1
+                await self._abandonable(self.applier.flush_all(), "flush on revoke")
+                try:
+                    await self._commit(tps)
+                except KafkaError as exc:
+                    log.warning("change intake: commit on revoke failed: %r", exc)
+                await self._abandonable(self.applier.revoke([(tp.topic, tp.partition) for tp in tps]), "revoke")
+                for tp in tps:
+                    self._taken.discard(tp)
+                    self._committed.pop(tp, None)
+        finally:
+            self._revoking -= 1
 
     async def on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         """A new assignment. No generation bump here: aiokafka may hand out records of the new

@@ -13,7 +13,9 @@ class name or message text. Areas and where their concrete errors live:
 * :class:`BrokerError` – Kafka, :class:`MarksError` – Redis (for our own refusals; the client
   libraries raise their own types, which callers attribute to a dependency explicitly);
 * :class:`WorldsError` – world management, reads, merges, publishes (``worlds``);
-* :class:`OperatorError` – operator tools that refuse a request (``ops``: replay, offsets; reconcile scope).
+* :class:`OperatorError` – operator tools that refuse a request (``ops``: replay, offsets; reconcile scope);
+* :class:`WorkerError` – the worker's own lifecycle (``agents``: ``StepAbandoned``, a step that gave up
+  retrying because the worker stops or its partitions are revoked).
 
 This module imports nothing of the project, so every layer may import it.
 """
@@ -59,3 +61,7 @@ class WorldsError(CausewayError):
 
 class OperatorError(CausewayError):
     """An operator tool refused a request (replay range, offset reset, reconcile scope ...)."""
+
+
+class WorkerError(CausewayError):
+    """The worker gave up work on purpose (it stops, or a rebalance takes its partitions)."""

@@ -149,8 +149,9 @@ class Settings:
     )
     shutdown_timeout_s: float = _opt(
         30.0,
-        "Most seconds a stopping worker spends committing what it holds; past it (a dependency keeps "
-        "failing) it leaves without committing, and the partitions' next owner re-reads those records.",
+        "Most seconds a stopping worker spends committing what it holds; past it (a call to a dependency "
+        "hangs: a failing one is given up at once) it leaves without committing, and the partitions' next "
+        "owner re-reads those records.",
     )
     flush_commit_budget: int = _opt(
         4,

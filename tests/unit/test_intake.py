@@ -12,11 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from agents.applier import Applier
 from agents.intake import ChangeIntake
-from tests.fakes import event, make
+from monitoring.metrics import Metrics
+from sinks.errors import NessieUnavailable
+from streams.settings import Settings
+from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event, make
 
 TOPIC = "onto.changes.objects"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -209,3 +214,85 @@ async def test_a_stop_while_a_step_retries_a_failing_dependency_ends_within_the_
     await asyncio.wait_for(intake.stop(), 5)  # hung here before: stop waited for the step's lock
     assert closed == [True] and consumer.commits == commits_before and committer.batches == []
     step.cancel()
+
+
+class NessieDown:
+    """A committer whose commits fail (Nessie unreachable) while ``down``; counts the attempts."""
+
+    def __init__(self) -> None:
+        self.inner = FakeCommitter()
+        self.down = True
+        self.attempts = 0
+        self.failing = asyncio.Event()
+
+    @property
+    def batches(self) -> list[Any]:
+        return self.inner.batches
+
+    async def commit_batch_async(self, batch: Any) -> Any:
+        self.attempts += 1
+        if self.down:
+            self.failing.set()
+            raise NessieUnavailable("connection refused")
+        return await self.inner.commit_batch_async(batch)
+
+
+def intake_with_nessie_down(consumer: FakeConsumer, pipelined: bool) -> tuple[ChangeIntake, NessieDown, FakeMarks]:
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, shutdown_timeout_s=60.0)
+    committer, marks = NessieDown(), FakeMarks()
+    applier = Applier(
+        settings,
+        marks=marks,
+        committer=committer,
+        dead_letters=FakeDlq(),
+        worlds=FakeWorlds(),
+        metrics=Metrics(),
+        clock=lambda: 100.0,
+        pipelined=pipelined,
+    )
+    intake = ChangeIntake(settings, applier)
+    intake._consumer = consumer  # type: ignore[assignment]
+    return intake, committer, marks
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["inline", "pipelined"])
+async def test_a_step_retrying_a_failing_commit_gives_up_when_its_partitions_are_revoked(pipelined: bool) -> None:
+    """Before: the step (or the background flush holding the applier's lock) retried the commit for
+    as long as Nessie was down, and the revoke waited for the lock just as long. Now the retry gives
+    up at its next failure: the lock comes free, nothing is acked or marked, and the applier keeps
+    nothing of the abandoned work (the re-read after the assignment is committed, not taken for a
+    copy of an event still pending)."""
+    consumer = FakeConsumer({P0})
+    intake, committer, marks = intake_with_nessie_down(consumer, pipelined)
+    consumer.polls.append({P0: [record(P0, 0, event(0)), record(P0, 1, event(1, caused_by="e0"))]})
+    step = asyncio.create_task(intake.step())
+    await asyncio.wait_for(committer.failing.wait(), 5)
+    await asyncio.wait_for(intake.on_revoked([P0]), 5)  # hung here before: the lock was never free
+    assert await asyncio.wait_for(step, 5) == 2
+    assert not intake._lock.locked() and not intake.applier.lock.locked()
+    # Nothing acked past the first record (pipelined, the step itself committed offset 0: nothing).
+    assert all(c[P0] == 0 for c in consumer.commits) and marks.marked == set() and committer.batches == []
+    assert intake.applier.tracker.in_flight() == 0 and intake.applier.tracker.committable((TOPIC, 0)) is None
+    # The next assignment re-reads from the committed offset (none yet: 0) with Nessie back.
+    committer.down = False
+    await intake.on_assigned([P0])
+    consumer.polls.append({P0: [record(P0, 0, event(0)), record(P0, 1, event(1, caused_by="e0"))]})
+    await intake.step()
+    await intake.applier.flush_all()
+    await intake._commit(consumer.assignment())
+    assert committed_ids(committer.inner) == ["e0", "e1"]
+    assert consumer.commits[-1] == {P0: 2} and marks.marked == {("prod", "e0"), ("prod", "e1")}
+
+
+async def test_a_stop_while_a_step_retries_a_failing_commit_gives_the_step_up_long_before_the_timeout() -> None:
+    consumer = FakeConsumer({P0})
+    intake, committer, marks = intake_with_nessie_down(consumer, pipelined=False)
+    consumer.polls.append({P0: [record(P0, 0, event(0)), record(P0, 1, event(1))]})
+    step = asyncio.create_task(intake.step())
+    await asyncio.wait_for(committer.failing.wait(), 5)
+    # shutdown_timeout_s is 60: a stop that returns within 5 s did not wait for the last resort.
+    await asyncio.wait_for(intake.stop(), 5)
+    assert await asyncio.wait_for(step, 5) == 2
+    assert not intake._lock.locked() and not intake.applier.lock.locked()
+    assert consumer.commits == [] and marks.marked == set() and committer.batches == []
+    assert intake.applier.tracker.in_flight() == 0
