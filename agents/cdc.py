@@ -256,14 +256,17 @@ class CdcIngest(KafkaLoop):
                 if rs and tp not in self._fetched_from:
                     self._fetched_from[tp] = rs[0].offset
             plan = self._plan(records)
-            keys = await self._decide_letters(plan)
+            decided: set[str] = set()
+            known: set[str] = set()
+            keys = await self._decide_letters(plan, decided, known)
             try:
                 try:
                     await self._produce(producer, plan.outgoing)
                 except MessageSizeTooLargeError as exc:
                     # The broker refused a record the limits let through: go record by record.
                     self._failed("broker-refused", exc)
-                    plan = await self._produce_one_by_one(records)
+                    plan, more = await self._produce_one_by_one(records, decided, known)
+                    keys += more
             except KafkaError as exc:
                 self._failed("produce", exc)
                 log.warning("cdc ingest: produce failed, re-reading the batch: %r", exc)
@@ -291,23 +294,36 @@ class CdcIngest(KafkaLoop):
         self._record(plan, committed_at)
         return len(records)
 
-    async def _decide_letters(self, plan: BatchPlan) -> list[str]:
+    async def _decide_letters(
+        self, plan: BatchPlan, decided: set[str] | None = None, known: set[str] | None = None
+    ) -> list[str]:
         """Leave out of ``plan`` the letters decided before (published, then a crash before the
         offset commit), record the others pending; returns their keys to confirm after the produce.
-        Redis unreachable: the letters go out undecided (at-least-once, as before), with a warning."""
+        Redis unreachable: the letters go out undecided (at-least-once, as before), with a warning.
+
+        ``decided`` and ``known`` carry one step's state into the one-record fallback, which plans
+        the batch again: origins found decided before (left out again, not asked again) and origins
+        this step recorded pending already (not recorded twice); both are updated here.
+        """
         decisions = self.decisions
         if decisions is None or not plan.dead_letters:
             return []
-        taken = await self._decision_call(decisions.taken([letter_key(dl) for dl in plan.dead_letters]))
-        if taken:
+        decided = set() if decided is None else decided
+        known = set() if known is None else known
+        ask = [k for k in map(letter_key, plan.dead_letters) if k not in decided and k not in known]
+        if ask:
+            decided |= await self._decision_call(decisions.taken(ask)) or set()
+        if decided:
             dlq = self.settings.dlq_topic
-            plan.dead_letters = [dl for dl in plan.dead_letters if letter_key(dl) not in taken]
+            plan.dead_letters = [dl for dl in plan.dead_letters if letter_key(dl) not in decided]
             plan.outgoing = [
                 o
                 for o in plan.outgoing
-                if o.topic != dlq or letter_key(DeadLetter.from_record(o.key, o.value, o.headers or [])) not in taken
+                if o.topic != dlq or letter_key(DeadLetter.from_record(o.key, o.value, o.headers or [])) not in decided
             ]
-        keys = await self._decision_call(decisions.publishing(plan.dead_letters, int(time.time() * 1000)))
+        new = [dl for dl in plan.dead_letters if letter_key(dl) not in known]
+        known.update(map(letter_key, new))
+        keys = await self._decision_call(decisions.publishing(new, int(time.time() * 1000)))
         return keys or []
 
     async def _decision_call(self, call: Any) -> Any:
@@ -333,12 +349,17 @@ class CdcIngest(KafkaLoop):
         futures = [await producer.send(o.topic, o.value, key=o.key, headers=o.headers) for o in outgoing]
         await asyncio.gather(*futures)
 
-    async def _produce_one_by_one(self, records: list[Any]) -> BatchPlan:
+    async def _produce_one_by_one(
+        self, records: list[Any], decided: set[str], known: set[str]
+    ) -> tuple[BatchPlan, list[str]]:
         """Produce a batch record by record (in order) on a new producer; dead-letter what is refused.
 
         The old producer is dropped: after a refused batch its idempotence sequence can no longer be
         trusted. Records already produced by the failed attempt are produced again (same bytes,
-        same event ids: the applier dedupes them).
+        same event ids: the applier dedupes them). Each record's plan goes through the same
+        dead-letter decisions as the batch's (``decided``, ``known``: see ``_decide_letters``): a
+        letter decided before is not sent again, a new one (``event-too-large``) is recorded
+        pending before it is sent; returns the merged plan and the keys to confirm.
         """
         old, self._producer = self._producer, self._new_producer()
         if old is not None:
@@ -347,19 +368,23 @@ class CdcIngest(KafkaLoop):
         await producer.start()
         await self.refresh_limits()
         merged = BatchPlan()
+        keys: list[str] = []
         for rec in records:
             plan = self._plan([rec])
+            keys += await self._decide_letters(plan, decided, known)
             key = (rec.topic, rec.partition, rec.offset)
             try:
                 await self._produce(producer, plan.outgoing)
             except MessageSizeTooLargeError as exc:
                 detail = f"the broker refused the change event produced from this record: {exc!r}"
                 plan = self._plan([rec], {key: detail})
+                keys += await self._decide_letters(plan, decided, known)
                 try:
                     await self._produce(producer, plan.outgoing)
                 except MessageSizeTooLargeError:
                     # Even the dead letter with the raw value is too large: send it without the value.
                     plan = self._plan([rec], {key: detail}, dlq_max_value_bytes=0)
+                    await self._decide_letters(plan, decided, known)  # recorded pending just above
                     await self._produce(producer, plan.outgoing)
                 log.warning("cdc ingest: %s/%s@%s dead-lettered as %s", rec.topic, rec.partition, rec.offset, TOO_LARGE)
             merged.outgoing.extend(plan.outgoing)
@@ -369,7 +394,7 @@ class CdcIngest(KafkaLoop):
             merged.dead_letters.extend(plan.dead_letters)
             for tp, off in plan.commit.items():
                 merged.commit[tp] = max(merged.commit.get(tp, 0), off)
-        return merged
+        return merged, keys
 
     def _failed(self, kind: str, exc: BaseException) -> None:
         if kind == "produce":

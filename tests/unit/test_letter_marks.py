@@ -3,6 +3,8 @@ redelivered, never decided again (issue 12, "exactly one dead letter with a reas
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -305,3 +307,79 @@ async def test_the_cdc_ingest_leaves_out_letters_decided_before_and_records_the_
     assert keys == [second] and store.values[second].startswith(b"p:")
     await ingest.decisions.published(keys)  # type: ignore[union-attr]
     assert store.values[second] == CONFIRMED
+
+
+class RefusingProducer:
+    """Sends to the DLQ succeed; sends to any other topic are refused as too large by the broker."""
+
+    def __init__(self, dlq: str, sent: list[tuple[str, dict[str, bytes]]]) -> None:
+        self.dlq, self.sent = dlq, sent
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, topic: str, value: bytes, key: bytes | None = None, headers: Any = None) -> Any:
+        from aiokafka.errors import MessageSizeTooLargeError
+
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if topic == self.dlq:
+            self.sent.append((topic, dict(headers or [])))
+            future.set_result(None)
+        else:
+            future.set_exception(MessageSizeTooLargeError())
+        return future
+
+
+class OnePollConsumer:
+    def __init__(self, records: list[Any]) -> None:
+        from aiokafka import TopicPartition
+
+        self.tp = TopicPartition(records[0].topic, records[0].partition)
+        self.polls = [{self.tp: records}]
+        self.commits: list[dict[Any, int]] = []
+
+    def assignment(self) -> set[Any]:
+        return {self.tp}
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> dict[Any, list[Any]]:
+        return self.polls.pop(0) if self.polls else {}
+
+    async def commit(self, offsets: dict[Any, int]) -> None:
+        self.commits.append(offsets)
+
+
+async def test_the_cdc_one_record_fallback_does_not_send_a_decided_letter_again_and_records_its_own() -> None:
+    """After the broker refuses a batch the ingest produces record by record, planning the batch
+    again. Before, that plan skipped the decisions: a record whose letter was confirmed before a
+    crash got a second letter, and the fallback's own ``event-too-large`` letter was never recorded
+    (a crash before the offset commit would have sent it again too)."""
+    from agents.cdc import CdcIngest
+    from agents.letter_marks import Decisions
+    from tests.debezium_records import MAPPING, SETTINGS, TOPIC, Rec, good
+
+    store = FakeDeadMarks()
+    ingest = CdcIngest(SETTINGS, MAPPING, decisions=Decisions(store))
+    sent: list[tuple[str, dict[str, bytes]]] = []
+    ingest._new_producer = lambda: RefusingProducer(SETTINGS.dlq_topic, sent)  # type: ignore[method-assign,assignment,return-value]  # noqa: SLF001
+
+    async def no_limits() -> None:
+        pass
+
+    ingest.refresh_limits = no_limits  # type: ignore[method-assign]
+    ingest._producer = ingest._new_producer()  # noqa: SLF001
+    # 10: dead-lettered (confirmed) by the run that crashed before its offset commit; 11: a good
+    # record the broker refuses; 12: a new bad record.
+    recs = [Rec(TOPIC, 0, 10, b"{broken"), Rec(TOPIC, 0, 11, good(1)), Rec(TOPIC, 0, 12, b"{also broken")]
+    consumer = OnePollConsumer(recs)
+    ingest._consumer = consumer  # type: ignore[assignment]  # noqa: SLF001
+    decided, too_large, fresh = (dead_key((TOPIC, 0, n), None) for n in (10, 11, 12))
+    await store.record([decided])
+    assert await ingest.step() == 3
+    letters = Counter(h["causeway.source.offset"] for _, h in sent)
+    assert letters[b"10"] == 0  # was 1: the fallback re-sent the decided letter
+    assert letters[b"11"] == 1 and letters[b"12"] >= 1  # 12: the refused batch's attempt, then the fallback
+    assert store.values[too_large] == CONFIRMED and store.values[fresh] == CONFIRMED  # 11 was unrecorded
+    assert [c[consumer.tp] for c in consumer.commits] == [13]
