@@ -172,6 +172,7 @@ def split_replays(
 class DecisionStore(Protocol):
     async def states(self, keys: Any) -> dict[str, bytes]: ...
     async def record(self, keys: Any, value: bytes = ...) -> int: ...
+    async def forget(self, states: Mapping[str, bytes]) -> int: ...
 
 
 LetterScan = Callable[[int], Awaitable[set[str]]]
@@ -206,8 +207,16 @@ class Decisions:
         found = open_keys & await self.scan(since) if self.scan is not None else set()
         if found:
             await self.store.record(found, CONFIRMED)
+        void = {k: states[k] for k in open_keys - found}
+        if void:
+            # The letter never went out: the decision is void and the record is decided afresh
+            # (recorded again if it is dead-lettered again). Left pending, every later lookup of the
+            # key (a redelivery before the offset commit, a producer-retry copy) would read the DLQ
+            # again until the TTL, although the record was applied or settled meanwhile. Deleted
+            # only if still as read (a decision confirmed since by a live worker stays).
+            await self.store.forget(void)
         self.pending_found += len(found)
-        self.pending_redecided += len(open_keys - found)
+        self.pending_redecided += len(void)
         log.info(
             "%d dead-letter decision(s) found pending: %d letter(s) in the DLQ (settled), %d decided again",
             len(open_keys),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
@@ -201,6 +201,18 @@ for i = 1, #KEYS do
   redis.call('SET', KEYS[i], ARGV[2], 'EX', ARGV[1])
 end
 return #KEYS
+"""
+
+# Deletes each key still holding the value it was read with (a decision confirmed since stays).
+FORGET_LUA = """
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i] then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  end
+end
+return n
 """
 
 
@@ -410,6 +422,14 @@ class DeadLetterMarks:
         if not groups:
             return 0
         return sum(await run_scripts(self._redis, RECORD_LUA, [(g, [self._ttl, value]) for g in groups]))
+
+    async def forget(self, states: Mapping[str, bytes]) -> int:
+        """Delete each key of ``states`` still holding its value there; one round trip. Returns how
+        many were deleted."""
+        groups = by_tag(states, CHUNK)
+        if not groups:
+            return 0
+        return sum(await run_scripts(self._redis, FORGET_LUA, [(g, [states[k] for k in g]) for g in groups]))
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -121,3 +121,20 @@ async def test_decisions_are_recorded_with_the_ttl_and_found_in_one_lookup(dl_se
         await marks._redis.delete(*keys)  # noqa: SLF001
     finally:
         await marks.close()
+
+
+async def test_a_void_pending_decision_is_deleted_unless_it_was_confirmed_since(
+    dl_settings: Settings, unique: str
+) -> None:
+    marks = DeadLetterMarks.from_url(dl_settings.redis_url, 120)
+    try:
+        void, confirmed_since = (dead_key((f"t-{unique}", 0, i), "w1") for i in (0, 1))
+        other_slot = dead_key((f"t-{unique}", 0, 2), None)
+        await marks.record([void, confirmed_since, other_slot], pending(1234))
+        read = await marks.states([void, confirmed_since, other_slot])
+        await marks.record([confirmed_since])  # a live worker's letter was confirmed after the read
+        assert await marks.forget(read) == 2
+        assert await marks.states([void, confirmed_since, other_slot]) == {confirmed_since: CONFIRMED}
+        await marks._redis.delete(confirmed_since)  # noqa: SLF001
+    finally:
+        await marks.close()

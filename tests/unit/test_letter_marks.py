@@ -44,6 +44,12 @@ class FakeDeadMarks:
         self.values.update(dict.fromkeys(keys, value))
         return len(keys)
 
+    async def forget(self, states: Any) -> int:
+        gone = [k for k, v in states.items() if self.values.get(k) == v]
+        for k in gone:
+            del self.values[k]
+        return len(gone)
+
 
 class Shared:
     """What outlives a worker: Redis (applied and dead-letter marks), the DLQ topic, the branch."""
@@ -269,6 +275,24 @@ async def test_killed_before_the_letter_went_out_the_redelivery_is_decided_again
     assert [(d.event_id, d.reason) for d in shared.dlq.letters] == [("e1", "cause-missing")]
     assert acks == ["h0"]
     assert set(shared.dead.values.values()) == {CONFIRMED}
+
+
+async def test_a_pending_decision_whose_letter_never_went_out_is_cleared_when_the_record_is_applied(
+    monkeypatch: Any,
+) -> None:
+    """Killed before the letter went out, the redelivered record is decided again and applied (its
+    cause arrived meanwhile). Before, its pending keys (origin and event) stayed until the TTL
+    (``dedupe_ttl_s``, 7 days), and every later lookup of them read the DLQ topic again: here a
+    producer-retry copy of the applied event at another offset."""
+    shared = Shared()
+    second = await _killed_after_the_letter(shared, monkeypatch, sent=False)
+    assert isinstance(shared.dlq, ScannableDlq)
+    acks = await second.process([rec(0, event(1, caused_by="e9")), rec(1, event(9))])
+    assert applied_from(shared) == [("e9", 1), ("e1", 0)]  # the cause first, in one commit
+    assert acks == ["h0", "h1"] and shared.dlq.letters == [] and shared.dlq.scans == 1
+    assert shared.dead.values == {}  # was: both keys still pending
+    acks = await second.process([rec(2, event(1, caused_by="e9"))])  # a producer-retry copy of e1
+    assert acks == ["h2"] and shared.dlq.scans == 1 and shared.dlq.letters == []
 
 
 def test_the_applier_s_reasons_about_valid_events_are_recorded_per_event() -> None:
