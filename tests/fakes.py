@@ -3,6 +3,7 @@ change records they are fed: shared by the unit and integration tests of the app
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from agents.applier import Applier, RawRecord
 from models.deadletter import DeadLetter
 from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
+from sinks.errors import NessieUnavailable
 from streams.settings import Settings
 
 
@@ -36,12 +38,39 @@ class FakeCommitter:
         return CommitOutcome(batch.world_id, batch.batch_id, "main", "h" * 64, 1, False, len(batch.events), 0, 0, 0.01)
 
 
+class NessieDown:
+    """A committer whose commits fail (Nessie unreachable) while ``down``; counts the attempts."""
+
+    def __init__(self) -> None:
+        self.inner = FakeCommitter()
+        self.down = True
+        self.attempts = 0
+        self.failing = asyncio.Event()
+
+    @property
+    def batches(self) -> list[Batch]:
+        return self.inner.batches
+
+    async def commit_batch_async(self, batch: Batch) -> CommitOutcome:
+        self.attempts += 1
+        if self.down:
+            self.failing.set()
+            raise NessieUnavailable("connection refused")
+        return await self.inner.commit_batch_async(batch)
+
+
 class FakeDlq:
     def __init__(self) -> None:
         self.letters: list[DeadLetter] = []
 
     async def publish(self, letters: Sequence[DeadLetter]) -> None:
         self.letters.extend(letters)
+
+    async def start(self) -> None:  # the intake starts its applier's publisher
+        pass
+
+    async def stop(self) -> None:
+        pass
 
 
 class FakeWorlds:

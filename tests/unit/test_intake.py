@@ -19,9 +19,8 @@ from aiokafka.structs import ConsumerRecord
 from agents.applier import Applier
 from agents.intake import ChangeIntake
 from monitoring.metrics import Metrics
-from sinks.errors import NessieUnavailable
 from streams.settings import Settings
-from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event, make
+from tests.fakes import FakeDlq, FakeMarks, FakeWorlds, NessieDown, event, make
 
 TOPIC = "onto.changes.objects"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -214,27 +213,6 @@ async def test_a_stop_while_a_step_retries_a_failing_dependency_ends_within_the_
     await asyncio.wait_for(intake.stop(), 5)  # hung here before: stop waited for the step's lock
     assert closed == [True] and consumer.commits == commits_before and committer.batches == []
     step.cancel()
-
-
-class NessieDown:
-    """A committer whose commits fail (Nessie unreachable) while ``down``; counts the attempts."""
-
-    def __init__(self) -> None:
-        self.inner = FakeCommitter()
-        self.down = True
-        self.attempts = 0
-        self.failing = asyncio.Event()
-
-    @property
-    def batches(self) -> list[Any]:
-        return self.inner.batches
-
-    async def commit_batch_async(self, batch: Any) -> Any:
-        self.attempts += 1
-        if self.down:
-            self.failing.set()
-            raise NessieUnavailable("connection refused")
-        return await self.inner.commit_batch_async(batch)
 
 
 def intake_with_nessie_down(consumer: FakeConsumer, pipelined: bool) -> tuple[ChangeIntake, NessieDown, FakeMarks]:

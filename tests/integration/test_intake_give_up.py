@@ -1,0 +1,92 @@
+"""A step stuck on a failing dependency gives up for a rebalance and a stop, with the real Kafka group.
+
+Nessie is a stand-in that refuses every commit (the real services must not be cut here: others use
+them); Kafka is real, so the rebalance, its revoke listener and the committed offsets are aiokafka's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from agents.applier import Applier
+from agents.intake import ChangeIntake
+from monitoring.metrics import Metrics
+from streams.settings import Settings
+from streams.topics import ensure_topics
+from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, NessieDown, event
+
+pytestmark = pytest.mark.integration
+
+
+def intake(settings: Settings, committer: FakeCommitter | NessieDown) -> ChangeIntake:
+    applier = Applier(
+        settings,
+        marks=FakeMarks(),
+        committer=committer,
+        dead_letters=FakeDlq(),
+        worlds=FakeWorlds(),
+        metrics=Metrics(),
+        pipelined=True,
+    )
+    return ChangeIntake(settings, applier)
+
+
+async def until(check: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not reached in time"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_worker_stuck_on_a_failing_commit_lets_a_rebalance_and_its_stop_through(
+    settings: Settings, unique: str
+) -> None:
+    """Worker A reads two events and retries their commit (Nessie down); worker B joins the group.
+    Before, A's revoke listener waited for the lock A's step held for as long as the outage lasted,
+    so the group's rebalance stalled until the broker evicted A (its poll interval, 5 minutes).
+    Now A's step gives up, the rebalance completes, A stops long before its shutdown timeout, and B
+    commits both events from offset 0: A acked nothing."""
+    s = settings.replace(
+        app_id=f"giveup-{unique}",
+        objects_topic=f"objects-giveup-{unique}",
+        links_topic=f"links-giveup-{unique}",
+        dlq_topic=f"dlq-giveup-{unique}",
+        topic_partitions=1,
+        batch_max_events=100,
+        batch_max_seconds=0.0,
+        shutdown_timeout_s=120.0,
+    )
+    await ensure_topics(s)
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
+    await producer.start()
+    try:
+        for n in (0, 1):
+            await producer.send_and_wait(s.objects_topic, event(n), key=f"prod::p{n}".encode(), partition=0)
+    finally:
+        await producer.stop()
+    down, healthy = NessieDown(), FakeCommitter()
+    a, b = intake(s, down), intake(s, healthy)
+    await a.start()
+    runs = [asyncio.create_task(a.run())]
+    try:
+        await asyncio.wait_for(down.failing.wait(), 60)
+        await b.start()
+        runs.append(asyncio.create_task(b.run()))
+        await until(lambda: a.generation >= 1, 60)  # A's revoke ran: it needed the lock A's step held
+        started = time.monotonic()
+        await asyncio.wait_for(a.stop(), 30)
+        assert time.monotonic() - started < s.shutdown_timeout_s
+        await until(lambda: [e.event_id for bt in healthy.batches for e in bt.events] == ["e0", "e1"], 90)
+        assert down.batches == [] and a.applier.tracker.in_flight() == 0
+        await until(lambda: 2 in b._committed.values(), 30)  # noqa: SLF001
+    finally:
+        await a.stop()
+        await b.stop()
+        for run in runs:
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
