@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from urllib.parse import urlparse
 
 
 class CuttableProxy:
@@ -69,3 +70,10 @@ class CuttableProxy:
         self._call(self._cut())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+
+def proxied(url: str) -> tuple[CuttableProxy, str]:
+    """A started proxy to the service at ``url``, and ``url`` with its port replaced by the proxy's."""
+    parsed = urlparse(url)
+    proxy = CuttableProxy(parsed.hostname or "127.0.0.1", parsed.port or 0)
+    return proxy, url.replace(f":{parsed.port}", f":{proxy.start()}", 1)

@@ -1,24 +1,30 @@
 """A step stuck on a failing dependency gives up for a rebalance and a stop, with the real Kafka group.
 
-Nessie is a stand-in that refuses every commit (the real services must not be cut here: others use
-them); Kafka is real, so the rebalance, its revoke listener and the committed offsets are aiokafka's.
+The real services must not be cut here (others use them): Nessie is either a stand-in that refuses
+every commit, or reached through a proxy the test cuts; Kafka is real, so the rebalance, its revoke
+listener and the committed offsets are aiokafka's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from agents.applier import Applier
 from agents.intake import ChangeIntake
+from cli.workload import generate
 from monitoring.metrics import Metrics
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, NessieDown, event
+from tests.integration.pipeline import Pipeline, assert_matches_model
+from tests.integration.proxy import proxied
 
 pytestmark = pytest.mark.integration
 
@@ -90,3 +96,33 @@ async def test_a_worker_stuck_on_a_failing_commit_lets_a_rebalance_and_its_stop_
         for run in runs:
             run.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
+
+
+async def test_a_worker_stopped_during_a_nessie_outage_exits_at_once_and_loses_nothing(
+    unique: str, tmp_path: Path
+) -> None:
+    """A real worker whose Nessie connection is cut (a proxy: the shared server keeps running) is
+    retrying its commits when it gets SIGTERM. Before, it waited out ``CAUSEWAY_SHUTDOWN_TIMEOUT_S``
+    (120 s here) with its step holding the intake's lock; now the step gives up and the worker exits
+    within seconds, having acked nothing: the next worker applies every event once."""
+    proxy, nessie_url = proxied(Settings.from_env().nessie_url)
+    pipe = await Pipeline.create(unique, tmp_path, nessie_url=nessie_url, shutdown_timeout_s=120.0)
+    try:
+        wl = generate(pipe.params(events=600, worlds=2, keys=40, seed=61))
+        worker = pipe.start_worker()
+        proxy.cut()
+        await pipe.publish(wl.records)
+        await until(lambda: "retrying in" in worker.log.read_text(), 120)
+        started = time.monotonic()
+        pipe.kill(worker, signal.SIGTERM)  # waits for the exit (at most 60 s)
+        assert time.monotonic() - started < 30, "the stop waited for the shutdown timeout"
+        assert "giving the step up" in worker.log.read_text()
+        assert await pipe.lag() > 0, "nothing may be acked while Nessie is down"
+        proxy.restore()
+        pipe.start_worker()
+        await pipe.wait_drained(timeout=180)
+        assert len(await pipe.dead_letters()) == wl.bad_count
+        assert_matches_model(pipe, wl.valid_events)
+    finally:
+        pipe.stop_all()
+        proxy.close()
