@@ -259,12 +259,15 @@ class CdcIngest(KafkaLoop):
             decided: set[str] = set()
             known: set[str] = set()
             keys = await self._decide_letters(plan, decided, known)
+            sent: list[tuple[Outgoing, asyncio.Future[Any]]] = []
             try:
                 try:
-                    await self._produce(producer, plan.outgoing)
+                    await self._produce(producer, plan.outgoing, sent)
                 except MessageSizeTooLargeError as exc:
                     # The broker refused a record the limits let through: go record by record.
                     self._failed("broker-refused", exc)
+                    # Letters the broker took from the refused batch are not sent a second time.
+                    decided |= await self._letters_delivered(sent)
                     plan, more = await self._produce_one_by_one(records, decided, known)
                     keys += more
             except KafkaError as exc:
@@ -344,10 +347,28 @@ class CdcIngest(KafkaLoop):
         return plan_batch(records, self.mapping, self.settings, now_ms, dlq_max, self.limits, too_large)
 
     @staticmethod
-    async def _produce(producer: AIOKafkaProducer, outgoing: Sequence[Outgoing]) -> None:
-        """Hand every record to the producer, then wait for all acknowledgements."""
+    async def _produce(
+        producer: AIOKafkaProducer,
+        outgoing: Sequence[Outgoing],
+        sent: list[tuple[Outgoing, asyncio.Future[Any]]] | None = None,
+    ) -> None:
+        """Hand every record to the producer, then wait for all acknowledgements (``sent``: each
+        record handed over and its delivery future, for a caller that needs to know which landed)."""
         futures = [await producer.send(o.topic, o.value, key=o.key, headers=o.headers) for o in outgoing]
+        if sent is not None:
+            sent.extend(zip(outgoing, futures, strict=True))
         await asyncio.gather(*futures)
+
+    async def _letters_delivered(self, sent: Sequence[tuple[Outgoing, asyncio.Future[Any]]]) -> set[str]:
+        """Decision keys of the dead letters among ``sent`` that the broker acknowledged (waits for
+        every delivery to end first)."""
+        await asyncio.gather(*(f for _, f in sent), return_exceptions=True)
+        dlq = self.settings.dlq_topic
+        return {
+            letter_key(DeadLetter.from_record(o.key, o.value, o.headers or []))
+            for o, f in sent
+            if o.topic == dlq and not f.cancelled() and f.exception() is None
+        }
 
     async def _produce_one_by_one(
         self, records: list[Any], decided: set[str], known: set[str]

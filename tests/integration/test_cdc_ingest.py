@@ -541,10 +541,10 @@ async def test_status_shows_records_waiting_while_produce_fails_and_clears_after
     real_produce = ingest._produce
     failing = True
 
-    async def produce(producer: Any, outgoing: Any) -> None:
+    async def produce(producer: Any, outgoing: Any, *sent: Any) -> None:
         if failing:
             raise KafkaConnectionError("injected: broker unreachable")
-        await real_produce(producer, outgoing)
+        await real_produce(producer, outgoing, *sent)
 
     ingest._produce = produce  # type: ignore[method-assign]
     task = asyncio.create_task(ingest.run())
