@@ -135,24 +135,15 @@ def _dead_letter(
     event_id: str | None = None,
 ) -> None:
     """Add the dead letter of a raw record to the plan; a value over the limit travels without its bytes."""
-    value = rec.value
-    if value is not None and len(value) > dlq_max_value_bytes:
-        detail = (
-            f"{detail} (value of {len(value)} bytes omitted; re-read it from {rec.topic}/{rec.partition}@{rec.offset})"
-        )
-        value = None
-    dl = DeadLetter(
-        reason=reason,
-        detail=detail,
-        topic=rec.topic,
-        partition=rec.partition,
-        offset=rec.offset,
-        key=rec.key,
-        value=value,
+    dl = DeadLetter.of_record(
+        rec,
+        reason,
+        detail,
         event_id=event_id,
         world_id=world_id,
+        headers=list(rec.headers or ()),
         first_seen_ms=now_ms,
-        original_headers=list(rec.headers or ()),
+        max_value_bytes=dlq_max_value_bytes,
     )
     plan.dead_letters.append(dl)
     plan.rejected[reason] += 1
