@@ -17,7 +17,7 @@ from typing import Protocol
 
 from cdc.convert import Converted, Ignored, Position, convert
 from cdc.mapping import CdcMapping
-from models.deadletter import DeadLetter
+from models.deadletter import DeadLetter, SourceRecord
 from models.events import EntityKind
 from streams.settings import Settings
 
@@ -27,19 +27,9 @@ RECORD_OVERHEAD_BYTES = 256
 TOO_LARGE = "event-too-large"
 
 
-class RawRecord(Protocol):
+class RawRecord(SourceRecord, Protocol):
     """What the planner needs of a consumed record (aiokafka's ConsumerRecord has it)."""
 
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
     @property
     def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
