@@ -112,6 +112,22 @@ def _scan(catalog: NessieCatalog, namespace: str, table: str, columns: tuple[str
     return scan_rows(open_table(catalog, namespace, table), columns)
 
 
+_ROW = ("version", "properties", "deleted")
+
+
+def _live(rows: list[Row], type_column: str, pk_column: str) -> dict[str, dict[str, Any]]:
+    """pk -> {type, version, properties} of the rows that are not tombstones."""
+    return {
+        row[pk_column]: {
+            "type": row[type_column],
+            "version": row["version"],
+            "properties": orjson.loads(row["properties"]) if row["properties"] else None,
+        }
+        for row in rows
+        if not row["deleted"]
+    }
+
+
 def read_branch(settings: Settings, ref: str, catalog: NessieCatalog | None = None) -> BranchState:
     """Live objects and links (tombstones left out) and the event-id multiset of ``ref``."""
     cat = (catalog or NessieCatalog.from_settings(settings, settings.main_branch)).at(ref)
@@ -119,20 +135,9 @@ def read_branch(settings: Settings, ref: str, catalog: NessieCatalog | None = No
     state = BranchState(ref)
     for row in _scan(cat, ns, ENTITY_EVENTS, ("event_id",)):
         state.event_ids[row["event_id"]] += 1
-    for row in _scan(cat, ns, ENTITY_COMMON, ("object_type_id", "object_pk", "version", "properties", "deleted")):
-        if not row["deleted"]:
-            state.objects[row["object_pk"]] = {
-                "type": row["object_type_id"],
-                "version": row["version"],
-                "properties": orjson.loads(row["properties"]) if row["properties"] else None,
-            }
-    for row in _scan(cat, ns, ENTITY_EDGE, ("link_type", "link_pk", "version", "properties", "deleted")):
-        if not row["deleted"]:
-            state.links[row["link_pk"]] = {
-                "type": row["link_type"],
-                "version": row["version"],
-                "properties": orjson.loads(row["properties"]) if row["properties"] else None,
-            }
+    common = _scan(cat, ns, ENTITY_COMMON, ("object_type_id", "object_pk", *_ROW))
+    state.objects = _live(common, "object_type_id", "object_pk")
+    state.links = _live(_scan(cat, ns, ENTITY_EDGE, ("link_type", "link_pk", *_ROW)), "link_type", "link_pk")
     return state
 
 
