@@ -280,7 +280,7 @@ class Reconciler:
     def _events(events: Any, world: str, event_ids: list[str]) -> list[ChangeEvent]:
         """The full log rows of ``event_ids`` as change events, in the given order."""
         found: dict[str, ChangeEvent] = {}
-        for r in rows_matching(events, "event_id", event_ids, EVENT_COLUMNS):
+        for r in rows_matching(events, "event_id", event_ids, EVENT_COLUMNS, chunk=1000):
             found.setdefault(r["event_id"], _event(world, r))
         return [found[e] for e in event_ids]
 

@@ -47,9 +47,6 @@ Row = dict[str, Any]
 RowProgress = Callable[[str, int, int | None], None]
 """``(table, rows just read, rows in the table or None)``."""
 
-#: Values per ``IN`` filter of :func:`rows_matching` (pyiceberg plans a large ``In`` slowly).
-IN_CHUNK = 1000
-
 
 def open_table(catalog: NessieCatalog, namespace: str, table: str) -> Table | None:
     """The table at the catalog's reference, or None when the branch has no such table yet."""
@@ -94,16 +91,18 @@ def scan_rows(
     return rows
 
 
-def rows_matching(table: Table | None, column: str, values: Iterable[str], columns: Iterable[str]) -> list[Row]:
-    """Rows of ``table`` whose ``column`` is one of ``values`` (``IN`` filters of :data:`IN_CHUNK` values)."""
+def rows_matching(
+    table: Table | None, column: str, values: Iterable[str], columns: Iterable[str], *, chunk: int | None = None
+) -> list[Row]:
+    """Rows of ``table`` whose ``column`` is one of ``values``: one ``IN`` filter, or one per ``chunk`` values."""
     wanted = list(dict.fromkeys(values))
     if table is None or not wanted:
         return []
     fields = present(table, columns)
+    step = chunk or len(wanted)
     rows: list[Row] = []
-    for i in range(0, len(wanted), IN_CHUNK):
-        chunk = wanted[i : i + IN_CHUNK]
-        scan = table.scan(row_filter=In(column, chunk), selected_fields=fields)  # type: ignore[call-arg, arg-type]
+    for i in range(0, len(wanted), step):
+        scan = table.scan(row_filter=In(column, wanted[i : i + step]), selected_fields=fields)  # type: ignore[call-arg, arg-type]
         rows.extend(scan.to_arrow().to_pylist())
     return rows
 
