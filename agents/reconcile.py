@@ -43,8 +43,6 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as KafkaTP
-from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.expressions import In
 
 from agents.reconcile_plan import (
     ControlCount,
@@ -68,6 +66,7 @@ from sinks.catalog import NessieCatalog
 from sinks.committer import PROP_BATCH, PROP_WORLD, BatchCommitter, stage_replacement
 from sinks.errors import BranchMissing
 from sinks.nessie import SyncNessieClient
+from sinks.readback import open_table, rows_matching, scan_rows
 from sinks.rowdelta import read_state
 from sinks.rows import projection_arrow
 from sinks.tables import COMMON, EVENTS, contracts
@@ -199,17 +198,12 @@ class Reconciler:
     ) -> RunReport:
         ns = self.settings.namespace
         report = RunReport(world, head=base, dry_run=dry_run)
-        try:
-            events = cat.load_table((ns, EVENTS.name))
-        except NoSuchTableError:
-            events = None
+        events = open_table(cat, ns, EVENTS.name)
         log_rows: list[dict[str, Any]] = []
         if events is not None:
-            scan = events.scan(
-                row_filter=f"kind = '{EntityKind.OBJECT.value}' AND applied = true",
-                selected_fields=KEY_COLUMNS + (("batch_seq",) if "batch_seq" in events.schema().column_names else ()),
-            ).to_arrow()
-            rows = scan.to_pylist()
+            rows = scan_rows(
+                events, (*KEY_COLUMNS, "batch_seq"), where=f"kind = '{EntityKind.OBJECT.value}' AND applied = true"
+            )
             # Commit order: committed_at (taken per attempt, so a retried batch sorts after the commit
             # it lost to), then the batch's order: batch_seq, or read order for rows written without it.
             log_rows = [
@@ -286,11 +280,8 @@ class Reconciler:
     def _events(events: Any, world: str, event_ids: list[str]) -> list[ChangeEvent]:
         """The full log rows of ``event_ids`` as change events, in the given order."""
         found: dict[str, ChangeEvent] = {}
-        for i in range(0, len(event_ids), 1000):
-            chunk = event_ids[i : i + 1000]
-            scan = events.scan(row_filter=In("event_id", chunk), selected_fields=EVENT_COLUMNS).to_arrow()  # type: ignore[call-arg,arg-type]
-            for r in scan.to_pylist():
-                found.setdefault(r["event_id"], _event(world, r))
+        for r in rows_matching(events, "event_id", event_ids, EVENT_COLUMNS, chunk=1000):
+            found.setdefault(r["event_id"], _event(world, r))
         return [found[e] for e in event_ids]
 
 

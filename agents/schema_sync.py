@@ -537,17 +537,7 @@ class SchemaSync(KafkaLoop):
     async def _dead_letter(self, rec: Any, reason: str, detail: str, change_id: str | None, world: str | None) -> None:
         if self._producer is None:
             return
-        dl = DeadLetter(
-            reason=reason,
-            detail=detail,
-            topic=rec.topic,
-            partition=rec.partition,
-            offset=rec.offset,
-            key=rec.key,
-            value=rec.value,
-            event_id=change_id,
-            world_id=world,
-        )
+        dl = DeadLetter.of_record(rec, reason, detail, event_id=change_id, world_id=world)
         await self._producer.send_and_wait(self.settings.dlq_topic, dl.value, key=dl.key, headers=dl.headers())
 
     def summary(self) -> Mapping[str, Any]:

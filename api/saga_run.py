@@ -12,12 +12,12 @@ import logging
 import time
 
 from aiokafka import AIOKafkaProducer
-from pyiceberg.expressions import In
 
 from api import world_manager_pb2 as pb
 from api.saga import SagaOutcome, SagaRefused, compensations, validate_events
 from models.events import ChangeEvent, EntityKind
 from models.schema import TypeSchema
+from sinks.readback import rows_matching
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS, contracts
 from streams.settings import Settings
 from worlds.api import Worlds
@@ -113,8 +113,7 @@ class ApplyChangesSaga:
         log_table = w.table(head.pinned, ENTITY_EVENTS)
         if log_table is None:
             return None
-        rows = log_table.scan(row_filter=In("event_id", ids), selected_fields=("event_id", "applied")).to_arrow()  # type: ignore[call-arg,arg-type]
-        seen = dict(zip(rows.column("event_id").to_pylist(), rows.column("applied").to_pylist(), strict=True))
+        seen = {r["event_id"]: r["applied"] for r in rows_matching(log_table, "event_id", ids, ("event_id", "applied"))}
         if not all(i in seen for i in ids):
             return None
         return head.hash, {i for i, a in seen.items() if a}

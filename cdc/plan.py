@@ -17,7 +17,7 @@ from typing import Protocol
 
 from cdc.convert import Converted, Ignored, Position, convert
 from cdc.mapping import CdcMapping
-from models.deadletter import DeadLetter
+from models.deadletter import DeadLetter, SourceRecord
 from models.events import EntityKind
 from streams.settings import Settings
 
@@ -27,19 +27,9 @@ RECORD_OVERHEAD_BYTES = 256
 TOO_LARGE = "event-too-large"
 
 
-class RawRecord(Protocol):
+class RawRecord(SourceRecord, Protocol):
     """What the planner needs of a consumed record (aiokafka's ConsumerRecord has it)."""
 
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
     @property
     def headers(self) -> Sequence[tuple[str, bytes]]: ...
 
@@ -135,24 +125,15 @@ def _dead_letter(
     event_id: str | None = None,
 ) -> None:
     """Add the dead letter of a raw record to the plan; a value over the limit travels without its bytes."""
-    value = rec.value
-    if value is not None and len(value) > dlq_max_value_bytes:
-        detail = (
-            f"{detail} (value of {len(value)} bytes omitted; re-read it from {rec.topic}/{rec.partition}@{rec.offset})"
-        )
-        value = None
-    dl = DeadLetter(
-        reason=reason,
-        detail=detail,
-        topic=rec.topic,
-        partition=rec.partition,
-        offset=rec.offset,
-        key=rec.key,
-        value=value,
+    dl = DeadLetter.of_record(
+        rec,
+        reason,
+        detail,
         event_id=event_id,
         world_id=world_id,
+        headers=list(rec.headers or ()),
         first_seen_ms=now_ms,
-        original_headers=list(rec.headers or ()),
+        max_value_bytes=dlq_max_value_bytes,
     )
     plan.dead_letters.append(dl)
     plan.rejected[reason] += 1

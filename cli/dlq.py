@@ -15,7 +15,7 @@ import click
 import orjson
 
 from cli.errors import Incomplete
-from cli.options import iso_ms, parse_time
+from cli.options import iso_ms, not_negative, parse_time
 from cli.progress import Progress
 from cli.summary import now, summary
 from ops.redrive.plan import DlqFilter
@@ -71,13 +71,7 @@ def dlq() -> None:
 
 @dlq.command("list")
 @_dlq_filter_options
-@click.option(
-    "--limit",
-    default=50,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Show at most this many, newest last (0: all).",
-)
+@not_negative("--limit", default=50, help="Show at most this many, newest last (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.pass_obj
 def dlq_list(settings: Settings, limit: int, as_json: bool, **kw: Any) -> None:
@@ -166,13 +160,7 @@ def dlq_show(settings: Settings, ref_or_event_id: str) -> None:
 @click.option("--all", "all_", is_flag=True, help="Redrive every letter (needed when no filter is given).")
 @click.option("--force", is_flag=True, help="Also send letters that still fail validation or whose world is missing.")
 @click.option("--again", is_flag=True, help="Also send letters that were redriven before.")
-@click.option(
-    "--show",
-    default=20,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="List at most this many per-letter decisions.",
-)
+@not_negative("--show", default=20, help="List at most this many per-letter decisions.")
 @click.option("--dry-run", is_flag=True, help="Show the decision for each letter; send nothing.")
 @click.pass_obj
 def dlq_redrive(settings: Settings, all_: bool, force: bool, again: bool, show: int, dry_run: bool, **kw: Any) -> None:

@@ -1,13 +1,26 @@
-"""Option values shared by the operator commands (replay, dlq, offsets): times and the default topics."""
+"""Options and option values shared by the operator commands (replay, dlq, offsets): counts and
+durations that cannot go below zero, times, and the default topics."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import click
 
 from streams.settings import Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def not_negative(*decls: str, default: float, help: str) -> Callable[[F], F]:
+    """An option whose default ``--help`` shows and that refuses a value below 0.
+
+    An ``int`` default makes it a count (``--limit``, ``--show``), a ``float`` one a duration in seconds.
+    """
+    kind = click.IntRange(min=0) if isinstance(default, int) else click.FloatRange(min=0)
+    return click.option(*decls, default=default, show_default=True, type=kind, help=help)
 
 
 def parse_time(value: str | None) -> int | None:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from cli.errors import CommandError, Exit, Incomplete
-from cli.options import change_topics, iso_ms, parse_time
+from cli.options import change_topics, iso_ms, not_negative, parse_time
 from cli.progress import Progress
 from cli.summary import now, summary
 from cli.worlds import commit_hash
@@ -52,13 +52,7 @@ from worlds.manager import WorldError, WorldManager
     "--into-existing", is_flag=True, help="With --into-world: allow a world that already exists (it is written to)."
 )
 @click.option("--confirm-prod", is_flag=True, help="With --into-world prod --into-existing: yes, the production world.")
-@click.option(
-    "--wait-parked",
-    default=5.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds to wait at the end for parked causes.",
-)
+@not_negative("--wait-parked", default=5.0, help="Seconds to wait at the end for parked causes.")
 @click.option(
     "--max-records",
     "stop_after",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 H_REASON = "causeway.reason"
 H_DETAIL = "causeway.detail"
@@ -34,6 +35,21 @@ H_REDRIVE = "causeway.redrive_count"
 OUR_PREFIX = "causeway."
 
 Headers = list[tuple[str, bytes]]
+
+
+class SourceRecord(Protocol):
+    """What a dead letter needs of the record it rejects (aiokafka's ConsumerRecord has it)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,42 @@ class DeadLetter:
             out.append((H_WORLD_ID, self.world_id[:100].encode()))
         out.extend((k, v) for k, v in self.original_headers if not k.startswith(OUR_PREFIX))
         return out
+
+    @classmethod
+    def of_record(
+        cls,
+        rec: SourceRecord,
+        reason: str,
+        detail: str,
+        *,
+        event_id: str | None = None,
+        world_id: str | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        first_seen_ms: int | None = None,
+        max_value_bytes: int | None = None,
+    ) -> DeadLetter:
+        """The dead letter of ``rec``, rejected for ``reason``: its key, value and ``headers`` unchanged.
+
+        A value over ``max_value_bytes`` travels without its bytes; the detail says where to re-read it.
+        """
+        value = rec.value
+        if value is not None and max_value_bytes is not None and len(value) > max_value_bytes:
+            where = f"{rec.topic}/{rec.partition}@{rec.offset}"
+            detail = f"{detail} (value of {len(value)} bytes omitted; re-read it from {where})"
+            value = None
+        return cls(
+            reason=reason,
+            detail=detail,
+            topic=rec.topic,
+            partition=rec.partition,
+            offset=rec.offset,
+            key=rec.key,
+            value=value,
+            event_id=event_id,
+            world_id=world_id,
+            first_seen_ms=int(time.time() * 1000) if first_seen_ms is None else first_seen_ms,
+            original_headers=list(headers),
+        )
 
     @classmethod
     def from_record(

@@ -19,6 +19,9 @@ branch is gone" from a missing table or commit.
 
 :func:`commit_loop` is the policy alone, over injected ``open``/``attempt``/``lookup``/``sleep``
 callables (tested in milliseconds with fakes); :class:`Occ` binds it to a Nessie client and catalog.
+:func:`commit_operations` binds it to a client alone, for writers whose commit is a list of prepared
+Nessie operations rather than staged pyiceberg updates (a rollback's restored table pointers, a
+release marker, a publish-log entry); their commit id rides in ``causeway.write_id``.
 """
 
 from __future__ import annotations
@@ -26,19 +29,23 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from sinks.catalog import NessieCatalog
 from sinks.errors import BranchMissing, CommitStateUnknown, NessieConflict, NessieNotFound, RetriesExhausted
-from sinks.nessie import SyncNessieClient
+from sinks.nessie import Operation, SyncNessieClient
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
 #: The commit property that carries a writer's commit id (batch id, ``schema:<id>``, ``reconcile:<id>``...).
 PROP_COMMIT_ID = "causeway.batch_id"
+#: The commit id of a writer whose commits are not event batches (rollback, release marker, publish
+#: log): history readers count every ``causeway.batch_id`` as an event batch, so these use their own.
+PROP_WRITE_ID = "causeway.write_id"
 
 T = TypeVar("T")
 
@@ -218,3 +225,82 @@ class Occ:
             on_retry=on_retry,
             sleep=self.sleep,
         )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One commit of prepared Nessie operations, decided against the head an attempt pinned."""
+
+    operations: Sequence[Operation]
+    message: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Where an operations commit landed (None: ``prepare`` found nothing to do) after how many attempts."""
+
+    hash: str | None
+    attempts: int
+
+
+class _Head:
+    """The session of an operations commit: pins the branch head; nothing is staged, nothing to discard."""
+
+    def __init__(self, client: SyncNessieClient, branch: str) -> None:
+        self.client, self.branch = client, branch
+
+    def begin(self) -> str:
+        return self.client.get_reference(self.branch).hash
+
+    def discard(self) -> None:
+        pass
+
+
+def commit_operations(
+    client: SyncNessieClient,
+    branch: str,
+    prepare: Callable[[str, int], Prepared | None],
+    *,
+    policy: RetryPolicy,
+    what: str,
+    author: str,
+    commit_id: str | None = None,
+    on_retry: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Committed:
+    """Commit ``prepare(base, attempt)``'s operations on ``branch`` expecting ``base``, through :func:`commit_loop`.
+
+    ``prepare`` decides against the pinned head ``base`` on every attempt (None: nothing to commit).
+    ``commit_id`` (a fresh uuid by default) is written as ``causeway.write_id`` and searched for
+    when an outcome is unknown, so a commit that landed is never made twice.
+    """
+    cid = commit_id or uuid.uuid4().hex
+
+    def attempt(session: _Head, base: str, n: int) -> Committed:
+        prepared = prepare(base, n)
+        if prepared is None:
+            return Committed(None, n)
+        result = client.commit(
+            branch,
+            base,
+            list(prepared.operations),
+            message=prepared.message,
+            author=author,
+            properties={**prepared.properties, PROP_WRITE_ID: cid},
+        )
+        return Committed(result.hash, n)
+
+    def lookup(since: str | None) -> str | None:
+        return find_commit(client, branch, cid, since=since, id_property=PROP_WRITE_ID)
+
+    return commit_loop(
+        lambda: _Head(client, branch),
+        attempt,
+        policy=policy,
+        what=what,
+        lookup=lookup,
+        landed=Committed,
+        on_retry=on_retry,
+        sleep=sleep,
+    )

@@ -1,10 +1,11 @@
-"""Commit table pointers to a branch in one Nessie commit, expecting a hash.
+"""Table pointers as the operations of one Nessie commit, for writers that prepare metadata files.
 
 For writers that prepare whole metadata files themselves (a rollback restores earlier table
 states) rather than staging pyiceberg updates through ``NessieCatalog``: each table's new metadata
 location is PUT (with the current content id), tables to drop are DELETEd, and tables that must
 not have moved are sent as UNCHANGED, so Nessie refuses the commit if any of them changed since
-``expected_hash`` (its rebase over unrelated commits never hides a change to these keys).
+the expected hash (its rebase over unrelated commits never hides a change to these keys). The
+operations are committed through the one commit loop, :func:`sinks.occ.commit_operations`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sinks.errors import ContentKey
-from sinks.nessie import CommitResult, Operation, SyncNessieClient
+from sinks.nessie import Operation
 
 
 @dataclass(frozen=True)
@@ -39,22 +40,16 @@ class TablePointer:
         )
 
 
-def commit_pointers(
-    client: SyncNessieClient,
-    branch: str,
-    expected_hash: str,
+def pointer_operations(
     *,
     puts: Sequence[TablePointer] = (),
     deletes: Sequence[ContentKey] = (),
     unchanged: Sequence[ContentKey] = (),
-    message: str,
-    author: str,
-    properties: Mapping[str, str] | None = None,
-) -> CommitResult:
-    """One atomic commit. Raises NessieConflict when a touched or UNCHANGED key moved since ``expected_hash``."""
+) -> list[Operation]:
+    """The operations of one atomic commit; a commit of them conflicts when a touched or UNCHANGED key moved."""
     ops = [p.operation() for p in puts]
     ops += [Operation.delete(k) for k in deletes]
     ops += [Operation("UNCHANGED", tuple(k)) for k in unchanged]
     if not ops:
-        raise ValueError("commit_pointers needs at least one operation")
-    return client.commit(branch, expected_hash, ops, message=message, author=author, properties=dict(properties or {}))
+        raise ValueError("a pointer commit needs at least one operation")
+    return ops

@@ -1,4 +1,6 @@
-"""Read a world's branch back through pyiceberg: what tests, the demo and the benchmark compare.
+"""Read tables back through pyiceberg: whole branches (what tests, the demo and the benchmark compare)
+and the scans of the layers above ``sinks/`` (reconciliation, replay, rebuild, the ApplyChanges saga),
+which go through the functions here instead of importing pyiceberg.
 
 Reads go through the Nessie catalog at a reference (branch, ``branch@hash`` or a tag), the same way
 any Iceberg reader would see the tables.
@@ -7,11 +9,14 @@ any Iceberg reader would see the tables.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.expressions import In
+from pyiceberg.table import Table
 
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
@@ -38,12 +43,88 @@ class BranchState:
         }
 
 
-def _scan(catalog: NessieCatalog, namespace: str, table: str, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+Row = dict[str, Any]
+RowProgress = Callable[[str, int, int | None], None]
+"""``(table, rows just read, rows in the table or None)``."""
+
+
+def open_table(catalog: NessieCatalog, namespace: str, table: str) -> Table | None:
+    """The table at the catalog's reference, or None when the branch has no such table yet."""
     try:
-        tbl = catalog.load_table((namespace, table))
+        return catalog.load_table((namespace, table))
     except NoSuchTableError:
+        return None
+
+
+def present(table: Table, columns: Iterable[str]) -> tuple[str, ...]:
+    """``columns`` the table has (a table created before a column existed, ``batch_seq``, lacks it)."""
+    names = set(table.schema().column_names)
+    return tuple(c for c in columns if c in names)
+
+
+def scan_rows(
+    table: Table | None,
+    columns: Iterable[str] | None = None,
+    *,
+    where: str | None = None,
+    progress: RowProgress | None = None,
+) -> list[Row]:
+    """Rows of ``table`` (None: no table, no rows): the ``columns`` it has (all when None), filtered by
+    the row filter ``where`` (pyiceberg's string syntax), read batch by batch and reported to ``progress``."""
+    if table is None:
         return []
-    return tbl.scan(selected_fields=columns).to_arrow().to_pylist()
+    kw: dict[str, Any] = {}
+    if columns is not None:
+        kw["selected_fields"] = present(table, columns)
+    if where is not None:
+        kw["row_filter"] = where
+    rows: list[Row] = []
+    total: int | None = None
+    if progress is not None:
+        snap = table.current_snapshot()
+        summary = snap.summary if snap is not None else None
+        total = int(summary.get("total-records", "0") or 0) if summary is not None else None
+    for batch in table.scan(**kw).to_arrow_batch_reader():
+        rows.extend(batch.to_pylist())
+        if progress is not None:
+            progress(table.name()[-1], batch.num_rows, total)
+    return rows
+
+
+def rows_matching(
+    table: Table | None, column: str, values: Iterable[str], columns: Iterable[str], *, chunk: int | None = None
+) -> list[Row]:
+    """Rows of ``table`` whose ``column`` is one of ``values``: one ``IN`` filter, or one per ``chunk`` values."""
+    wanted = list(dict.fromkeys(values))
+    if table is None or not wanted:
+        return []
+    fields = present(table, columns)
+    step = chunk or len(wanted)
+    rows: list[Row] = []
+    for i in range(0, len(wanted), step):
+        scan = table.scan(row_filter=In(column, wanted[i : i + step]), selected_fields=fields)  # type: ignore[call-arg, arg-type]
+        rows.extend(scan.to_arrow().to_pylist())
+    return rows
+
+
+def _scan(catalog: NessieCatalog, namespace: str, table: str, columns: tuple[str, ...]) -> list[Row]:
+    return scan_rows(open_table(catalog, namespace, table), columns)
+
+
+_ROW = ("version", "properties", "deleted")
+
+
+def _live(rows: list[Row], type_column: str, pk_column: str) -> dict[str, dict[str, Any]]:
+    """pk -> {type, version, properties} of the rows that are not tombstones."""
+    return {
+        row[pk_column]: {
+            "type": row[type_column],
+            "version": row["version"],
+            "properties": orjson.loads(row["properties"]) if row["properties"] else None,
+        }
+        for row in rows
+        if not row["deleted"]
+    }
 
 
 def read_branch(settings: Settings, ref: str, catalog: NessieCatalog | None = None) -> BranchState:
@@ -53,20 +134,9 @@ def read_branch(settings: Settings, ref: str, catalog: NessieCatalog | None = No
     state = BranchState(ref)
     for row in _scan(cat, ns, ENTITY_EVENTS, ("event_id",)):
         state.event_ids[row["event_id"]] += 1
-    for row in _scan(cat, ns, ENTITY_COMMON, ("object_type_id", "object_pk", "version", "properties", "deleted")):
-        if not row["deleted"]:
-            state.objects[row["object_pk"]] = {
-                "type": row["object_type_id"],
-                "version": row["version"],
-                "properties": orjson.loads(row["properties"]) if row["properties"] else None,
-            }
-    for row in _scan(cat, ns, ENTITY_EDGE, ("link_type", "link_pk", "version", "properties", "deleted")):
-        if not row["deleted"]:
-            state.links[row["link_pk"]] = {
-                "type": row["link_type"],
-                "version": row["version"],
-                "properties": orjson.loads(row["properties"]) if row["properties"] else None,
-            }
+    common = _scan(cat, ns, ENTITY_COMMON, ("object_type_id", "object_pk", *_ROW))
+    state.objects = _live(common, "object_type_id", "object_pk")
+    state.links = _live(_scan(cat, ns, ENTITY_EDGE, ("link_type", "link_pk", *_ROW)), "link_type", "link_pk")
     return state
 
 

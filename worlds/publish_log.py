@@ -5,26 +5,32 @@ Each audit, approval and run outcome is a commit on ``CAUSEWAY_PUBLISH_LOG_BRANC
 its kind and plan id, so the log is durable, append-only, atomic and readable with a CEL filter
 (``causeway publish status`` folds it). The commit carries one ``UNCHANGED`` operation on a key
 no table uses (Nessie refuses an empty commit); concurrent appends can conflict (the key does not
-exist, so Nessie cannot rebase the op), and an append re-reads the head and retries; the
-branch is kept apart from ``main`` so logging never moves a head the gate compares.
+exist, so Nessie cannot rebase the op), and an append goes through the write path's commit loop
+(``sinks.occ.commit_operations``: a fresh head, jittered backoff, an unknown outcome looked up by
+the append's ``causeway.write_id`` so an entry is never logged twice); the branch is kept apart
+from ``main`` so logging never moves a head the gate compares.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from sinks.errors import NessieConflict, NessieNotFound
+from sinks.errors import BranchMissing, NessieConflict, NessieNotFound
 from sinks.nessie import Operation, Reference, SyncNessieClient
+from sinks.occ import Prepared, RetryPolicy, commit_operations
 
 PROP_KIND = "causeway.publish.kind"
 PROP_PLAN = "causeway.publish.plan"
 PROP_ENTRY = "causeway.publish.entry"
 LOG_KEY = ("causeway-publish-log",)
-#: Appends tried before a conflict is raised (each re-reads the head; the commit holds no data to redo).
+#: Appends tried before RetriesExhausted is raised (each re-reads the head; the commit holds no data to redo).
 APPEND_ATTEMPTS = 20
+#: Concurrent appends conflict often (the op cannot be rebased), and only on each other: short pauses.
+APPEND_POLICY = RetryPolicy(APPEND_ATTEMPTS - 1, backoff_s=0.02, cap_s=1.0)
 
 
 class PublishLog:
@@ -48,25 +54,31 @@ class PublishLog:
                 return self.client.get_reference(self.branch)
 
     def append(self, entry: Mapping[str, Any]) -> str:
-        """Write one entry (``kind`` and ``plan_id`` required); returns the log commit hash."""
+        """Write one entry (``kind`` and ``plan_id`` required); returns the log commit hash.
+
+        Raises RetriesExhausted (a NessieConflict) when every attempt met a concurrent append.
+        """
         kind, plan = str(entry["kind"]), str(entry["plan_id"])
-        for attempt in range(APPEND_ATTEMPTS):
+        props = {PROP_KIND: kind, PROP_PLAN: plan, PROP_ENTRY: orjson.dumps(entry).decode()}
+        prepared = Prepared([Operation("UNCHANGED", LOG_KEY)], f"publish {kind} {plan}", props)
+        cid = uuid.uuid4().hex  # one id for every attempt: "did it land?" looks for it
+        for _ in range(2):
             try:
-                result = self.client.commit(
+                done = commit_operations(
+                    self.client,
                     self.branch,
-                    self._head().hash,
-                    [Operation("UNCHANGED", LOG_KEY)],
-                    message=f"publish {kind} {plan}",
+                    lambda base, n: prepared,
+                    policy=APPEND_POLICY,
+                    what=f"publish log append ({kind} {plan})",
                     author=self.author,
-                    properties={PROP_KIND: kind, PROP_PLAN: plan, PROP_ENTRY: orjson.dumps(entry).decode()},
+                    commit_id=cid,
                 )
-                return result.hash
-            except NessieConflict:
-                # Nessie refuses an UNCHANGED op on a key that does not exist when the expected hash is
-                # behind (measured: 409 "Key ... does not exist"), so a concurrent append means: re-read, retry
-                if attempt == APPEND_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+            except BranchMissing:
+                self._head()  # the first append creates the log branch
+                continue
+            assert done.hash is not None
+            return done.hash
+        raise BranchMissing(f"publish log branch {self.branch} vanished while appending")
 
     def entries(self, plan_id: str | None = None) -> list[dict[str, Any]]:
         """Entries oldest first, all or one plan's."""

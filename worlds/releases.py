@@ -1,7 +1,8 @@
 """Releases: immutable, named states of a world, kept as Nessie tags ``release/WORLD/NAME``.
 
 A release is recorded on the world's branch by a commit that touches no table (an UNCHANGED
-operation on a key no table uses, so it never conflicts with a writer), then tagged. Nessie lets a
+operation on a key no table uses, so it never conflicts with a writer), made through the write
+path's commit loop (``sinks.occ.commit_operations``), then tagged. Nessie lets a
 tag be reassigned; causeway never does: creating an existing name at another state is refused.
 """
 
@@ -12,8 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from models.worlds import InvalidWorldId
-from sinks.errors import NessieConflict, NessieNotFound, NessieReferenceAlreadyExists
-from sinks.nessie import CommitResult, Namespace, Operation, Reference
+from sinks.errors import BranchMissing, NessieNotFound, NessieReferenceAlreadyExists
+from sinks.nessie import Namespace, Operation, Reference
+from sinks.occ import Committed, Prepared, RetryPolicy, commit_operations
 from worlds import history as hist
 from worlds.base import WorldsBase
 from worlds.errors import WorldsError
@@ -74,40 +76,37 @@ class ReleaseOps(WorldsBase):
         if message:
             props["causeway.release.message"] = message
         marker = self._release_commit(world, name, message, props, head)
+        assert marker.hash is not None  # a release always commits
         try:
             self.client.create_tag(tag, Reference(head.name, "BRANCH", marker.hash))
         except NessieReferenceAlreadyExists as exc:
             raise WorldsError(f"release {world}/{name} was created concurrently; run `release show`") from exc
         return self._release(tag, marker.hash), True
 
-    def _release_commit(
-        self, world: str, name: str, message: str, props: dict[str, str], head: Reference, attempts: int = 5
-    ) -> CommitResult:
-        """The table-less commit that records a release; retried on a fresh head if Nessie refuses it.
+    def _release_commit(self, world: str, name: str, message: str, props: dict[str, str], head: Reference) -> Committed:
+        """The table-less commit that records a release, through the write path's commit loop.
 
         Its one operation is UNCHANGED on the namespace (or, in a world without tables, on a key no
         table uses): Nessie rebases it over any writer's commit, but refuses a rebase over a key that
-        does not exist, hence the retry from the new head.
+        does not exist, hence the retries from a fresh head (jittered backoff, ``CAUSEWAY_COMMIT_RETRIES``);
+        an unknown outcome is looked up by the commit's ``causeway.write_id``. Raises RetriesExhausted
+        (a NessieConflict) when every attempt was refused.
         """
         ns = (self.settings.namespace,)
-        for attempt in range(attempts):
-            key = (
-                ns if isinstance(self.client.get_contents(head.pinned, [ns]).get(ns), Namespace) else RELEASE_MARKER_KEY
+        text = f"release {name} of world {world}" + (f": {message}" if message else "")
+
+        def prepare(base: str, n: int) -> Prepared:
+            at = f"{head.name}@{base}"
+            key = ns if isinstance(self.client.get_contents(at, [ns]).get(ns), Namespace) else RELEASE_MARKER_KEY
+            return Prepared([Operation("UNCHANGED", key)], text, props)
+
+        policy = RetryPolicy(self.settings.commit_retries, self.settings.commit_backoff_s)
+        try:
+            return commit_operations(
+                self.client, head.name, prepare, policy=policy, what=text, author=self.settings.commit_author
             )
-            try:
-                return self.client.commit(
-                    head.name,
-                    head.hash,
-                    [Operation("UNCHANGED", key)],
-                    message=f"release {name} of world {world}" + (f": {message}" if message else ""),
-                    author=self.settings.commit_author,
-                    properties=props,
-                )
-            except NessieConflict:
-                if attempt + 1 == attempts:
-                    raise
-                head = self.head(world)
-        raise AssertionError("unreachable")
+        except BranchMissing as exc:
+            raise WorldsError(f"world {world!r} does not exist (no branch {head.name})") from exc
 
     def list_releases(self, world: str | None = None) -> list[Release]:
         out = []

@@ -1,7 +1,9 @@
 """Running a rollback: plan against the head, write the restored metadata, one expected-hash commit.
 
 The decisions (which tables, what metadata) are in ``worlds.rollback``; this module reads Nessie
-and the warehouse and commits through ``sinks.pointers``.
+and the warehouse and commits the restored pointers (``sinks.pointers``) through the write path's
+commit loop (``sinks.occ.commit_operations``): no retry unless forced, and an unknown outcome is
+looked up by the rollback's commit id before anything is tried again.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from pyiceberg.serializers import ToOutputFile
 from pyiceberg.table.metadata import TableMetadataUtil
 
 from sinks.catalog import NessieCatalog
-from sinks.errors import NessieConflict
-from sinks.nessie import CommitResult, IcebergTable
-from sinks.pointers import TablePointer, commit_pointers
+from sinks.errors import BranchMissing, NessieConflict, RetriesExhausted
+from sinks.nessie import IcebergTable, Reference
+from sinks.occ import Prepared, RetryPolicy, commit_operations
+from sinks.pointers import TablePointer, pointer_operations
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 from worlds.base import WorldsBase
 from worlds.errors import WorldsError
@@ -43,13 +46,16 @@ class RollbackOps(WorldsBase):
 
     # --- 6. rollback -----------------------------------------------------------------------------
 
-    def plan_rollback(self, world: str, to: WorldRef | str, *, max_commits: int = 100_000) -> RollbackPlan:
-        """What ``rollback`` would do now: the tables to restore and the commits it rolls back."""
-        head = self.head(world)
+    def plan_rollback(
+        self, world: str, to: WorldRef | str, *, max_commits: int = 100_000, head: str | None = None
+    ) -> RollbackPlan:
+        """What ``rollback`` would do now (or at commit ``head`` of the world's branch): the tables to
+        restore and the commits it rolls back."""
+        head_ref = Reference(self.branch(world), "BRANCH", head) if head else self.head(world)
         target = self.resolve(to)
         if target.ref.world != world:
             raise WorldsError(f"the rollback target {target.ref} is not a state of world {world!r}")
-        entries = self.client.history_entries(head.name + "@" + head.hash, max_records=200)
+        entries = self.client.history_entries(head_ref.name + "@" + head_ref.hash, max_records=200)
         walked = ((e.hash, e.properties) for _, e in zip(range(max_commits + 1), entries, strict=False))
         found = rolled_range(list(walked), target.hash)
         if found is None:
@@ -59,33 +65,52 @@ class RollbackOps(WorldsBase):
         hashes, batches = found
         keys = [(self.settings.namespace, t) for t in TABLES]
         at_target = self.client.get_contents(target.pinned, keys)
-        at_head = self.client.get_contents(head.pinned, keys)
+        at_head = self.client.get_contents(head_ref.pinned, keys)
         actions = plan_actions(TABLES, _locations(at_target), _locations(at_head))
-        return RollbackPlan(world, head.name, head.hash, target.hash, actions, hashes, batches)
+        return RollbackPlan(world, head_ref.name, head_ref.hash, target.hash, actions, hashes, batches)
 
     def rollback(self, world: str, to: WorldRef | str, *, force: bool = False) -> RollbackOutcome:
         """Commit the target's tables as a new commit on the world's branch, expecting the head planned.
 
         If the branch moves meanwhile (a worker committed), Nessie refuses the commit and nothing
-        changes; with ``force`` the rollback is planned and tried once more from the new head.
+        changes; with ``force`` the rollback is planned and tried once more from the new head. The
+        commit goes through the write path's commit loop: an unknown outcome is looked up by the
+        rollback's commit id (``causeway.write_id``), so a rollback that landed is never made twice.
         """
-        for attempt in (1, 2):
-            plan = self.plan_rollback(world, to)
-            if plan.noop:
-                return RollbackOutcome(plan, None, attempt)
-            try:
-                result = self._commit_rollback(plan)
-            except NessieConflict as exc:
-                if force and attempt == 1:
-                    continue
-                raise WorldsError(
-                    f"world {world!r} moved during the rollback (head was {plan.head[:16]}); nothing changed. "
-                    "Run it again, or pass --force to retry once from the new head"
-                ) from exc
-            return RollbackOutcome(plan, result.hash, attempt)
-        raise AssertionError("unreachable")
+        plans: list[RollbackPlan] = []
 
-    def _commit_rollback(self, plan: RollbackPlan) -> CommitResult:
+        def prepare(base: str, n: int) -> Prepared | None:
+            plan = self.plan_rollback(world, to, head=base)
+            plans.append(plan)
+            return None if plan.noop else self._prepare_rollback(plan)
+
+        policy = RetryPolicy(1 if force else 0, self.settings.commit_backoff_s)
+        try:
+            done = commit_operations(
+                self.client,
+                self.branch(world),
+                prepare,
+                policy=policy,
+                what=f"rollback of world {world}",
+                author=self.settings.commit_author,
+            )
+        except BranchMissing as exc:
+            raise WorldsError(f"world {world!r} does not exist (no branch {self.branch(world)})") from exc
+        except RetriesExhausted as exc:
+            if not isinstance(exc.__cause__, NessieConflict):
+                raise WorldsError(
+                    f"the rollback of world {world!r} has an unknown outcome and was not found in its history: "
+                    f"{exc.__cause__}; check `causeway worlds history {world}` before running it again"
+                ) from exc
+            head = plans[-1].head[:16] if plans else "?"
+            raise WorldsError(
+                f"world {world!r} moved during the rollback (head was {head}); nothing changed. "
+                "Run it again, or pass --force to retry once from the new head"
+            ) from exc
+        return RollbackOutcome(plans[-1], done.hash, done.attempts)
+
+    def _prepare_rollback(self, plan: RollbackPlan) -> Prepared:
+        """Write the restored metadata files; the pointer operations that publish them, expecting ``plan.head``."""
         ns = self.settings.namespace
         keys = [(ns, t) for t in TABLES]
         head_contents = self.client.get_contents(f"{plan.branch}@{plan.head}", keys)
@@ -108,17 +133,8 @@ class RollbackOps(WorldsBase):
             _write_metadata_json(self.catalog.properties, location, new_meta)
             current = head_contents.get(key)
             puts.append(TablePointer(key, location, new_meta, current.id if current is not None else None))
-        return commit_pointers(
-            self.client,
-            plan.branch,
-            plan.head,
-            puts=puts,
-            deletes=deletes,
-            unchanged=unchanged,
-            message=plan.message(),
-            author=self.settings.commit_author,
-            properties=plan.properties(),
-        )
+        ops = pointer_operations(puts=puts, deletes=deletes, unchanged=unchanged)
+        return Prepared(ops, plan.message(), plan.properties())
 
 
 def _locations(contents: Mapping[tuple[str, ...], Any]) -> dict[str, str | None]:

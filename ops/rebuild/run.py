@@ -13,14 +13,7 @@
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import orjson
-import pyarrow as pa
-from pyiceberg.exceptions import NoSuchTableError
 
 from models.errors import WorldsError
 from models.worlds import WorldNaming
@@ -28,9 +21,9 @@ from ops.rebuild.plan import LOG_COLUMNS, Key, Rebuilt, Row, TableDiff, diff, fo
 from sinks.catalog import NessieCatalog
 from sinks.errors import NessieConflict, NessieNotFound
 from sinks.nessie import Reference, SyncNessieClient
-from sinks.occ import Occ
-from sinks.rows import typed_columns
-from sinks.tables import COMMON, EDGE, ENTITY_EVENTS, TableDef, contracts, table_properties
+from sinks.overwrite import overwrite_tables
+from sinks.readback import RowProgress, open_table, scan_rows
+from sinks.tables import COMMON, EDGE, ENTITY_EVENTS, TableDef
 from streams.settings import Settings
 
 PROP_REBUILD_OF = "causeway.rebuild_of"
@@ -64,24 +57,10 @@ def _read(
     table: str,
     columns: tuple[str, ...] | None = None,
     progress: RowProgress | None = None,
-    **kw: Any,
+    where: str | None = None,
 ) -> list[Row]:
     """Rows of a table at the catalog's reference, read batch by batch (reported to ``progress``)."""
-    try:
-        tbl = cat.load_table((ns, table))
-    except NoSuchTableError:
-        return []
-    snap = tbl.current_snapshot()
-    total = int(snap.summary.get("total-records", "0") or 0) if snap is not None and snap.summary is not None else None
-    if columns:  # a table created before a column existed (batch_seq) is read without it
-        columns = tuple(c for c in columns if c in tbl.schema().column_names)
-    scan = tbl.scan(selected_fields=columns, **kw) if columns else tbl.scan(**kw)
-    rows: list[Row] = []
-    for batch in scan.to_arrow_batch_reader():
-        rows.extend(batch.to_pylist())
-        if progress is not None:
-            progress(table, batch.num_rows, total)
-    return rows
+    return scan_rows(open_table(cat, ns, table), columns, where=where, progress=progress)
 
 
 def _live(rows: list[Row], tdef: TableDef) -> dict[Key, Row]:
@@ -109,10 +88,6 @@ def stale_rebuilds(world: str, head: str, names: list[str]) -> list[str]:
     )
 
 
-RowProgress = Callable[[str, int, int | None], None]
-"""``(table, rows just read, rows in the table or None)``."""
-
-
 def rebuild(
     settings: Settings, world: str, *, write: bool = True, swap: bool = False, progress: RowProgress | None = None
 ) -> RebuildResult:
@@ -126,7 +101,7 @@ def rebuild(
         raise RebuildError(f"world {world} has no branch {branch}") from exc
     ns = settings.namespace
     cat = NessieCatalog.from_settings(settings, f"{branch}@{head}", client=client)
-    log_rows = _read(cat, ns, ENTITY_EVENTS, LOG_COLUMNS, progress, row_filter="applied == true")
+    log_rows = _read(cat, ns, ENTITY_EVENTS, LOG_COLUMNS, progress, where="applied == true")
     rebuilt = fold(log_rows)
     live_objects = _live(_read(cat, ns, COMMON.name, progress=progress), COMMON)
     live_links = _live(_read(cat, ns, EDGE.name, progress=progress), EDGE)
@@ -162,65 +137,19 @@ def rebuild(
 
 
 def _write(settings: Settings, client: SyncNessieClient, rb: str, world: str, head: str, rebuilt: Rebuilt) -> str:
-    """Overwrite both projections on ``rb`` in one commit, through the write path's commit loop."""
+    """Overwrite both projections on ``rb`` in one commit, through the write path's commit loop.
 
-    def attempt(cat: NessieCatalog, base: str, n: int) -> str:
-        for tdef, rows in ((COMMON, rebuilt.objects), (EDGE, rebuilt.links)):
-            try:
-                table = cat.load_table((settings.namespace, tdef.name))
-            except NoSuchTableError:
-                if not rows:
-                    continue
-                table = cat.create_table(
-                    (settings.namespace, tdef.name),
-                    tdef.schema,
-                    partition_spec=tdef.spec,
-                    properties=table_properties(settings.target_file_bytes),
-                )
-            tx = table.transaction()
-            with warnings.catch_warnings():
-                # pyiceberg notes it rewrites instead of merge-on-read: a full overwrite is meant.
-                warnings.filterwarnings("ignore", "Merge on read is not yet supported", UserWarning)
-                tx.overwrite(_arrow(table, tdef, list(rows.values())))
-            tx.commit_transaction()
-        return cat.publish(
-            f"causeway: rebuild projections of world {world} from its event log at {head[:12]}",
-            {PROP_REBUILD_OF: head, "causeway.world": world},
-        ).hash
-
-    occ = Occ.from_settings(settings, client)
-    what = f"rebuild of {world} on {rb}"
-    # "Did it land?": the rebuild commit is the one on rb that names the head it rebuilt.
-    return occ.run(rb, attempt, what=what, commit_id=head, id_property=PROP_REBUILD_OF, landed=lambda h, _n: h)
-
-
-@dataclass(frozen=True)
-class _Props:
-    """A rebuilt row as ``sinks.rows.typed_columns`` reads it."""
-
-    entity_type: str
-    after: dict[str, Any] | None
-
-
-def _arrow(table: Any, tdef: TableDef, rows: list[Row]) -> pa.Table:
-    """The rebuilt rows under the table's *current* schema.
-
-    Typed property columns added by schema evolution are filled from the JSON properties with the
-    contracts recorded on the table, as the live committer fills them.
+    "Did it land?": the rebuild commit is the one on ``rb`` that names the head it rebuilt.
     """
-    base = pa.Table.from_pylist(rows, schema=tdef.arrow_schema)
-    schema = table.schema().as_arrow()
-    extra = [n for n in schema.names if n not in base.column_names]
-    typed: dict[str, pa.Array] = {}
-    if extra and rows:
-        props = [_Props(r[tdef.key[0]], orjson.loads(r["properties"]) if r["properties"] else None) for r in rows]
-        deleted = [r["deleted"] for r in rows]
-        typed = typed_columns(schema, contracts(table.metadata.properties), props, deleted)
-    cols = {
-        n: base.column(n) if n in base.column_names else typed.get(n, pa.nulls(len(rows), schema.field(n).type))
-        for n in schema.names
-    }
-    return pa.table(cols, schema=schema)
+    return overwrite_tables(
+        settings,
+        client,
+        rb,
+        [(COMMON, list(rebuilt.objects.values())), (EDGE, list(rebuilt.links.values()))],
+        message=f"causeway: rebuild projections of world {world} from its event log at {head[:12]}",
+        properties={PROP_REBUILD_OF: head, "causeway.world": world},
+        id_property=PROP_REBUILD_OF,
+    )
 
 
 def _swap(client: SyncNessieClient, result: RebuildResult) -> None:

@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.expressions import In
 
 from agents.applier import Applier, RawRecord
 from agents.deadletter_publisher import DeadLetterPublisher
@@ -47,7 +45,7 @@ from monitoring.metrics import Dependency, Metrics
 from ops.replay.plan import Checkpoint, ReplayError, ReplaySpec, next_offset, resolve_range, rewrite
 from sinks.committer import Batch, BatchCommitter, CommitOutcome
 from sinks.nessie import NessieClient
-from sinks.readback import recent_event_ids
+from sinks.readback import open_table, recent_event_ids, rows_matching, scan_rows
 from sinks.tables import ENTITY_EVENTS
 from streams.kafka import topic_partitions
 from streams.security import kafka_client_options, redis_options
@@ -169,14 +167,8 @@ class ReplayCommitter:
     def event_ids_in_log(self, branch: str, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
-        cat = self.inner.catalog(branch)
-        try:
-            table = cat.load_table((self.inner.settings.namespace, ENTITY_EVENTS))
-        except NoSuchTableError:
-            return set()
-        wanted = In("event_id", set(ids))  # type: ignore[call-arg, arg-type]
-        rows = table.scan(row_filter=wanted, selected_fields=("event_id",)).to_arrow()
-        return set(rows.column("event_id").to_pylist())
+        table = open_table(self.inner.catalog(branch), self.inner.settings.namespace, ENTITY_EVENTS)
+        return {r["event_id"] for r in rows_matching(table, "event_id", ids, ("event_id",))}
 
 
 class _Worlds:
@@ -314,11 +306,7 @@ def _log_event_ids(settings: Settings, ref: str) -> list[str]:
     from sinks.catalog import NessieCatalog
 
     cat = NessieCatalog.from_settings(settings, ref)
-    try:
-        table = cat.load_table((settings.namespace, ENTITY_EVENTS))
-    except NoSuchTableError:
-        return []
-    return table.scan(selected_fields=("event_id",)).to_arrow().column("event_id").to_pylist()
+    return [r["event_id"] for r in scan_rows(open_table(cat, settings.namespace, ENTITY_EVENTS), ("event_id",))]
 
 
 async def run_replay(

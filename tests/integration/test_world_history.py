@@ -14,6 +14,7 @@ from streams.settings import Settings
 from tests.integration import worlds_fixtures as fx
 from tests.integration.commits import link, obj
 from tests.integration.worlds_fixtures import WrittenWorld
+from tests.nessie_faults import lose_first_answer
 from worlds.api import Worlds, WorldsError
 
 pytestmark = pytest.mark.integration
@@ -164,3 +165,16 @@ def test_release_records_the_state_it_tagged_when_a_writer_commits_meanwhile(
     # Nessie rebased the table-less release commit onto the writer's commit: that is what the tag holds.
     assert rel.released_hash == written.heads[-1]
     assert set(api.show(f"{written.world}/r").objects.column("object_pk").to_pylist()) == {"p1", "p2"}
+
+
+def test_a_release_whose_marker_answer_is_lost_is_found_by_its_commit_id_and_made_once(
+    written: WrittenWorld, api: Worlds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written.commit("b1", [obj(written.world, "p1", "CREATE", 1)])
+    before = written.heads[-1]
+    landed = lose_first_answer(api.client, monkeypatch)
+    rel, created = api.create_release(written.world, "lost")
+    assert created and landed == [rel.hash] and rel.released_hash == before
+    monkeypatch.undo()
+    kinds = [r.kind for r in api.history(written.world, limit=3)]
+    assert kinds[:2] == ["release", "batch"]  # one marker commit, not two

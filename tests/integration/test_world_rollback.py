@@ -19,6 +19,7 @@ from streams.settings import Settings
 from tests.integration import worlds_fixtures as fx
 from tests.integration.commits import OBJ, batch, obj
 from tests.integration.worlds_fixtures import WrittenWorld
+from tests.nessie_faults import lose_first_answer
 from worlds.api import Worlds, WorldsError
 
 pytestmark = pytest.mark.integration
@@ -196,3 +197,19 @@ def test_worker_meeting_a_landed_rollback_retries_on_top_of_it(
     assert {pk for _, pk in objects} == {"p1", "p3"}
     assert sum(events.values()) == 2 and not [e for e, n in events.items() if n > 1]
     assert [r.kind for r in api.history(w, limit=2, counts=False)] == ["batch", "rollback"]
+
+
+def test_a_rollback_whose_answer_is_lost_is_found_by_its_commit_id_and_made_once(
+    written: WrittenWorld, api: Worlds, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = written.world
+    written.commit("b1", [obj(w, "p1", "CREATE", 1)])
+    target = written.heads[-1]
+    written.commit("b2", [obj(w, "p2", "CREATE", 1)])
+    landed = lose_first_answer(api.client, monkeypatch)
+    out = api.rollback(w, f"{w}@{target}")  # no --force: only the lookup can save it
+    assert out.hash is not None and landed == [out.hash]
+    monkeypatch.undo()
+    assert api.head(w).hash == out.hash and out.attempts == 1
+    assert [r.kind for r in api.history(w, limit=2)] == ["rollback", "batch"]
+    assert set(api.show(w).objects.column("object_pk").to_pylist()) == {"p1"}

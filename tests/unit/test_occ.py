@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from models.errors import CausewayError, CommitError
 from sinks.errors import BranchMissing, CommitStateUnknown, NessieConflict, NessieNotFound, RetriesExhausted
-from sinks.occ import RetryPolicy, commit_loop
+from sinks.nessie import CommitResult, LogEntry, Operation, Reference
+from sinks.occ import PROP_WRITE_ID, Prepared, RetryPolicy, commit_loop, commit_operations
 
 
 class FakeSession:
@@ -146,3 +149,50 @@ def test_other_errors_pass_through_after_discarding_the_session() -> None:
 def test_lookup_and_landed_go_together() -> None:
     with pytest.raises(ValueError, match="go together"):
         Script("ok").run(lookup=lambda since: None)
+
+
+class FakeBranch:
+    """The Nessie calls of an operations commit: a head that a rival moves once, history, commits."""
+
+    def __init__(self, rival_commits: int) -> None:
+        self.heads = ["h0"]
+        self.props: dict[str, dict[str, str]] = {}
+        self.rival = rival_commits
+
+    def get_reference(self, name: str) -> Reference:
+        return Reference(name, "BRANCH", self.heads[-1])
+
+    def commit(self, branch: str, expected: str, ops: list[Operation], **kw: object) -> CommitResult:
+        if self.rival:  # a writer lands first: this attempt's op cannot be rebased
+            self.rival -= 1
+            self.heads.append(f"r{len(self.heads)}")
+            raise NessieConflict(f"moved from {expected}")
+        assert expected == self.heads[-1]
+        self.heads.append(f"c{len(self.heads)}")
+        self.props[self.heads[-1]] = dict(kw["properties"])  # type: ignore[call-overload]
+        return CommitResult(self.heads[-1], {})
+
+    def history(self, ref: str, max_records: int = 200) -> list[list[LogEntry]]:
+        return [[LogEntry(h, "", "", self.props.get(h, {}), datetime(2026, 1, 1)) for h in reversed(self.heads)]]
+
+
+def test_an_operations_commit_decides_again_on_the_new_head_and_lands_once() -> None:
+    branch, bases, sleeps = FakeBranch(rival_commits=1), [], []
+
+    def prepare(base: str, n: int) -> Prepared:
+        bases.append(base)
+        return Prepared([Operation("UNCHANGED", ("k",))], "marker", {"x": base})
+
+    done = commit_operations(
+        branch,
+        "b",
+        prepare,
+        policy=RetryPolicy(3),
+        what="marker",
+        author="t",
+        commit_id="w1",
+        sleep=sleeps.append,  # type: ignore[arg-type]
+    )
+    assert bases == ["h0", "r1"] and len(sleeps) == 1
+    assert done.hash == "c2" and done.attempts == 2
+    assert branch.props == {"c2": {"x": "r1", PROP_WRITE_ID: "w1"}}  # one commit, carrying its id
