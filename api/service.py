@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
@@ -31,13 +32,15 @@ from api.idempotency import IdempotentExecutor, fingerprint
 from api.merge_rpcs import MergeRpcs
 from api.publish_rpcs import PublishRpcs
 from models.worlds import WorldNaming
+from sinks.errors import NessieNotFound
 from sinks.nessie import NessieClient
 from streams.settings import Settings
-from worlds.api import Worlds
+from worlds.api import Worlds, WorldsError
 from worlds.manager import ForkSource, World, WorldManager
 from worlds.refs import WorldRef, parse_time, release_tag
 
 M = TypeVar("M", bound=Message)
+HASH = re.compile(r"[0-9a-fA-F]{8,64}")
 STATUS_DETAILS = "grpc-status-details-bin"  # the gRPC rich error model's trailer (google.rpc.Status)
 
 
@@ -214,17 +217,30 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
 
     async def ForkWorld(self, request: pb.ForkWorldRequest, context: Any) -> pb.WorldResponse:  # noqa: N802
         async def act() -> pb.WorldResponse:
-            src = request.source_world_id or self.settings.prod_world
-            self.naming.branch(src)
-            source = (
-                ForkSource(tag=release_tag(src, request.source_release))
-                if request.source_release
-                else ForkSource(world=src)
-            )
+            source = self._fork_source(request)
+            if request.dry_run:  # every check a fork makes, nothing written
+                existing, at = await self.manager.plan_create(request.new_world_id, source)
+                if existing is not None:
+                    return pb.WorldResponse(world=_world(existing), created=False)
+                branch = self.naming.branch(request.new_world_id)
+                return pb.WorldResponse(world=_world(World(request.new_world_id, branch, at.hash)), created=True)
             world, created = await self.manager.create(request.new_world_id, source)
             return pb.WorldResponse(world=_world(world), created=created)
 
         return await self._write("ForkWorld", request.new_world_id, request, context, pb.WorldResponse, act)
+
+    def _fork_source(self, request: pb.ForkWorldRequest) -> ForkSource:
+        if request.source_commit:
+            if request.source_release:
+                raise InvalidRequest("give source_release or source_commit, not both")
+            if not HASH.fullmatch(request.source_commit):
+                raise InvalidRequest(f"source_commit {request.source_commit!r} is not a commit hash (hex digits)")
+            return ForkSource(commit=request.source_commit)
+        src = request.source_world_id or self.settings.prod_world
+        self.naming.branch(src)
+        if request.source_release:
+            return ForkSource(tag=release_tag(src, request.source_release))
+        return ForkSource(world=src)
 
     async def GetWorld(self, request: pb.GetWorldRequest, context: Any) -> pb.WorldResponse:  # noqa: N802
         async def act() -> pb.WorldResponse:
@@ -285,6 +301,26 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
 
         return await self._read("ListReleases", request.world_id or None, context, act)
 
+    async def DeleteRelease(self, request: pb.DeleteReleaseRequest, context: Any) -> pb.DeleteReleaseResponse:  # noqa: N802
+        """Admin only. A release that does not exist answers ``deleted=false`` (a retry after a crash
+        that deleted it finds it gone); the tag is deleted at the hash just read (Nessie refuses otherwise)."""
+
+        def act_blocking(w: Worlds) -> pb.DeleteReleaseResponse:
+            try:
+                release = w.delete_release(request.world_id, request.release_name)
+            except WorldsError as exc:
+                if "does not exist" not in str(exc):
+                    raise
+                return pb.DeleteReleaseResponse(deleted=False)
+            except NessieNotFound:  # deleted by a concurrent call between the read and the delete
+                return pb.DeleteReleaseResponse(deleted=False)
+            return pb.DeleteReleaseResponse(release=_release(release), deleted=True)
+
+        async def act() -> pb.DeleteReleaseResponse:
+            return await self._blocking(act_blocking)
+
+        return await self._write("DeleteRelease", request.world_id, request, context, pb.DeleteReleaseResponse, act)
+
     # --- history, diff, audit, time travel (server streaming) ------------------------------------
 
     async def GetCommitHistory(
@@ -304,6 +340,8 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
                 until=until,
                 author=request.author or None,
                 limit=None if resume_after else limit,
+                counts=not request.no_counts,
+                changes=request.changes,
                 page_size=size,
             )
             if resume_after:  # skip the commits (of the resume time) up to and including the last one sent

@@ -8,6 +8,7 @@ import grpc
 import orjson
 import pytest
 
+from api import world_manager_pb2 as pb
 from api.client import WorldClient
 from bench.api_load import ApiProcess
 from tests.integration import api_fixtures as afx
@@ -233,3 +234,29 @@ def test_list_conflicts_pages_with_a_token_pinned_to_one_pending_merge(pair, ser
         c.merge_world(s, t, "MANUAL")
         stale = _error(lambda: r.conflicts_page(t, page_size=3, page_token=first.next_page_token))
         assert stale.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_publish_status_and_log_are_paged_reads(pair, api: Worlds, server: ApiProcess) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    other = fork(target, api, f"{t}-b")
+    with server.client("operator") as c:
+        plan = c.publish_audit(s, t)
+        c.publish_audit(other.world, t)  # up to date: nothing new in it
+        c.publish_approve(plan.plan_id, t)
+        out = c.publish_run(plan.plan_id, t)
+    with server.client("reader") as r:  # reads: a reader may call them
+        states = r.publish_status(page_size=1)  # one source per page: every token followed
+        assert [x.source for x in states] == sorted([s, other.world])
+        mine = next(x for x in states if x.source == s)
+        assert (mine.target, mine.plan_id, mine.verdict, mine.outcome) == (t, plan.plan_id, "eligible", "published")
+        entries = [orjson.loads(e) for e in r.publish_log(plan.plan_id, page_size=1)]
+        assert [e["kind"] for e in entries] == ["audit", "approve", "run"]
+        assert entries[1]["by"] == "test-operator" and entries[2]["commit"] == out.commit_hash
+        assert len(r.publish_log(page_size=2)) == 4  # the whole log: two audits, the approval, the run
+        first = r.call("ListPublishLog", pb.ListPublishLogRequest(plan_id=plan.plan_id, page_size=1))
+        foreign = pb.ListPublishLogRequest(plan_id="pl-0000000000000000", page_token=first.next_page_token)
+        assert _error(lambda: r.call("ListPublishLog", foreign)).code() == grpc.StatusCode.INVALID_ARGUMENT
+    with server.client(token="cwy_wrong") as nobody:
+        assert _error(lambda: nobody.publish_status()).code() == grpc.StatusCode.UNAUTHENTICATED
