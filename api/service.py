@@ -31,11 +31,11 @@ from api.errors import ApiError, HeadMoved, InvalidRequest, NotFound, status_for
 from api.idempotency import IdempotentExecutor, fingerprint
 from api.merge_rpcs import MergeRpcs
 from api.publish_rpcs import PublishRpcs
+from api.release_rpcs import ReleaseRpcs
 from models.worlds import WorldNaming
-from sinks.errors import NessieNotFound
 from sinks.nessie import NessieClient
 from streams.settings import Settings
-from worlds.api import Worlds, WorldsError
+from worlds.api import Worlds
 from worlds.manager import ForkSource, World, WorldManager
 from worlds.refs import WorldRef, parse_time, release_tag
 
@@ -52,23 +52,11 @@ def _world(w: World) -> pb.World:
     return pb.World(world_id=w.world_id, branch=w.branch, head_hash=w.hash)
 
 
-def _release(r: Any) -> pb.Release:
-    return pb.Release(
-        world_id=r.world,
-        name=r.name,
-        tag=r.tag,
-        hash=r.hash,
-        released_hash=r.released_hash,
-        message=r.message,
-        created_at=r.created_at.isoformat() if r.created_at else "",
-    )
-
-
 def _time(text: str) -> datetime | None:
     return parse_time(text) if text else None
 
 
-class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
+class WorldService(MergeRpcs, PublishRpcs, ReleaseRpcs, pb_grpc.WorldManagerServiceServicer):
     def __init__(
         self,
         settings: Settings,
@@ -274,52 +262,6 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
             return pb.DeleteWorldResponse(deleted=deleted)
 
         return await self._write("DeleteWorld", request.world_id, request, context, pb.DeleteWorldResponse, act)
-
-    # --- releases --------------------------------------------------------------------------------
-
-    async def CreateRelease(self, request: pb.CreateReleaseRequest, context: Any) -> pb.ReleaseResponse:  # noqa: N802
-        async def act() -> pb.ReleaseResponse:
-            release, created = await self._blocking(
-                lambda w: w.create_release(request.world_id, request.release_name, request.description)
-            )
-            return pb.ReleaseResponse(release=_release(release), created=created)
-
-        return await self._write("CreateRelease", request.world_id, request, context, pb.ReleaseResponse, act)
-
-    async def ListReleases(self, request: pb.ListReleasesRequest, context: Any) -> pb.ListReleasesResponse:  # noqa: N802
-        async def act() -> pb.ListReleasesResponse:
-            size = paging.page_size(request.page_size)
-            state = paging.decode(request.page_token, "releases") or {}
-            if request.world_id:
-                self.naming.branch(request.world_id)
-            found = await self._blocking(lambda w: w.list_releases(request.world_id or None))
-            ordered = sorted(found, key=lambda r: r.tag)
-            rest = paging.after(ordered, lambda r: r.tag, state.get("after"))
-            page = rest[:size]
-            token = paging.encode("releases", after=page[-1].tag) if len(rest) > size else ""
-            return pb.ListReleasesResponse(releases=[_release(r) for r in page], next_page_token=token)
-
-        return await self._read("ListReleases", request.world_id or None, context, act)
-
-    async def DeleteRelease(self, request: pb.DeleteReleaseRequest, context: Any) -> pb.DeleteReleaseResponse:  # noqa: N802
-        """Admin only. A release that does not exist answers ``deleted=false`` (a retry after a crash
-        that deleted it finds it gone); the tag is deleted at the hash just read (Nessie refuses otherwise)."""
-
-        def act_blocking(w: Worlds) -> pb.DeleteReleaseResponse:
-            try:
-                release = w.delete_release(request.world_id, request.release_name)
-            except WorldsError as exc:
-                if "does not exist" not in str(exc):
-                    raise
-                return pb.DeleteReleaseResponse(deleted=False)
-            except NessieNotFound:  # deleted by a concurrent call between the read and the delete
-                return pb.DeleteReleaseResponse(deleted=False)
-            return pb.DeleteReleaseResponse(release=_release(release), deleted=True)
-
-        async def act() -> pb.DeleteReleaseResponse:
-            return await self._blocking(act_blocking)
-
-        return await self._write("DeleteRelease", request.world_id, request, context, pb.DeleteReleaseResponse, act)
 
     # --- history, diff, audit, time travel (server streaming) ------------------------------------
 
