@@ -30,6 +30,7 @@ import orjson
 from google.protobuf import any_pb2
 from google.rpc import status_pb2
 
+from agents import faults
 from api import paging
 from api import world_manager_pb2 as pb
 from api.errors import ApiError, InvalidRequest, NotFound
@@ -218,7 +219,8 @@ class PublishRpcs:
         who, target = self._who(context), request.target_world_id or self.settings.prod_world
 
         def act_blocking(w: Worlds) -> pb.PublishRunResponse:
-            p = Publisher(w)
+            # the fault point the CLI has too: kill tests stop the server right after the publish landed
+            p = Publisher(w, after_publish=lambda: faults.reached("publish-after-commit"))
             _plan(p, request.plan_id, target)
             out = p.run(
                 request.plan_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import grpc
 import orjson
@@ -10,7 +11,8 @@ import pytest
 
 from api import world_manager_pb2 as pb
 from api.client import WorldClient
-from bench.api_load import ApiProcess
+from bench.api_load import ApiProcess, start_api
+from streams.settings import Settings
 from tests.integration import api_fixtures as afx
 from tests.integration import api_merge_fixtures as amf
 from tests.integration import worlds_fixtures as fx
@@ -260,3 +262,39 @@ def test_publish_status_and_log_are_paged_reads(pair, api: Worlds, server: ApiPr
         assert _error(lambda: r.call("ListPublishLog", foreign)).code() == grpc.StatusCode.INVALID_ARGUMENT
     with server.client(token="cwy_wrong") as nobody:
         assert _error(lambda: nobody.publish_status()).code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_server_killed_mid_publish_run_then_retry_publishes_once(
+    pair, api: Worlds, api_settings: Settings, tmp_path: Path, unique: str
+) -> None:
+    """SIGKILL right after the fast-forward landed (before verify, cleanup, log and the stored outcome);
+    the retry with the same key finishes the publish: one publish, the source deleted, logged once."""
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    settings = api_settings.replace(data_dir=str(tmp_path / "data"), publish_log_branch=f"publish-log-{unique}")
+    doomed = start_api(settings, tmp_path, fault="publish-after-commit:1")
+    with doomed.client("operator") as c:
+        plan = c.publish_audit(s, t)
+        c.publish_approve(plan.plan_id, t)
+        lost = _error(lambda: c.publish_run(plan.plan_id, t, idempotency_key="run-crash"))
+        assert lost.code() == grpc.StatusCode.UNAVAILABLE
+    doomed.proc.wait(timeout=30)
+    assert doomed.proc.returncode == -9
+    assert api.head(t).hash == plan.source_hash  # the publish landed before the kill
+    log = Publisher(api, log_branch=settings.publish_log_branch).log
+    assert [e["kind"] for e in log.entries(plan.plan_id)] == ["audit", "approve"]  # not logged yet
+
+    again = start_api(settings, tmp_path, tokens=doomed.tokens)
+    try:
+        with again.client("operator") as c:
+            # the dead holder's lease expires; the retry runs the gate, which finds the publish on the target
+            out = c.publish_run(plan.plan_id, t, idempotency_key="run-crash")
+            assert (out.outcome, out.action, out.commit_hash) == ("published", "complete", plan.source_hash)
+            assert out.verified and out.source_deleted
+            assert c.publish_run(plan.plan_id, t, idempotency_key="run-crash") == out  # now stored
+    finally:
+        again.stop()
+    runs = [e for e in log.entries(plan.plan_id) if e["kind"] == "run"]
+    assert [(r["outcome"], r["action"]) for r in runs] == [("published", "complete")]
+    assert api.head(t).hash == plan.source_hash  # nothing published twice: still the source head
