@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from bench.api_load import ApiProcess
 from bench.procs import worker_env
 from cli.main import cli
+from sinks import committer
 from tests.integration import api_fixtures as afx
 from tests.integration import api_merge_fixtures as amf
 from tests.integration import worlds_fixtures as fx
@@ -151,6 +152,22 @@ def test_history_and_release_commands_go_through_the_api(written: WrittenWorld, 
         _same(local, remote, *args)
     nobody = _run(remote | {"CAUSEWAY_API_TOKEN": "cwy_wrong"}, "worlds", "history", w)
     assert nobody.exit_code == 1 and "UNAUTHENTICATED" in nobody.output and "Traceback" not in nobody.output
+
+
+def test_history_changes_of_an_older_commit_go_through_the_api(
+    written: WrittenWorld, server: ApiProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit made before the committer recorded its change counts: only --changes reads them (from
+    its log file), over the API as on Nessie directly."""
+    w = written.world
+    monkeypatch.setattr(committer, "PROP_CHANGES", "causeway.test-older")  # as an older committer wrote it
+    written.commit("old", [obj(w, "p1", "CREATE", 1, name="a"), obj(w, "p2", "CREATE", 1, name="b")])
+    local, remote = _envs(server)
+    counted = _same(local, remote, "worlds", "history", w, "--changes", "--json")
+    assert [d["changes"] for d in _lines(counted.stdout)] == [{"object": {"CREATE": 2}}]
+    plain = _same(local, remote, "worlds", "history", w, "--json")
+    assert [d["changes"] for d in _lines(plain.stdout)] == [{}]  # without --changes no log file is read
+    _same(local, remote, "worlds", "history", w, "--changes")
 
 
 def test_release_delete_and_create_from_a_commit_go_through_the_api(written: WrittenWorld, server: ApiProcess) -> None:
