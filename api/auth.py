@@ -8,11 +8,11 @@ target world id: it never looks a world up, so a refusal never tells whether the
 Roles (each includes the ones before it):
 
 * ``reader``: GetWorld, ListWorlds, ListReleases, GetCommitHistory, GetDiff, GetEntityAudit, QueryAt,
-  ListConflicts;
+  ListConflicts, PublishStatus, ListPublishLog;
 * ``operator``: CreateWorld, ForkWorld, CreateRelease, MergeWorld, ResolveConflict, ContinueMerge,
   AbortMerge, Rollback, ApplyChanges, PublishAudit, PublishApprove, PublishRun in non-production
   worlds (merge and publish: the target world);
-* ``admin``: anything, including any write to the production world and DeleteWorld.
+* ``admin``: anything, including any write to the production world, DeleteWorld and DeleteRelease.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ METHOD_ROLE: dict[str, Role] = {
     "GetEntityAudit": Role.reader,
     "QueryAt": Role.reader,
     "ListConflicts": Role.reader,
+    "PublishStatus": Role.reader,
+    "ListPublishLog": Role.reader,
     "CreateWorld": Role.operator,
     "ForkWorld": Role.operator,
     "CreateRelease": Role.operator,
@@ -56,6 +58,7 @@ METHOD_ROLE: dict[str, Role] = {
     "PublishApprove": Role.operator,  # checked against the plan's target: into prod needs admin
     "PublishRun": Role.operator,
     "DeleteWorld": Role.admin,
+    "DeleteRelease": Role.admin,
 }
 
 

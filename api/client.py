@@ -14,7 +14,7 @@ page tokens for you. Errors are ``grpc.RpcError`` with ``.code()`` and ``.detail
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -58,6 +58,16 @@ class WorldClient:
         """Every page of a streaming RPC; resumes with the last page token if the stream breaks."""
         return getattr(self.stub, method)(request, metadata=self._metadata, timeout=self.timeout_s)
 
+    def pages(self, method: str, request: Callable[[str], Any]) -> Iterator[Any]:
+        """Every page of a paged unary RPC: ``request(token)`` builds the call for each page token."""
+        token = ""
+        while True:
+            page = self.call(method, request(token))
+            yield page
+            token = page.next_page_token
+            if not token:
+                return
+
     @staticmethod
     def key(given: str | None) -> str:
         return given or uuid.uuid4().hex
@@ -70,12 +80,23 @@ class WorldClient:
         )
 
     def fork_world(
-        self, source: str, new_world: str, *, release: str = "", idempotency_key: str | None = None
+        self,
+        source: str,
+        new_world: str,
+        *,
+        release: str = "",
+        commit: str = "",
+        dry_run: bool = False,
+        idempotency_key: str | None = None,
     ) -> pb.WorldResponse:
+        """Fork ``source``'s head (empty: prod), its ``release``, or a ``commit`` hash as ``new_world``;
+        ``dry_run``: check only (``created`` then says whether a real call would create it)."""
         req = pb.ForkWorldRequest(
             source_world_id=source,
             new_world_id=new_world,
             source_release=release,
+            source_commit=commit,
+            dry_run=dry_run,
             idempotency_key=self.key(idempotency_key),
         )
         return self.call("ForkWorld", req)
@@ -84,14 +105,8 @@ class WorldClient:
         return self.call("GetWorld", pb.GetWorldRequest(world_id=world_id)).world
 
     def list_worlds(self, page_size: int = 0) -> list[pb.World]:
-        out: list[pb.World] = []
-        token = ""
-        while True:
-            page = self.call("ListWorlds", pb.ListWorldsRequest(page_size=page_size, page_token=token))
-            out.extend(page.worlds)
-            token = page.next_page_token
-            if not token:
-                return out
+        pages = self.pages("ListWorlds", lambda t: pb.ListWorldsRequest(page_size=page_size, page_token=t))
+        return [w for page in pages for w in page.worlds]
 
     def delete_world(self, world_id: str, *, expected_hash: str = "", idempotency_key: str | None = None) -> bool:
         req = pb.DeleteWorldRequest(
@@ -110,19 +125,42 @@ class WorldClient:
         return self.call("CreateRelease", req)
 
     def list_releases(self, world_id: str = "", page_size: int = 0) -> list[pb.Release]:
-        out: list[pb.Release] = []
-        token = ""
-        while True:
-            page = self.call(
-                "ListReleases", pb.ListReleasesRequest(world_id=world_id, page_size=page_size, page_token=token)
-            )
-            out.extend(page.releases)
-            token = page.next_page_token
-            if not token:
-                return out
+        pages = self.pages(
+            "ListReleases", lambda t: pb.ListReleasesRequest(world_id=world_id, page_size=page_size, page_token=t)
+        )
+        return [r for page in pages for r in page.releases]
 
-    def history(self, world_id: str, *, limit: int = 0, page_size: int = 0, **filters: str) -> Iterator[pb.Commit]:
-        req = pb.CommitHistoryRequest(world_id=world_id, limit=limit, page_size=page_size, **filters)
+    def delete_release(
+        self, world_id: str, name: str, *, idempotency_key: str | None = None
+    ) -> pb.DeleteReleaseResponse:
+        """Delete a release (admin); ``deleted`` is false if there was none."""
+        req = pb.DeleteReleaseRequest(world_id=world_id, release_name=name, idempotency_key=self.key(idempotency_key))
+        return self.call("DeleteRelease", req)
+
+    def history(
+        self,
+        world_id: str,
+        *,
+        limit: int = 0,
+        page_size: int = 0,
+        page_token: str = "",
+        since: str = "",
+        until: str = "",
+        author: str = "",
+        changes: bool = False,
+        no_counts: bool = False,
+    ) -> Iterator[pb.Commit]:
+        req = pb.CommitHistoryRequest(
+            world_id=world_id,
+            limit=limit,
+            page_size=page_size,
+            page_token=page_token,
+            since=since,
+            until=until,
+            author=author,
+            changes=changes,
+            no_counts=no_counts,
+        )
         for page in self.stream("GetCommitHistory", req):
             yield from page.commits
 
@@ -250,12 +288,23 @@ class WorldClient:
     # --- Write-Audit-Publish ---------------------------------------------------------------------
 
     def publish_audit(
-        self, source: str, target: str = "", *, idempotency_key: str | None = None, **limits: int
+        self,
+        source: str,
+        target: str = "",
+        *,
+        max_drift: int | None = None,
+        max_tables: int | None = None,
+        max_changed_entities: int | None = None,
+        idempotency_key: str | None = None,
     ) -> pb.PublishAuditResponse:
-        """Audit ``source`` against ``target`` (empty: prod); ``limits``: max_drift, max_tables,
-        max_changed_entities (unset: the server's settings)."""
+        """Audit ``source`` against ``target`` (empty: prod); limits left None are the server's settings."""
         req = pb.PublishAuditRequest(
-            source_world_id=source, target_world_id=target, idempotency_key=self.key(idempotency_key), **limits
+            source_world_id=source,
+            target_world_id=target,
+            max_drift=max_drift,
+            max_tables=max_tables,
+            max_changed_entities=max_changed_entities,
+            idempotency_key=self.key(idempotency_key),
         )
         return self.call("PublishAudit", req)
 
@@ -286,3 +335,25 @@ class WorldClient:
             idempotency_key=self.key(idempotency_key),
         )
         return self.call("PublishRun", req)
+
+    def publish_status(self, page_size: int = 0) -> list[pb.PublishBranchState]:
+        """The gate's state per source world (every page)."""
+        pages = self.pages("PublishStatus", lambda t: pb.PublishStatusRequest(page_size=page_size, page_token=t))
+        return [st for page in pages for st in page.states]
+
+    def publish_log(self, plan_id: str = "", page_size: int = 0) -> list[str]:
+        """The publish log's entries as JSON, oldest first: one plan's (or every entry), every page."""
+        pages = self.pages(
+            "ListPublishLog", lambda t: pb.ListPublishLogRequest(plan_id=plan_id, page_size=page_size, page_token=t)
+        )
+        return [e for page in pages for e in page.entries_json]
+
+    @staticmethod
+    def run_of(error: grpc.RpcError) -> pb.PublishRunResponse | None:
+        """The run outcome a refused (FAILED_PRECONDITION) or failed (INTERNAL) PublishRun carries, or None."""
+        status = rpc_status.from_call(error)
+        for detail in status.details if status else ():
+            out = pb.PublishRunResponse()
+            if detail.Unpack(out):
+                return out
+        return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import orjson
@@ -31,15 +31,6 @@ from worlds.refs import Resolved, WorldRef
 from worlds.releases import Release
 from worlds.rollback import RollbackPlan, TableAction
 from worlds.rollback_run import RollbackOutcome
-
-T = TypeVar("T")
-
-
-class NotOffered(WorldsError):
-    """The command (or option) has no RPC: it only runs against Nessie directly."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(f"{what} is not offered by the API; unset CAUSEWAY_API_URL to use Nessie directly")
 
 
 def _time(text: str | None) -> datetime | None:
@@ -136,12 +127,6 @@ class Outcome:
 class RemoteWorlds(Remote):
     """The subset of ``worlds.api.Worlds`` the CLI's world commands call, over gRPC."""
 
-    def _call(self, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except grpc.RpcError as exc:
-            raise WorldsError(f"API {exc.code().name}: {exc.details()}") from exc
-
     # --- history and releases --------------------------------------------------------------------
 
     def history(
@@ -155,14 +140,14 @@ class RemoteWorlds(Remote):
         counts: bool = True,
         changes: bool = False,
     ) -> Iterator[CommitRecord]:
-        if changes:
-            raise NotOffered("history --changes")
         req = pb.CommitHistoryRequest(
             world_id=world,
             since=since.isoformat() if since else "",
             until=until.isoformat() if until else "",
             author=author or "",
             limit=limit or 0,
+            changes=changes,
+            no_counts=not counts,
         )
         pages = self.client.stream("GetCommitHistory", req)
         while True:
@@ -186,7 +171,10 @@ class RemoteWorlds(Remote):
         raise WorldsError(f"release {world}/{name} does not exist")
 
     def delete_release(self, world: str, name: str) -> Release:
-        raise NotOffered("deleting a release")
+        resp = self._call(lambda: self.client.delete_release(world, name))
+        if not resp.deleted:  # what the local path says for a release that is not there
+            raise WorldsError(f"release {world}/{name} does not exist")
+        return _release(resp.release)
 
     # --- time travel and audit --------------------------------------------------------------------
 

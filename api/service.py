@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
@@ -30,6 +31,7 @@ from api.errors import ApiError, HeadMoved, InvalidRequest, NotFound, status_for
 from api.idempotency import IdempotentExecutor, fingerprint
 from api.merge_rpcs import MergeRpcs
 from api.publish_rpcs import PublishRpcs
+from api.release_rpcs import ReleaseRpcs
 from models.worlds import WorldNaming
 from sinks.nessie import NessieClient
 from streams.settings import Settings
@@ -38,6 +40,7 @@ from worlds.manager import ForkSource, World, WorldManager
 from worlds.refs import WorldRef, parse_time, release_tag
 
 M = TypeVar("M", bound=Message)
+HASH = re.compile(r"[0-9a-fA-F]{8,64}")
 STATUS_DETAILS = "grpc-status-details-bin"  # the gRPC rich error model's trailer (google.rpc.Status)
 
 
@@ -49,23 +52,11 @@ def _world(w: World) -> pb.World:
     return pb.World(world_id=w.world_id, branch=w.branch, head_hash=w.hash)
 
 
-def _release(r: Any) -> pb.Release:
-    return pb.Release(
-        world_id=r.world,
-        name=r.name,
-        tag=r.tag,
-        hash=r.hash,
-        released_hash=r.released_hash,
-        message=r.message,
-        created_at=r.created_at.isoformat() if r.created_at else "",
-    )
-
-
 def _time(text: str) -> datetime | None:
     return parse_time(text) if text else None
 
 
-class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
+class WorldService(MergeRpcs, PublishRpcs, ReleaseRpcs, pb_grpc.WorldManagerServiceServicer):
     def __init__(
         self,
         settings: Settings,
@@ -214,17 +205,30 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
 
     async def ForkWorld(self, request: pb.ForkWorldRequest, context: Any) -> pb.WorldResponse:  # noqa: N802
         async def act() -> pb.WorldResponse:
-            src = request.source_world_id or self.settings.prod_world
-            self.naming.branch(src)
-            source = (
-                ForkSource(tag=release_tag(src, request.source_release))
-                if request.source_release
-                else ForkSource(world=src)
-            )
+            source = self._fork_source(request)
+            if request.dry_run:  # every check a fork makes, nothing written
+                existing, at = await self.manager.plan_create(request.new_world_id, source)
+                if existing is not None:
+                    return pb.WorldResponse(world=_world(existing), created=False)
+                branch = self.naming.branch(request.new_world_id)
+                return pb.WorldResponse(world=_world(World(request.new_world_id, branch, at.hash)), created=True)
             world, created = await self.manager.create(request.new_world_id, source)
             return pb.WorldResponse(world=_world(world), created=created)
 
         return await self._write("ForkWorld", request.new_world_id, request, context, pb.WorldResponse, act)
+
+    def _fork_source(self, request: pb.ForkWorldRequest) -> ForkSource:
+        if request.source_commit:
+            if request.source_release:
+                raise InvalidRequest("give source_release or source_commit, not both")
+            if not HASH.fullmatch(request.source_commit):
+                raise InvalidRequest(f"source_commit {request.source_commit!r} is not a commit hash (hex digits)")
+            return ForkSource(commit=request.source_commit)
+        src = request.source_world_id or self.settings.prod_world
+        self.naming.branch(src)
+        if request.source_release:
+            return ForkSource(tag=release_tag(src, request.source_release))
+        return ForkSource(world=src)
 
     async def GetWorld(self, request: pb.GetWorldRequest, context: Any) -> pb.WorldResponse:  # noqa: N802
         async def act() -> pb.WorldResponse:
@@ -259,32 +263,6 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
 
         return await self._write("DeleteWorld", request.world_id, request, context, pb.DeleteWorldResponse, act)
 
-    # --- releases --------------------------------------------------------------------------------
-
-    async def CreateRelease(self, request: pb.CreateReleaseRequest, context: Any) -> pb.ReleaseResponse:  # noqa: N802
-        async def act() -> pb.ReleaseResponse:
-            release, created = await self._blocking(
-                lambda w: w.create_release(request.world_id, request.release_name, request.description)
-            )
-            return pb.ReleaseResponse(release=_release(release), created=created)
-
-        return await self._write("CreateRelease", request.world_id, request, context, pb.ReleaseResponse, act)
-
-    async def ListReleases(self, request: pb.ListReleasesRequest, context: Any) -> pb.ListReleasesResponse:  # noqa: N802
-        async def act() -> pb.ListReleasesResponse:
-            size = paging.page_size(request.page_size)
-            state = paging.decode(request.page_token, "releases") or {}
-            if request.world_id:
-                self.naming.branch(request.world_id)
-            found = await self._blocking(lambda w: w.list_releases(request.world_id or None))
-            ordered = sorted(found, key=lambda r: r.tag)
-            rest = paging.after(ordered, lambda r: r.tag, state.get("after"))
-            page = rest[:size]
-            token = paging.encode("releases", after=page[-1].tag) if len(rest) > size else ""
-            return pb.ListReleasesResponse(releases=[_release(r) for r in page], next_page_token=token)
-
-        return await self._read("ListReleases", request.world_id or None, context, act)
-
     # --- history, diff, audit, time travel (server streaming) ------------------------------------
 
     async def GetCommitHistory(
@@ -304,6 +282,8 @@ class WorldService(MergeRpcs, PublishRpcs, pb_grpc.WorldManagerServiceServicer):
                 until=until,
                 author=request.author or None,
                 limit=None if resume_after else limit,
+                counts=not request.no_counts,
+                changes=request.changes,
                 page_size=size,
             )
             if resume_after:  # skip the commits (of the resume time) up to and including the last one sent

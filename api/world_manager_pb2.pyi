@@ -89,20 +89,24 @@ class DeleteWorldResponse(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class ForkWorldRequest(_message.Message):
-    __slots__ = ("source_world_id", "new_world_id", "display_name", "description", "source_release", "idempotency_key")
+    __slots__ = ("source_world_id", "new_world_id", "display_name", "description", "source_release", "idempotency_key", "source_commit", "dry_run")
     SOURCE_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     NEW_WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SOURCE_RELEASE_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     source_world_id: str
     new_world_id: str
     display_name: str
     description: str
     source_release: str
     idempotency_key: str
-    def __init__(self, source_world_id: _Optional[str] = ..., new_world_id: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., source_release: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    source_commit: str
+    dry_run: bool
+    def __init__(self, source_world_id: _Optional[str] = ..., new_world_id: _Optional[str] = ..., display_name: _Optional[str] = ..., description: _Optional[str] = ..., source_release: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., source_commit: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class MergeWorldRequest(_message.Message):
     __slots__ = ("source_world_id", "target_world_id", "strategy", "message", "idempotency_key", "strategy_for", "dry_run", "strategy_name")
@@ -337,6 +341,64 @@ class PublishRunResponse(_message.Message):
     json: str
     def __init__(self, plan_id: _Optional[str] = ..., action: _Optional[str] = ..., outcome: _Optional[str] = ..., reason: _Optional[str] = ..., commit_hash: _Optional[str] = ..., path: _Optional[str] = ..., verified: _Optional[bool] = ..., source_deleted: _Optional[bool] = ..., json: _Optional[str] = ...) -> None: ...
 
+class PublishStatusRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class PublishBranchState(_message.Message):
+    __slots__ = ("source", "target", "plan_id", "verdict", "blocked_by", "drift", "first_seen", "last_audit", "last_changed", "outcome")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_BY_FIELD_NUMBER: _ClassVar[int]
+    DRIFT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    LAST_AUDIT_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    target: str
+    plan_id: str
+    verdict: str
+    blocked_by: _containers.RepeatedScalarFieldContainer[str]
+    drift: int
+    first_seen: str
+    last_audit: str
+    last_changed: str
+    outcome: str
+    def __init__(self, source: _Optional[str] = ..., target: _Optional[str] = ..., plan_id: _Optional[str] = ..., verdict: _Optional[str] = ..., blocked_by: _Optional[_Iterable[str]] = ..., drift: _Optional[int] = ..., first_seen: _Optional[str] = ..., last_audit: _Optional[str] = ..., last_changed: _Optional[str] = ..., outcome: _Optional[str] = ...) -> None: ...
+
+class PublishStatusResponse(_message.Message):
+    __slots__ = ("states", "next_page_token")
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    states: _containers.RepeatedCompositeFieldContainer[PublishBranchState]
+    next_page_token: str
+    def __init__(self, states: _Optional[_Iterable[_Union[PublishBranchState, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListPublishLogRequest(_message.Message):
+    __slots__ = ("plan_id", "page_size", "page_token")
+    PLAN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    plan_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, plan_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListPublishLogResponse(_message.Message):
+    __slots__ = ("entries_json", "next_page_token")
+    ENTRIES_JSON_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries_json: _containers.RepeatedScalarFieldContainer[str]
+    next_page_token: str
+    def __init__(self, entries_json: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class Release(_message.Message):
     __slots__ = ("world_id", "name", "tag", "hash", "released_hash", "message", "created_at")
     WORLD_ID_FIELD_NUMBER: _ClassVar[int]
@@ -393,8 +455,26 @@ class ListReleasesResponse(_message.Message):
     next_page_token: str
     def __init__(self, releases: _Optional[_Iterable[_Union[Release, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class DeleteReleaseRequest(_message.Message):
+    __slots__ = ("world_id", "release_name", "idempotency_key")
+    WORLD_ID_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_NAME_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    world_id: str
+    release_name: str
+    idempotency_key: str
+    def __init__(self, world_id: _Optional[str] = ..., release_name: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class DeleteReleaseResponse(_message.Message):
+    __slots__ = ("release", "deleted")
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    release: Release
+    deleted: bool
+    def __init__(self, release: _Optional[_Union[Release, _Mapping]] = ..., deleted: _Optional[bool] = ...) -> None: ...
+
 class CommitHistoryRequest(_message.Message):
-    __slots__ = ("world_id", "since", "until", "author", "limit", "page_size", "page_token")
+    __slots__ = ("world_id", "since", "until", "author", "limit", "page_size", "page_token", "changes", "no_counts")
     WORLD_ID_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
     UNTIL_FIELD_NUMBER: _ClassVar[int]
@@ -402,6 +482,8 @@ class CommitHistoryRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    NO_COUNTS_FIELD_NUMBER: _ClassVar[int]
     world_id: str
     since: str
     until: str
@@ -409,7 +491,9 @@ class CommitHistoryRequest(_message.Message):
     limit: int
     page_size: int
     page_token: str
-    def __init__(self, world_id: _Optional[str] = ..., since: _Optional[str] = ..., until: _Optional[str] = ..., author: _Optional[str] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    changes: bool
+    no_counts: bool
+    def __init__(self, world_id: _Optional[str] = ..., since: _Optional[str] = ..., until: _Optional[str] = ..., author: _Optional[str] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., changes: _Optional[bool] = ..., no_counts: _Optional[bool] = ...) -> None: ...
 
 class Commit(_message.Message):
     __slots__ = ("hash", "time", "author", "message", "kind", "event_count", "json")

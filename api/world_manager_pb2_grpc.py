@@ -99,6 +99,16 @@ class WorldManagerServiceStub:
                 request_serializer=api_dot_world__manager__pb2.PublishRunRequest.SerializeToString,
                 response_deserializer=api_dot_world__manager__pb2.PublishRunResponse.FromString,
                 _registered_method=True)
+        self.PublishStatus = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/PublishStatus',
+                request_serializer=api_dot_world__manager__pb2.PublishStatusRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.PublishStatusResponse.FromString,
+                _registered_method=True)
+        self.ListPublishLog = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/ListPublishLog',
+                request_serializer=api_dot_world__manager__pb2.ListPublishLogRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.ListPublishLogResponse.FromString,
+                _registered_method=True)
         self.CreateRelease = channel.unary_unary(
                 '/causeway.worlds.v1.WorldManagerService/CreateRelease',
                 request_serializer=api_dot_world__manager__pb2.CreateReleaseRequest.SerializeToString,
@@ -108,6 +118,11 @@ class WorldManagerServiceStub:
                 '/causeway.worlds.v1.WorldManagerService/ListReleases',
                 request_serializer=api_dot_world__manager__pb2.ListReleasesRequest.SerializeToString,
                 response_deserializer=api_dot_world__manager__pb2.ListReleasesResponse.FromString,
+                _registered_method=True)
+        self.DeleteRelease = channel.unary_unary(
+                '/causeway.worlds.v1.WorldManagerService/DeleteRelease',
+                request_serializer=api_dot_world__manager__pb2.DeleteReleaseRequest.SerializeToString,
+                response_deserializer=api_dot_world__manager__pb2.DeleteReleaseResponse.FromString,
                 _registered_method=True)
         self.GetCommitHistory = channel.unary_stream(
                 '/causeway.worlds.v1.WorldManagerService/GetCommitHistory',
@@ -226,6 +241,19 @@ class WorldManagerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PublishStatus(self, request, context):
+        """The gate's state per source world (what `causeway publish status` prints), and its log entries.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListPublishLog(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateRelease(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -233,6 +261,12 @@ class WorldManagerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListReleases(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRelease(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -343,6 +377,16 @@ def add_WorldManagerServiceServicer_to_server(servicer, server):
                     request_deserializer=api_dot_world__manager__pb2.PublishRunRequest.FromString,
                     response_serializer=api_dot_world__manager__pb2.PublishRunResponse.SerializeToString,
             ),
+            'PublishStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishStatus,
+                    request_deserializer=api_dot_world__manager__pb2.PublishStatusRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.PublishStatusResponse.SerializeToString,
+            ),
+            'ListPublishLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPublishLog,
+                    request_deserializer=api_dot_world__manager__pb2.ListPublishLogRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.ListPublishLogResponse.SerializeToString,
+            ),
             'CreateRelease': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateRelease,
                     request_deserializer=api_dot_world__manager__pb2.CreateReleaseRequest.FromString,
@@ -352,6 +396,11 @@ def add_WorldManagerServiceServicer_to_server(servicer, server):
                     servicer.ListReleases,
                     request_deserializer=api_dot_world__manager__pb2.ListReleasesRequest.FromString,
                     response_serializer=api_dot_world__manager__pb2.ListReleasesResponse.SerializeToString,
+            ),
+            'DeleteRelease': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRelease,
+                    request_deserializer=api_dot_world__manager__pb2.DeleteReleaseRequest.FromString,
+                    response_serializer=api_dot_world__manager__pb2.DeleteReleaseResponse.SerializeToString,
             ),
             'GetCommitHistory': grpc.unary_stream_rpc_method_handler(
                     servicer.GetCommitHistory,
@@ -746,6 +795,60 @@ class WorldManagerService:
             _registered_method=True)
 
     @staticmethod
+    def PublishStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/PublishStatus',
+            api_dot_world__manager__pb2.PublishStatusRequest.SerializeToString,
+            api_dot_world__manager__pb2.PublishStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPublishLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/ListPublishLog',
+            api_dot_world__manager__pb2.ListPublishLogRequest.SerializeToString,
+            api_dot_world__manager__pb2.ListPublishLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def CreateRelease(request,
             target,
             options=(),
@@ -789,6 +892,33 @@ class WorldManagerService:
             '/causeway.worlds.v1.WorldManagerService/ListReleases',
             api_dot_world__manager__pb2.ListReleasesRequest.SerializeToString,
             api_dot_world__manager__pb2.ListReleasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRelease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/causeway.worlds.v1.WorldManagerService/DeleteRelease',
+            api_dot_world__manager__pb2.DeleteReleaseRequest.SerializeToString,
+            api_dot_world__manager__pb2.DeleteReleaseResponse.FromString,
             options,
             channel_credentials,
             insecure,

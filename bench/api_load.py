@@ -1,13 +1,16 @@
 """The world manager API under load, and the API server as a real process (tests use it too).
 
 ``python -m bench.api_load --clients 50 --seconds 60`` starts ``causeway serve`` on a unique prod
-branch, then runs N client threads mixing reads (GetWorld, ListWorlds, GetCommitHistory,
-ListReleases) and writes: CreateWorld (sent twice with one idempotency key), CreateRelease and
-DeleteWorld; merge cycles (ForkWorld, CreateRelease, MergeWorld back into the client's home world);
-publish cycles (ForkWorld, CreateRelease, PublishAudit, PublishApprove, DeleteWorld; see
-``_publish_cycle``). It reports requests/s, p50/p99 latency per kind (read, write, merge, publish), errors
-(must be zero), the load average, and checks the audit log: no idempotency key ran its action more
-than once. Everything it creates is removed at the end.
+branch holding committed events (written by the real ``BatchCommitter``), then runs N client
+threads mixing reads (GetWorld, ListWorlds, GetCommitHistory, ListReleases, QueryAt) and writes:
+CreateWorld (sent twice with one idempotency key), CreateRelease and DeleteWorld; merge cycles
+(ForkWorld, events committed on the fork, MergeWorld back into the client's home world); publish
+cycles (ForkWorld, events committed on the fork, PublishAudit, PublishApprove, PublishRun sent twice
+with one key and once more with a new key, DeleteWorld; see ``_publish_cycle``). It reports
+requests/s, p50/p99 latency per kind (read, write, merge, publish), errors (must be zero), the load
+average, and checks that no action ran twice: the audit log (no idempotency key ran its action more
+than once) and the publish log (no plan published more than once). Everything it creates is removed
+at the end.
 """
 
 from __future__ import annotations
@@ -31,8 +34,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from api.auth import Role, new_token, token_line
 from api.client import WorldClient
 from bench.procs import PYTHON, ROOT, free_port, worker_env
+from models.events import ChangeEvent, ChangeType, EntityKind
+from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Settings
+from worlds.publish_log import PublishLog
+
+#: Events committed on prod before the load, and on each fork a merge or publish cycle makes.
+SEED_EVENTS, CYCLE_EVENTS = 20, 3
+TOPIC = "bench.api_load"
 
 
 @dataclass
@@ -142,6 +152,49 @@ class Tally:
             self.examples.setdefault(name, exc.details() if rpc else str(exc))  # type: ignore[attr-defined]
 
 
+class Writer:
+    """Commits events onto a world's branch with the real committer (what a worker's flush does).
+
+    Offsets come from one counter for the whole run: a fork inherits its parent's committed offsets,
+    so a reused offset would be taken for a redelivery and skipped.
+    """
+
+    _offsets = iter(range(10**12))
+    _lock = threading.Lock()
+
+    def __init__(self, settings: Settings) -> None:
+        self.client = SyncNessieClient.from_settings(settings)
+        self.committer = BatchCommitter(settings, self.client)
+
+    def commit(self, world: str, batch_id: str, pks: list[str]) -> str:
+        with Writer._lock:
+            offsets = [next(Writer._offsets) for _ in pks]
+        items = [(_event(world, pk), Source(TOPIC, 0, off)) for pk, off in zip(pks, offsets, strict=True)]
+        return self.committer.commit_batch(Batch.from_sources(world, batch_id, items)).hash
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _event(world: str, pk: str) -> ChangeEvent:
+    return ChangeEvent(
+        event_id=f"{world}-{pk}-{uuid.uuid4().hex[:8]}",
+        world_id=world,
+        kind=EntityKind.OBJECT,
+        entity_type="person",
+        entity_pk=pk,
+        change_type=ChangeType.CREATE,
+        version=1,
+        before=None,
+        after={"name": f"name-{pk}"},
+        caused_by=None,
+        causal_order=None,
+        occurred_at_ms=1_700_000_000_000,
+        schema_version=0,
+        source="bench",
+    )
+
+
 def _timed(tally: Tally, kind: str, fn):
     t0 = time.perf_counter()
     try:
@@ -153,38 +206,61 @@ def _timed(tally: Tally, kind: str, fn):
     return out
 
 
-def _merge_cycle(c: WorldClient, tally: Tally, home: str, world: str, key: str) -> None:
-    """Fork ``home``, give the fork a commit (a release marker), merge it back, delete it."""
-    _timed(tally, "write", lambda: c.fork_world(home, world, idempotency_key=key + "-f"))
-    _timed(tally, "write", lambda: c.create_release(world, "m1", idempotency_key=key + "-r"))
-    _timed(tally, "merge", lambda: c.merge_world(world, home, "NORMAL", idempotency_key=key + "-m"))
+def _fork_with_events(c: WorldClient, tally: Tally, writer: Writer, home: str, world: str, key: str) -> bool:
+    """Fork ``home`` as ``world`` over the API, then commit new entities on the fork (not timed: no RPC)."""
+    if _timed(tally, "write", lambda: c.fork_world(home, world, idempotency_key=key + "-f")) is None:
+        return False
+    try:
+        writer.commit(world, f"{world}-b", [f"{world}-e{j}" for j in range(CYCLE_EVENTS)])
+    except Exception as exc:  # noqa: BLE001 - counted
+        tally.error("commit", exc)
+        return False
+    return True
+
+
+def _merge_cycle(c: WorldClient, tally: Tally, writer: Writer, home: str, world: str, key: str) -> None:
+    """Fork ``home``, commit events on the fork, merge it back (a merge commit), delete it."""
+    if _fork_with_events(c, tally, writer, home, world, key):
+        merged = _timed(tally, "merge", lambda: c.merge_world(world, home, "NORMAL", idempotency_key=key + "-m"))
+        if merged is not None and merged.status != "merged":
+            tally.error("merge", RuntimeError(f"merge status {merged.status}, expected merged"))
     _timed(tally, "write", lambda: c.delete_world(world, idempotency_key=key + "-d"))
 
 
-def _publish_cycle(c: WorldClient, tally: Tally, home: str, world: str, key: str) -> None:
-    """Fork ``home``, give the fork a commit, audit its publish into ``home``, decide, run it once.
+def _publish_cycle(c: WorldClient, tally: Tally, writer: Writer, home: str, world: str, key: str) -> None:
+    """Fork ``home``, commit events on the fork, audit its publish into ``home``, approve, run it.
 
-    The load test's worlds hold no table data (a release marker touches no table), so the audit
-    answers ``up-to-date`` and the plan is declined (the gate refuses to approve it); an eligible
-    plan is approved and run, its run sent twice with one key.
+    The audit must be ``eligible`` (the fork holds new entities; ``home`` moves only by this client's
+    own cycles), so the run fast-forwards ``home`` to the fork and deletes the fork. The run is sent
+    twice with one key (the second answers from the stored outcome) and once with a new key (the
+    gate answers ``done`` with the first run's commit): one publish either way.
     """
-    _timed(tally, "write", lambda: c.fork_world(home, world, idempotency_key=key + "-f"))
-    _timed(tally, "write", lambda: c.create_release(world, "p1", idempotency_key=key + "-r"))
-    plan = _timed(tally, "publish", lambda: c.publish_audit(world, home, idempotency_key=key + "-a"))
-    if plan is None:
+    if not _fork_with_events(c, tally, writer, home, world, key):
+        _timed(tally, "write", lambda: c.delete_world(world, idempotency_key=key + "-d"))
         return
-    eligible = plan.verdict == "eligible"
-    _timed(
-        tally,
-        "publish",
-        lambda: c.publish_approve(plan.plan_id, home, decline=not eligible, idempotency_key=key + "-p"),
-    )
-    for _ in range(2 if eligible else 0):  # the retry answers from the stored outcome: one publish
-        _timed(tally, "publish", lambda: c.publish_run(plan.plan_id, home, idempotency_key=key + "-x"))
+    plan = _timed(tally, "publish", lambda: c.publish_audit(world, home, idempotency_key=key + "-a"))
+    if plan is not None and plan.verdict != "eligible":
+        tally.error(
+            "publish", RuntimeError(f"audit verdict {plan.verdict} ({list(plan.blocked_by)}), expected eligible")
+        )
+    elif plan is not None:
+        pid = plan.plan_id
+        _timed(tally, "publish", lambda: c.publish_approve(pid, home, idempotency_key=key + "-p"))
+        runs = [_timed(tally, "publish", lambda: c.publish_run(pid, home, idempotency_key=key + "-x")) for _ in "ab"]
+        again = _timed(tally, "publish", lambda: c.publish_run(pid, home, idempotency_key=key + "-y"))
+        first = runs[0]
+        if first is not None and (first.outcome != "published" or runs[1] != first):
+            tally.error(
+                "publish", RuntimeError(f"run {first.outcome}/{first.action}; retry differs: {runs[1] != first}")
+            )
+        if first is not None and again is not None and (again.action, again.commit_hash) != ("done", first.commit_hash):
+            tally.error("publish", RuntimeError(f"a new key's run answered {again.action} {again.commit_hash[:12]}"))
     _timed(tally, "write", lambda: c.delete_world(world, idempotency_key=key + "-d"))
 
 
-def _client_loop(server: ApiProcess, n: int, stop_at: float, run: str, tally: Tally, read_world: str) -> None:
+def _client_loop(
+    server: ApiProcess, n: int, stop_at: float, run: str, tally: Tally, read_world: str, writer: Writer
+) -> None:
     """80% reads; the writes are world create/release/delete, merge cycles and publish cycles in turn.
 
     Each client merges and publishes into its own home world (forked from prod at start), so the mix
@@ -198,13 +274,17 @@ def _client_loop(server: ApiProcess, n: int, stop_at: float, run: str, tally: Ta
         while time.monotonic() < stop_at:
             i += 1
             if rnd.random() < 0.8:
-                op = rnd.choice(("GetWorld", "ListWorlds", "GetCommitHistory", "ListReleases"))
+                op = rnd.choice(("GetWorld", "ListWorlds", "GetCommitHistory", "ListReleases", "QueryAt"))
                 if op == "GetWorld":
                     _timed(tally, "read", lambda: c.get_world(read_world))
                 elif op == "ListWorlds":
                     _timed(tally, "read", lambda: c.list_worlds())
                 elif op == "GetCommitHistory":
                     _timed(tally, "read", lambda: list(c.history(read_world, limit=5)))
+                elif op == "QueryAt":
+                    _timed(
+                        tally, "read", lambda: list(c.query_at(read_world, "person", f"s{rnd.randrange(SEED_EVENTS)}"))
+                    )
                 else:
                     _timed(tally, "read", lambda: c.list_releases(read_world))
                 continue
@@ -212,10 +292,10 @@ def _client_loop(server: ApiProcess, n: int, stop_at: float, run: str, tally: Ta
             key = f"lt-{run}-{n}-{i}"
             cycle = rnd.choice(("worlds", "merge", "publish"))
             if cycle == "merge":
-                _merge_cycle(c, tally, home, world, key)
+                _merge_cycle(c, tally, writer, home, world, key)
                 continue
             if cycle == "publish":
-                _publish_cycle(c, tally, home, world, key)
+                _publish_cycle(c, tally, writer, home, world, key)
                 continue
             for _ in range(2):  # the retry must answer from the stored outcome, not act again
                 _timed(tally, "write", lambda w=world, k=key: c.create_world(w, idempotency_key=k + "-c"))
@@ -237,16 +317,19 @@ def run_load(settings: Settings, tmp: Path, clients: int, seconds: float) -> dic
     )
     server = start_api(settings, tmp)
     tally = Tally()
+    writers = [Writer(settings) for _ in range(clients)]
     load_before = os.getloadavg()
+    published: Counter[str] = Counter()
     try:
+        # committed events on prod, so every world forked from it holds tables and shares history; the
+        # release name holds the run id: release tags are global in Nessie and the clean-up removes it
+        writers[0].commit(settings.prod_world, f"lt{run}-seed", [f"s{j}" for j in range(SEED_EVENTS)])
         with server.client("admin") as c:
-            # a first commit on prod (a release marker), so the worlds forked from it share history; the
-            # name holds the run id: release tags are global in Nessie and the clean-up removes this one
             c.create_release(settings.prod_world, f"lt{run}-base", idempotency_key=f"lt-{run}-base")
             c.create_world(f"lt{run}-read", idempotency_key=f"lt-{run}-read")
         stop_at = time.monotonic() + seconds
         threads = [
-            threading.Thread(target=_client_loop, args=(server, n, stop_at, run, tally, f"lt{run}-read"))
+            threading.Thread(target=_client_loop, args=(server, n, stop_at, run, tally, f"lt{run}-read", writers[n]))
             for n in range(clients)
         ]
         t0 = time.monotonic()
@@ -256,8 +339,12 @@ def run_load(settings: Settings, tmp: Path, clients: int, seconds: float) -> dic
             t.join()
         elapsed = time.monotonic() - t0
         load_after = os.getloadavg()
+        log = PublishLog(nessie, settings.publish_log_branch, settings.commit_author)
+        published.update(str(e["plan_id"]) for e in log.entries() if e["kind"] == "run" and e["outcome"] == "published")
     finally:
         server.stop()
+        for w in writers:
+            w.close()
         for ref in nessie.list_references():
             if run in ref.name:
                 try:
@@ -277,6 +364,8 @@ def run_load(settings: Settings, tmp: Path, clients: int, seconds: float) -> dic
         "error_examples": tally.examples,
         "actions_run": len(ran),
         "actions_run_twice": twice,
+        "plans_published": len(published),
+        "plans_published_twice": {k: v for k, v in published.items() if v > 1},
         "loadavg_before": load_before,
         "loadavg_after": load_after,
     }

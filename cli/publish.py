@@ -1,6 +1,10 @@
 """`causeway publish audit|approve|run|status`: the Write-Audit-Publish gate (docs/publish.md).
 
-Thin shells over ``worlds.publish_run.Publisher``; decisions live in ``worlds.publish``.
+Thin shells over the gate: ``worlds.publish_run.Publisher`` on Nessie directly, or, with
+``CAUSEWAY_API_URL`` set, ``api.remote_publish.RemotePublisher`` over the world manager API (its
+tokens, roles, idempotency keys and audit log; the token's name is recorded instead of ``--by``).
+Both answer the same records, so each command prints and exits one way. Decisions live in
+``worlds.publish``.
 """
 
 from __future__ import annotations
@@ -8,21 +12,73 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Protocol
 
 import click
 
-from cli.world_history import _api, _json, _summary
+from cli.world_history import _errors, _json, _local, _summary
 from streams.settings import Settings
-from worlds.publish import AuditRecord, exit_code
+from worlds.publish import AuditRecord, BranchState, exit_code
 from worlds.publish_run import Publisher, RunOutcome
 
 
+class Gate(Protocol):
+    """What the commands call: the local gate below or ``api.remote_publish.RemotePublisher``."""
+
+    def audit(
+        self,
+        source: str,
+        target: str | None,
+        max_drift: int | None = None,
+        max_tables: int | None = None,
+        max_changed_entities: int | None = None,
+    ) -> AuditRecord: ...
+
+    def approve(self, plan_id: str, *, decline: bool = False) -> str: ...
+
+    def run(self, plan_id: str, *, strategy: str, keep_source: bool, execute: bool) -> RunOutcome: ...
+
+    def status(self) -> dict[str, BranchState]: ...
+
+
+class _Local:
+    """The gate on Nessie directly; ``by`` is who the log records."""
+
+    def __init__(self, publisher: Publisher, by: str) -> None:
+        self.p, self.by = publisher, by
+
+    def audit(
+        self,
+        source: str,
+        target: str | None,
+        max_drift: int | None = None,
+        max_tables: int | None = None,
+        max_changed_entities: int | None = None,
+    ) -> AuditRecord:
+        return self.p.audit(source, target, self.p.thresholds(max_drift, max_tables, max_changed_entities), by=self.by)
+
+    def approve(self, plan_id: str, *, decline: bool = False) -> str:
+        return str(self.p.approve(plan_id, self.by, decline=decline)["by"])
+
+    def run(self, plan_id: str, *, strategy: str, keep_source: bool, execute: bool) -> RunOutcome:
+        return self.p.run(plan_id, strategy=strategy, keep_source=keep_source, execute=execute, by=self.by)
+
+    def status(self) -> dict[str, BranchState]:
+        return self.p.status()
+
+
 @contextmanager
-def _publisher(settings: Settings) -> Iterator[Publisher]:
+def _publisher(settings: Settings, by: str = "") -> Iterator[Gate]:
+    if settings.api_url:  # through the world manager API: docs/api.md
+        from api.remote_publish import RemotePublisher
+
+        with _errors(settings), RemotePublisher.from_settings(settings) as remote:
+            yield remote
+        return
     from agents import faults
 
-    with _api(settings, remote=False) as api:  # not over the API yet (docs/api.md)
-        yield Publisher(api, after_publish=lambda: faults.reached("publish-after-commit"))
+    with _local(settings) as api:
+        yield _Local(Publisher(api, after_publish=lambda: faults.reached("publish-after-commit")), by)
 
 
 @click.group()
@@ -84,7 +140,7 @@ def _print_record(r: AuditRecord) -> None:
     default=None,
     help="Most entities changed (default: CAUSEWAY_PUBLISH_MAX_CHANGED_ENTITIES, none).",
 )
-@click.option("--by", default="", help="Who runs the audit (recorded).")
+@click.option("--by", default="", help="Who runs the audit (recorded; over the API: the token's name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the audit record as JSON.")
 @click.pass_obj
 def audit_cmd(
@@ -104,8 +160,8 @@ def audit_cmd(
     Example:
       causeway publish audit etl-batch --into prod --max-drift 5 --json
     """
-    with _publisher(settings) as p:
-        record = p.audit(source, target, p.thresholds(max_drift, max_tables, max_changed_entities), by=by)
+    with _publisher(settings, by) as p:
+        record = p.audit(source, target, max_drift, max_tables, max_changed_entities)
     if as_json:
         _json(record.to_json())
     else:
@@ -115,7 +171,7 @@ def audit_cmd(
 
 @publish.command("approve")
 @click.argument("plan_id")
-@click.option("--by", required=True, help="Who approves (recorded in the audit log).")
+@click.option("--by", required=True, help="Who approves (recorded in the audit log; over the API: the token's name).")
 @click.option("--decline", is_flag=True, help="Decline the plan instead (a later run refuses).")
 @click.pass_obj
 def approve_cmd(settings: Settings, plan_id: str, by: str, decline: bool) -> None:
@@ -125,9 +181,9 @@ def approve_cmd(settings: Settings, plan_id: str, by: str, decline: bool) -> Non
     Example:
       causeway publish approve pl-1a2b3c4d5e6f7a8b --by ana
     """
-    with _publisher(settings) as p:
-        p.approve(plan_id, by, decline=decline)
-    click.echo(f"plan {plan_id} {'declined' if decline else 'approved'} by {by}")
+    with _publisher(settings, by) as p:
+        who = p.approve(plan_id, decline=decline)
+    click.echo(f"plan {plan_id} {'declined' if decline else 'approved'} by {who}")
 
 
 def _print_run(out: RunOutcome, as_json: bool) -> None:
@@ -153,7 +209,7 @@ def _print_run(out: RunOutcome, as_json: bool) -> None:
 @click.option("--strategy", default="NORMAL", help="Merge strategy when the target diverged (see `worlds merge`).")
 @click.option("--keep-source", is_flag=True, help="Keep the source branch after publishing.")
 @click.option("--execute", is_flag=True, help="Publish for real (the default is a dry run).")
-@click.option("--by", default="", help="Who runs the publish (recorded).")
+@click.option("--by", default="", help="Who runs the publish (recorded; over the API: the token's name).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.pass_obj
 def run_cmd(
@@ -166,8 +222,8 @@ def run_cmd(
     Example:
       causeway publish run pl-1a2b3c4d5e6f7a8b --execute
     """
-    with _publisher(settings) as p:
-        out = p.run(plan_id, strategy=strategy, keep_source=keep_source, execute=execute, by=by)
+    with _publisher(settings, by) as p:
+        out = p.run(plan_id, strategy=strategy, keep_source=keep_source, execute=execute)
     _print_run(out, as_json)
     raise SystemExit({"refused": 5, "failed": 6}.get(out.outcome, 0))
 

@@ -20,32 +20,42 @@ from cli.worlds import worlds
 from models.worlds import InvalidWorldId
 from sinks.errors import NessieError
 from streams.settings import Settings
-from worlds.api import Worlds, WorldsError
+from worlds.api import Worlds, WorldsApi, WorldsError
 from worlds.refs import InvalidRef, parse_time
 
 T = TypeVar("T")
 
 
 @contextmanager
-def _api(settings: Settings, *, remote: bool = True) -> Iterator[Worlds]:
-    """The API, with every expected failure turned into one error line and a non-zero exit.
-
-    With ``CAUSEWAY_API_URL`` set (and ``remote``), the world manager API's twin of it; ``remote=False``
-    for callers that need ``Worlds`` itself (the publish gate runs on it).
-    """
+def _errors(settings: Settings) -> Iterator[None]:
+    """Every expected failure of the body as one error line and a non-zero exit."""
     try:
-        if settings.api_url and remote:  # through the world manager API (auth, idempotency, audit log): docs/api.md
-            from api.remote_worlds import RemoteWorlds
-
-            with RemoteWorlds.from_settings(settings) as twin:
-                yield twin  # type: ignore[misc]
-            return
-        with Worlds.from_settings(settings) as api:
-            yield api
+        yield
     except (WorldsError, InvalidRef, InvalidWorldId) as exc:
         raise click.ClickException(str(exc)) from exc
     except NessieError as exc:
         raise click.ClickException(f"Nessie at {settings.nessie_url}: {exc}") from exc
+
+
+@contextmanager
+def _local(settings: Settings) -> Iterator[Worlds]:
+    """``Worlds`` itself, on Nessie directly (the publish gate runs on it)."""
+    with _errors(settings), Worlds.from_settings(settings) as api:
+        yield api
+
+
+@contextmanager
+def _api(settings: Settings) -> Iterator[WorldsApi]:
+    """The world commands' API: ``Worlds``, or with ``CAUSEWAY_API_URL`` set its twin over the world
+    manager API (auth, idempotency, audit log: docs/api.md)."""
+    if settings.api_url:
+        from api.remote_worlds import RemoteWorlds
+
+        with _errors(settings), RemoteWorlds.from_settings(settings) as twin:
+            yield twin
+        return
+    with _local(settings) as api:
+        yield api
 
 
 def _time(value: str | None) -> datetime | None:
@@ -323,7 +333,7 @@ def show(
     )
 
 
-def _call(settings: Settings, action: Callable[[Worlds], T]) -> T:
+def _call(settings: Settings, action: Callable[[WorldsApi], T]) -> T:
     with _api(settings) as api:
         return action(api)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,9 +39,11 @@ from worlds.audit import AUDIT_COLUMNS, AuditEntry, fold, missing_causes
 from worlds.diff import EntityChange, SchemaChange, schema_diff
 from worlds.diff_read import TableDiff, diff_table
 from worlds.errors import WorldsError
+from worlds.merge import Strategies
 from worlds.merge_run import MergeOps
 from worlds.refs import Resolved, WorldRef
 from worlds.releases import Release, ReleaseOps
+from worlds.rollback import RollbackPlan
 from worlds.rollback_run import RollbackOps, RollbackOutcome
 
 TABLES = (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE)
@@ -77,6 +79,74 @@ class WorldDiff:
                 per = out[c.kind].setdefault(c.entity_type, {"added": 0, "removed": 0, "modified": 0})
                 per[c.change] += 1
         return out
+
+
+class MergeResult(Protocol):
+    """What a merge answers the CLI: ``worlds.merge_run.MergeOutcome`` or its twin over the API."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def dry_run(self) -> bool: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class WorldsApi(Protocol):
+    """The world commands' calls, stated once: :class:`Worlds` answers them on Nessie directly,
+    ``api.remote_worlds.RemoteWorlds`` over the world manager API (mypy checks both against this)."""
+
+    def history(
+        self,
+        world: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        author: str | None = None,
+        limit: int | None = 50,
+        counts: bool = True,
+        changes: bool = False,
+    ) -> Iterator[hist.CommitRecord]: ...
+
+    def create_release(self, world: str, name: str, message: str = "") -> tuple[Release, bool]: ...
+
+    def list_releases(self, world: str | None = None) -> list[Release]: ...
+
+    def get_release(self, world: str, name: str) -> Release: ...
+
+    def delete_release(self, world: str, name: str) -> Release: ...
+
+    def show(self, ref: str, *, entity_type: str | None = None, pk: str | None = None) -> Snapshot: ...
+
+    def audit(
+        self,
+        ref: str,
+        entity_type: str,
+        pk: str,
+        *,
+        kind: str = "object",
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[AuditEntry]: ...
+
+    def diff(self, a: str, b: str, *, progress: Callable[[int], None] | None = None) -> WorldDiff: ...
+
+    def plan_rollback(self, world: str, to: str) -> RollbackPlan: ...
+
+    def rollback(self, world: str, to: str, *, force: bool = False) -> RollbackOutcome: ...
+
+    def merge_worlds(
+        self, source: str, into: str, strategy: Strategies, *, dry_run: bool = False, message: str | None = None
+    ) -> MergeResult: ...
+
+    def continue_merge(self, target: str, *, message: str | None = None) -> MergeResult: ...
+
+    def abort_merge(self, target: str) -> None: ...
+
+    def pending_merge(self, target: str) -> dict[str, Any]: ...
+
+    def resolve_conflict(self, target: str, conflict_id: int, take: str) -> dict[str, Any]: ...
 
 
 class Worlds(ReleaseOps, RollbackOps, MergeOps):
@@ -310,4 +380,14 @@ def _filter(
     return expr
 
 
-__all__ = ["NessieError", "Release", "Resolved", "RollbackOutcome", "Snapshot", "Worlds", "WorldsError"]
+__all__ = [
+    "MergeResult",
+    "NessieError",
+    "Release",
+    "Resolved",
+    "RollbackOutcome",
+    "Snapshot",
+    "Worlds",
+    "WorldsApi",
+    "WorldsError",
+]

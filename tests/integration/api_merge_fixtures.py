@@ -17,7 +17,13 @@ from worlds.api import Worlds
 @pytest.fixture
 def server(api_settings: Settings, tmp_path: Path, unique: str) -> Iterator[ApiProcess]:
     """The server with its own pending-merge directory and publish log branch."""
-    settings = api_settings.replace(data_dir=str(tmp_path / "data"), publish_log_branch=f"publish-log-{unique}")
+    settings = api_settings.replace(
+        data_dir=str(tmp_path / "data"),
+        publish_log_branch=f"publish-log-{unique}",
+        # the default lease: merges are slow on a loaded box, and a holder slower than its lease loses
+        # the key to a concurrent caller (one effect still, but two answers); the kill tests keep 2 s
+        api_lock_lease_s=30.0,
+    )
     proc = start_api(settings, tmp_path)
     yield proc
     proc.stop()

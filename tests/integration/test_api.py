@@ -22,6 +22,7 @@ from tests.integration import api_fixtures as afx
 from tests.integration import worlds_fixtures as fx
 from tests.integration.commits import link, obj
 from tests.integration.worlds_fixtures import WrittenWorld
+from worlds.api import Worlds
 
 pytestmark = pytest.mark.integration
 world_settings, wclient, written = fx.world_settings, fx.wclient, fx.written
@@ -51,9 +52,14 @@ def test_every_rpc_over_a_real_channel(server: ApiProcess, written: WrittenWorld
     w, heads = written.world, written.heads
     with server.client("admin") as c:
         assert c.get_world(w).head_hash == heads[-1]
-        worlds = c.list_worlds(page_size=1)  # one world per page: every page token is followed
-        ids = [x.world_id for x in worlds]
-        assert w in ids and ids == sorted(set(ids))
+        # pages of one world: a token resumes right after the page it came with
+        one = c.call("ListWorlds", pb.ListWorldsRequest(page_size=1))
+        two = c.call("ListWorlds", pb.ListWorldsRequest(page_size=1, page_token=one.next_page_token))
+        assert len(one.worlds) == len(two.worlds) == 1 and one.worlds[0].world_id < two.worlds[0].world_id
+        # every page token followed (pages of 200: the shared Nessie holds thousands of test branches,
+        # and each page lists them all, so pages of one would make this test quadratic)
+        ids = [x.world_id for x in c.list_worlds(page_size=200)]
+        assert w in ids and ids == sorted(set(ids)) and ids[:2] == [one.worlds[0].world_id, two.worlds[0].world_id]
 
         # History streams pages of one commit; a page token resumes after the page it came with.
         pages = list(c.stream("GetCommitHistory", pb.CommitHistoryRequest(world_id=w, page_size=1, limit=3)))
@@ -288,3 +294,48 @@ def test_streams_abandoned_by_their_clients_do_not_starve_the_server(server: Api
     with WorldClient(server.target, server.tokens["operator"], timeout_s=60) as c:
         assert c.create_release(w, "after").created  # a blocking call still gets a worker thread
         assert len([o for p in c.query_at(w) for o in p.objects_json]) == 12
+
+
+def test_delete_release_is_admin_only_idempotent_and_audited(server: ApiProcess, written: WrittenWorld) -> None:
+    _three_batches(written)
+    w = written.world
+    with server.client("operator") as op, server.client("admin") as admin:
+        made = op.create_release(w, "v1").release
+        for who in (op, server.client("reader")):
+            assert _code(lambda c=who: c.delete_release(w, "v1")) == grpc.StatusCode.PERMISSION_DENIED
+        first = admin.delete_release(w, "v1", idempotency_key="del-k")
+        assert first.deleted and first.release == made
+        assert admin.delete_release(w, "v1", idempotency_key="del-k") == first  # stored: one effect
+        assert admin.delete_release(w, "v1").deleted is False  # a new key: nothing left to delete
+        assert [r.name for r in admin.list_releases(w)] == []
+        assert _code(lambda: admin.delete_release(w, "bad name!")) == grpc.StatusCode.INVALID_ARGUMENT
+    runs = [(e["who"], e["result"], e["replayed"]) for e in server.audit() if e["idempotency_key"] == "del-k"]
+    assert runs == [("test-admin", "OK", False), ("test-admin", "OK", True)]
+    assert ("test-operator", "DeleteRelease", "PERMISSION_DENIED") in {
+        (e["who"], e["method"], e["result"]) for e in server.audit()
+    }
+
+
+def test_server_killed_mid_release_delete_then_retry_has_one_effect(
+    api_settings: Settings, written: WrittenWorld, tmp_path: Path
+) -> None:
+    _three_batches(written)
+    w = written.world
+    with Worlds(api_settings, written.client) as direct:
+        direct.create_release(w, "v1")
+    doomed = start_api(api_settings, tmp_path, fault="api-after-action:1")
+    with doomed.client("admin") as c:
+        lost = lambda: c.delete_release(w, "v1", idempotency_key="del-crash")  # noqa: E731
+        assert _code(lost) == grpc.StatusCode.UNAVAILABLE  # killed after the delete, before storing the outcome
+    doomed.proc.wait(timeout=30)
+    assert doomed.proc.returncode == -9
+    last = start_api(api_settings, tmp_path, tokens=doomed.tokens)
+    try:
+        with last.client("admin") as c:
+            assert c.list_releases(w) == []  # the delete landed before the kill
+            # the dead holder's lease expires; the retry runs again and finds the release gone: no error
+            retry = c.delete_release(w, "v1", idempotency_key="del-crash")
+            assert retry.deleted is False
+            assert c.delete_release(w, "v1", idempotency_key="del-crash") == retry  # now stored
+    finally:
+        last.stop()

@@ -3,6 +3,7 @@ the same output, `--json` and exit codes as the same command run against Nessie 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ from click.testing import CliRunner, Result
 from bench.api_load import ApiProcess
 from bench.procs import worker_env
 from cli.main import cli
+from sinks import committer
 from tests.integration import api_fixtures as afx
 from tests.integration import api_merge_fixtures as amf
 from tests.integration import worlds_fixtures as fx
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.integration
 world_settings, wclient, written, api = fx.world_settings, fx.wclient, fx.written, fx.api
 api_settings = afx.api_settings
 server, pair = amf.server, amf.pair
+NOW = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\) ---$", re.M)  # cli.summary.now() in a summary title
 
 
 def _envs(server: ApiProcess, role: str = "operator") -> tuple[dict[str, str], dict[str, str]]:
@@ -35,11 +38,11 @@ def _run(env: dict[str, str], *args: str) -> Result:
 
 
 def _same(local: dict[str, str], remote: dict[str, str], *args: str, code: int = 0) -> Result:
-    """Run a read-only command both ways: the same exit code and the same output (stdout; stderr
-    holds a progress bar that shows rates)."""
+    """Run a command both ways: the same exit code and the same output (stdout, but the time a summary
+    title shows; stderr holds a progress bar that shows rates)."""
     a, b = _run(local, *args), _run(remote, *args)
     assert (a.exit_code, b.exit_code) == (code, code), (a.output, b.output)
-    assert b.stdout == a.stdout
+    assert NOW.sub("NOW", b.stdout) == NOW.sub("NOW", a.stdout)
     if code:
         assert b.stderr == a.stderr  # the one error line
     return b
@@ -144,14 +147,69 @@ def test_history_and_release_commands_go_through_the_api(written: WrittenWorld, 
     bad = [_run(env, "worlds", "history", "Not A World") for env in (local, remote)]
     assert [r.exit_code for r in bad] == [1, 1] and "INVALID_ARGUMENT" in bad[1].output, bad[1].output
 
-    for args in (("worlds", "history", w, "--changes"), ("worlds", "release", "delete", w, "r1", "--yes")):
-        out = _run(remote, *args)
-        assert out.exit_code == 1 and "not offered by the API" in out.output, out.output
-    # the publish commands still run the gate on Nessie directly: the API's URL does not break them
-    status = _run(remote, "publish", "status", "--json")
-    assert status.exit_code == 0 and "Traceback" not in status.output, status.output
+    # --changes (events per kind and change type) and --no-counts travel in the request
+    for args in (("worlds", "history", w, "--changes"), ("worlds", "history", w, "--changes", "--no-counts", "--json")):
+        _same(local, remote, *args)
     nobody = _run(remote | {"CAUSEWAY_API_TOKEN": "cwy_wrong"}, "worlds", "history", w)
     assert nobody.exit_code == 1 and "UNAUTHENTICATED" in nobody.output and "Traceback" not in nobody.output
+
+
+def test_history_changes_of_an_older_commit_go_through_the_api(
+    written: WrittenWorld, server: ApiProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit made before the committer recorded its change counts: only --changes reads them (from
+    its log file), over the API as on Nessie directly."""
+    w = written.world
+    monkeypatch.setattr(committer, "PROP_CHANGES", "causeway.test-older")  # as an older committer wrote it
+    written.commit("old", [obj(w, "p1", "CREATE", 1, name="a"), obj(w, "p2", "CREATE", 1, name="b")])
+    local, remote = _envs(server)
+    counted = _same(local, remote, "worlds", "history", w, "--changes", "--json")
+    assert [d["changes"] for d in _lines(counted.stdout)] == [{"object": {"CREATE": 2}}]
+    plain = _same(local, remote, "worlds", "history", w, "--json")
+    assert [d["changes"] for d in _lines(plain.stdout)] == [{}]  # without --changes no log file is read
+    _same(local, remote, "worlds", "history", w, "--changes")
+
+
+def test_release_delete_and_create_from_a_commit_go_through_the_api(written: WrittenWorld, server: ApiProcess) -> None:
+    w = written.world
+    first = written.commit("b1", [obj(w, "p1", "CREATE", 1, name="a")])
+    written.commit("b2", [obj(w, "p1", "UPDATE", 2, name="b")])
+    local, admin = _envs(server, "admin")
+    operator = _envs(server)[1]
+    for name in ("r1", "r2"):
+        assert _run(operator, "worlds", "release", "create", w, name).exit_code == 0
+
+    # release delete: admin only (refused for an operator, one error line), then the same answers both ways
+    denied = _run(operator, "worlds", "release", "delete", w, "r1", "--yes")
+    assert denied.exit_code == 1 and "PERMISSION_DENIED" in denied.stderr and "Traceback" not in denied.output
+    with server.client("reader") as r:
+        r1 = next(x for x in r.list_releases(w) if x.name == "r1")
+    gone = _run(admin, "worlds", "release", "delete", w, "r1", "--yes")
+    assert gone.exit_code == 0 and gone.stdout == f"deleted release {w}/r1 (was {r1.released_hash[:16]})\n"
+    _same(local, admin, "worlds", "release", "delete", w, "r1", "--yes", code=1)  # no such release
+    _same(local, admin, "worlds", "release", "list", w)  # r2 only
+    assert ("test-admin", "DeleteRelease", w, "OK") in {
+        (e["who"], e["method"], e["world"], e["result"]) for e in server.audit()
+    }
+
+    # create --from-commit (and every create --dry-run): the same plan both ways, then a real fork
+    fresh = f"{w}-c"
+    for source in (("--from-commit", first), ("--from-world", w), ("--from-tag", f"release/{w}/r2"), ()):
+        _same(local, operator, "worlds", "create", fresh, *source, "--dry-run")
+    missing = [
+        _run(env, "worlds", "create", fresh, "--from-commit", "ab" * 32, "--dry-run") for env in (local, operator)
+    ]
+    assert [r.exit_code for r in missing] == [1, 1] and "API NOT_FOUND" in missing[1].stderr
+    assert all(f"fork source commit {'ab' * 6} does not exist" in r.stderr for r in missing)
+    made = _run(operator, "worlds", "create", fresh, "--from-commit", first)
+    assert made.exit_code == 0 and made.stdout.startswith(f"created world {fresh} "), made.output
+    with server.client("reader") as r:
+        assert r.get_world(fresh).head_hash == first
+    _same(local, operator, "worlds", "create", fresh, "--from-commit", first)  # already exists: nothing changed
+    _same(local, operator, "worlds", "create", fresh, "--dry-run")
+    assert ("test-operator", "ForkWorld", fresh, "OK") in {
+        (e["who"], e["method"], e["world"], e["result"]) for e in server.audit()
+    }
 
 
 def test_rollback_goes_through_the_api(written: WrittenWorld, server: ApiProcess) -> None:

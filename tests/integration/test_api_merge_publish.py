@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import grpc
 import orjson
 import pytest
 
+from api import world_manager_pb2 as pb
 from api.client import WorldClient
-from bench.api_load import ApiProcess
+from bench.api_load import ApiProcess, start_api
+from streams.settings import Settings
 from tests.integration import api_fixtures as afx
 from tests.integration import api_merge_fixtures as amf
 from tests.integration import worlds_fixtures as fx
@@ -233,3 +236,65 @@ def test_list_conflicts_pages_with_a_token_pinned_to_one_pending_merge(pair, ser
         c.merge_world(s, t, "MANUAL")
         stale = _error(lambda: r.conflicts_page(t, page_size=3, page_token=first.next_page_token))
         assert stale.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_publish_status_and_log_are_paged_reads(pair, api: Worlds, server: ApiProcess) -> None:
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    other = fork(target, api, f"{t}-b")
+    with server.client("operator") as c:
+        plan = c.publish_audit(s, t)
+        c.publish_audit(other.world, t)  # up to date: nothing new in it
+        c.publish_approve(plan.plan_id, t)
+        out = c.publish_run(plan.plan_id, t)
+    with server.client("reader") as r:  # reads: a reader may call them
+        states = r.publish_status(page_size=1)  # one source per page: every token followed
+        assert [x.source for x in states] == sorted([s, other.world])
+        mine = next(x for x in states if x.source == s)
+        assert (mine.target, mine.plan_id, mine.verdict, mine.outcome) == (t, plan.plan_id, "eligible", "published")
+        entries = [orjson.loads(e) for e in r.publish_log(plan.plan_id, page_size=1)]
+        assert [e["kind"] for e in entries] == ["audit", "approve", "run"]
+        assert entries[1]["by"] == "test-operator" and entries[2]["commit"] == out.commit_hash
+        assert len(r.publish_log(page_size=2)) == 4  # the whole log: two audits, the approval, the run
+        first = r.call("ListPublishLog", pb.ListPublishLogRequest(plan_id=plan.plan_id, page_size=1))
+        foreign = pb.ListPublishLogRequest(plan_id="pl-0000000000000000", page_token=first.next_page_token)
+        assert _error(lambda: r.call("ListPublishLog", foreign)).code() == grpc.StatusCode.INVALID_ARGUMENT
+    with server.client(token="cwy_wrong") as nobody:
+        assert _error(lambda: nobody.publish_status()).code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_server_killed_mid_publish_run_then_retry_publishes_once(
+    pair, api: Worlds, api_settings: Settings, tmp_path: Path, unique: str
+) -> None:
+    """SIGKILL right after the fast-forward landed (before verify, cleanup, log and the stored outcome);
+    the retry with the same key finishes the publish: one publish, the source deleted, logged once."""
+    target, source = pair
+    t, s = target.world, source.world
+    source.commit("s1", [obj(s, "p1", "UPDATE", 2, name="etl")])
+    settings = api_settings.replace(data_dir=str(tmp_path / "data"), publish_log_branch=f"publish-log-{unique}")
+    doomed = start_api(settings, tmp_path, fault="publish-after-commit:1")
+    with doomed.client("operator") as c:
+        plan = c.publish_audit(s, t)
+        c.publish_approve(plan.plan_id, t)
+        lost = _error(lambda: c.publish_run(plan.plan_id, t, idempotency_key="run-crash"))
+        assert lost.code() == grpc.StatusCode.UNAVAILABLE
+    doomed.proc.wait(timeout=30)
+    assert doomed.proc.returncode == -9
+    assert api.head(t).hash == plan.source_hash  # the publish landed before the kill
+    log = Publisher(api, log_branch=settings.publish_log_branch).log
+    assert [e["kind"] for e in log.entries(plan.plan_id)] == ["audit", "approve"]  # not logged yet
+
+    again = start_api(settings, tmp_path, tokens=doomed.tokens)
+    try:
+        with again.client("operator") as c:
+            # the dead holder's lease expires; the retry runs the gate, which finds the publish on the target
+            out = c.publish_run(plan.plan_id, t, idempotency_key="run-crash")
+            assert (out.outcome, out.action, out.commit_hash) == ("published", "complete", plan.source_hash)
+            assert out.verified and out.source_deleted
+            assert c.publish_run(plan.plan_id, t, idempotency_key="run-crash") == out  # now stored
+    finally:
+        again.stop()
+    runs = [e for e in log.entries(plan.plan_id) if e["kind"] == "run"]
+    assert [(r["outcome"], r["action"]) for r in runs] == [("published", "complete")]
+    assert api.head(t).hash == plan.source_hash  # nothing published twice: still the source head

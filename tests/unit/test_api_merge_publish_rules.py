@@ -1,18 +1,24 @@
-"""Pure parts of the merge and publish RPCs: roles, error mapping, the ABORTED status details."""
+"""Pure parts of the merge and publish RPCs: roles, error mapping, status details, paging of the publish reads."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import grpc
 import orjson
 import pytest
 from google.rpc import status_pb2
 
+from api import paging
 from api import world_manager_pb2 as pb
 from api.auth import Principal, Role, authorize
-from api.errors import HeadMoved, PermissionDenied, status_for
+from api.errors import ApiError, HeadMoved, InvalidRequest, PermissionDenied, status_for
 from api.merge_rpcs import DETAILS_BUDGET, conflict_message, conflict_status, pending_response
+from api.publish_rpcs import log_page, run_response, status_page
+from api.remote_publish import branch_state, run_outcome
 from worlds.merge import MergeError
-from worlds.publish import PublishError
+from worlds.publish import BranchState, PublishError
+from worlds.publish_run import RunOutcome
 
 
 def test_merge_and_publish_roles_follow_the_target_world() -> None:
@@ -101,3 +107,70 @@ def test_pending_conflicts_are_paged_by_id_with_a_token_pinned_to_the_merge() ->
     first = pending_response(doc, 2).next_page_token
     with pytest.raises(HeadMoved):  # the pending merge was replaced: the old token is refused
         pending_response(doc | {"created": "2026-11-30T11:00:00+00:00"}, 2, first)
+
+
+def test_publish_reads_are_for_readers_and_deleting_a_release_for_admins() -> None:
+    reader, operator, admin = (Principal(r.name, r) for r in (Role.reader, Role.operator, Role.admin))
+    for method in ("PublishStatus", "ListPublishLog"):
+        authorize(reader, method, None, "prod")
+    for who in (reader, operator):
+        with pytest.raises(PermissionDenied, match="needs role admin"):
+            authorize(who, "DeleteRelease", "w1", "prod")
+    authorize(admin, "DeleteRelease", "w1", "prod")
+
+
+def _outcome(outcome: str) -> RunOutcome:
+    out = RunOutcome("pl-1", "refuse" if outcome == "refused" else "fast-forward", outcome, "why", True)
+    out.path, out.commit, out.verified = "fast-forward", "c" * 64, outcome == "published"
+    out.detail["merge"] = {"status": "merged", "added": 2}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code"), [("refused", grpc.StatusCode.FAILED_PRECONDITION), ("failed", grpc.StatusCode.INTERNAL)]
+)
+def test_a_refused_or_failed_run_carries_its_outcome_in_the_status_details(outcome: str, code: grpc.StatusCode) -> None:
+    out = _outcome(outcome)
+    with pytest.raises(ApiError) as info:
+        run_response(out)
+    assert status_for(info.value) == (code, f"publish pl-1 {outcome}: why")
+    status = status_pb2.Status.FromString(info.value.status_details)
+    carried = pb.PublishRunResponse()
+    assert status.code == code.value[0] and status.details[0].Unpack(carried)
+    back = run_outcome(carried)  # what the CLI prints over the API: the gate's own record
+    assert back == out and back.to_json() == out.to_json()
+
+
+def test_a_published_run_round_trips_through_its_message() -> None:
+    out = _outcome("published")
+    assert run_outcome(run_response(out)).to_json() == out.to_json()
+
+
+def _state(source: str) -> BranchState:
+    at = datetime(2026, 11, 30, 10, tzinfo=UTC)
+    return BranchState(source, "prod", f"pl-{source}", "eligible", (), at, at, None, 0, None)
+
+
+def test_publish_status_pages_by_source_and_round_trips() -> None:
+    states = {s: _state(s) for s in ("c", "a", "b")}
+    first = status_page(states, 2, "")
+    assert [s.source for s in first.states] == ["a", "b"] and first.next_page_token
+    second = status_page(states, 2, first.next_page_token)
+    assert [s.source for s in second.states] == ["c"] and not second.next_page_token
+    assert branch_state(first.states[0]) == states["a"]
+    with pytest.raises(InvalidRequest):
+        status_page(states, 2, paging.encode("worlds", after="a"))
+
+
+def test_publish_log_pages_resume_after_the_last_entry_sent() -> None:
+    entries = [{"kind": "audit", "plan_id": "pl-1", "log_commit": f"h{i}"} for i in range(5)]
+    got, token = [], ""
+    while True:
+        page = log_page(entries, 2, token)
+        got += [orjson.loads(e)["log_commit"] for e in page.entries_json]
+        token = page.next_page_token
+        if not token:
+            break
+    assert got == ["h0", "h1", "h2", "h3", "h4"]
+    with pytest.raises(InvalidRequest):  # a token naming an entry the log does not hold
+        log_page(entries[:1], 2, log_page(entries, 2, "").next_page_token)

@@ -8,7 +8,9 @@ import grpc
 import pytest
 
 from api import paging
+from api import world_manager_pb2 as pb
 from api.auth import (
+    METHOD_ROLE,
     Principal,
     Role,
     TokenFileError,
@@ -163,3 +165,9 @@ def test_api_token_command_appends_a_hash_and_prints_the_token_once(tmp_path) ->
     again = runner.invoke(cli, ["api-token", "ops", "--file", str(file)])
     assert again.exit_code == 1 and "already has a token named 'ops'" in again.output
     assert oct(file.stat().st_mode & 0o777) == "0o600"
+
+
+def test_every_rpc_of_the_service_has_a_role() -> None:
+    """A new RPC without an entry would fall back to admin silently: each one is listed on purpose."""
+    service = pb.DESCRIPTOR.services_by_name["WorldManagerService"]
+    assert set(service.methods_by_name) == set(METHOD_ROLE)
