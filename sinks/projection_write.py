@@ -122,7 +122,7 @@ def apply_projection(
     tx = table.transaction()
     rd = RowDelta(tx, {"causeway.batch_id": batch_id})
     if data.num_rows:
-        files = write_data_files(tx.table_metadata, data, table.io)  # one writer call per partition
+        files = write_data_files(tx.table_metadata, data, table.io)  # one writer call, every partition
         rd.add(files)
         new_bytes = sum(f.file_size_in_bytes for f in files)
         stats.bytes_written += new_bytes
