@@ -26,7 +26,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("  carry stored properties", "sinks.projection_write", "carry_stored_properties"),
     ("  Arrow rows (projection)", "sinks.projection_write", "projection_arrow"),
     ("  compaction pick + read", "sinks.compaction", "Compaction.rewrites"),
-    ("  Parquet data files", "sinks.projection_write", "write_data_files"),
+    ("  Parquet data files", "sinks.projection_write", "write_data_files_with_rows"),
     ("  Parquet delete files", "sinks.projection_write", "write_partition_deletes"),
     ("plan files (pyiceberg)", "pyiceberg.table", "DataScan.plan_files"),
     ("manifests: RowDelta", "sinks.rowdelta", "RowDelta._manifests"),

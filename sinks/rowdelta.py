@@ -98,6 +98,9 @@ class FileCache:
         self._items: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
+        #: Delete files split per data file they name (a delete file's few paths; small).
+        self._split: OrderedDict[str, dict[str, pa.Array]] = OrderedDict()
+        self.max_split_files = 4096
 
     def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None) -> tuple[pa.Table, bool]:
         """The file's ``columns`` (all when None) and whether it came from the cache."""
@@ -117,6 +120,27 @@ class FileCache:
                     _, old = self._items.popitem(last=False)
                     self._bytes -= old.nbytes
         return table, False
+
+    def seed(self, path: str, columns: tuple[str, ...], table: pa.Table) -> None:
+        """Keep ``table`` as the ``columns`` of the file just written at ``path``: the next flush
+        reads the previous flush's files, and the writer still holds their rows."""
+        key = (path, columns)
+        with self._lock:
+            if key in self._items or table.nbytes > self.max_bytes:
+                return
+            self._items[key] = table
+            self._bytes += table.nbytes
+            while self._bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= old.nbytes
+
+    def seed_split(self, path: str, split: dict[str, pa.Array]) -> None:
+        """Keep a delete file's positions per data file, as written (sorted, unique)."""
+        with self._lock:
+            if self.max_bytes and path not in self._split:
+                self._split[path] = split
+                while len(self._split) > self.max_split_files:
+                    self._split.popitem(last=False)
 
 
 def read_state(
@@ -155,33 +179,72 @@ def read_state(
             if df.file_path in state.delete_files:
                 continue
             state.delete_files[df.file_path] = df
-            t, hit = cache.get(io, df.file_path, None)
+            per_file, hit = _delete_positions(cache, io, df.file_path)
             state.bytes_read += 0 if hit else df.file_size_in_bytes
-            paths = t.column("file_path")
-            per_file: dict[str, pa.Array] = {}
-            for path in pc.unique(paths).to_pylist():
-                per_file[path] = t.column("pos").filter(pc.equal(paths, path)).combine_chunks()
-                deletes.setdefault(path, []).append(per_file[path])
+            for path, pos in per_file.items():
+                deletes.setdefault(path, []).append(pos)
             state.delete_positions[df.file_path] = per_file
+    # One table over every planned file (zero-copy), then one filter by ``match`` and one by the
+    # deleted positions: per-file filtering cost ~10 compute calls per file and flush.
     cols = tuple(dict.fromkeys(columns))
     parts: list[pa.Table] = []
+    paths: list[str] = []
+    dead_keys: list[pa.Array] = []
     for task in tasks:
         df = task.file
         dels = deletes.get(df.file_path)
-        deleted = pc.unique(pa.concat_arrays(dels)) if dels else pa.array([], pa.int64())
+        deleted = pc.unique(pa.concat_arrays(dels)) if dels else _NO_POSITIONS
         state.files[df.file_path] = LiveFile(df, deleted)
         t, hit = cache.get(io, df.file_path, cols)
         state.bytes_read += 0 if hit else df.file_size_in_bytes  # upper bound: only `cols` are read
-        t = t.append_column("_pos", positions(t.num_rows))
-        if match is not None and t.num_rows:
-            t = t.filter(pc.fill_null(match(t), False))
-        if len(deleted) and t.num_rows:
-            t = t.filter(pc.invert(pc.is_in(t.column("_pos"), value_set=deleted)))
-        if t.num_rows:
-            t = t.append_column("_file", pa.array([df.file_path] * t.num_rows))
-            parts.append(t)
-    state.index = pa.concat_tables(parts) if parts else None
+        if not t.num_rows:
+            continue
+        fid = len(paths)
+        paths.append(df.file_path)
+        parts.append(t.append_column("_pos", positions(t.num_rows)).append_column("_fid", pa.repeat(fid, t.num_rows)))
+        if len(deleted):
+            dead_keys.append(pc.add(deleted.cast(pa.int64()), fid << 32))
+    if not parts:
+        return state
+    whole = pa.concat_tables(parts, promote_options="permissive")
+    if match is not None:
+        whole = whole.filter(pc.fill_null(match(whole), False))
+    if dead_keys and whole.num_rows:
+        keys = pc.add(whole.column("_pos"), pc.shift_left(whole.column("_fid").cast(pa.int64()), 32))
+        whole = whole.filter(pc.invert(pc.is_in(keys, value_set=pa.concat_arrays(dead_keys))))
+    if whole.num_rows:
+        files = pa.array(paths, pa.string()).take(whole.column("_fid"))
+        state.index = whole.drop_columns(["_fid"]).append_column("_file", files)
     return state
+
+
+_NO_POSITIONS = pa.array([], pa.int64())
+
+
+def _delete_positions(cache: FileCache, io: FileIO, path: str) -> tuple[dict[str, pa.Array], bool]:
+    """``{data file: positions}`` of a position-delete file, split once per file (immutable) and kept."""
+    with cache._lock:
+        split = cache._split.get(path)
+        if split is not None:
+            cache._split.move_to_end(path)
+            return split, True
+    t, hit = cache.get(io, path, None)
+    names = t.column("file_path")
+    split = {}
+    if t.num_rows:
+        order = pc.sort_indices(names)  # stable: each file's positions keep their order
+        names, pos = names.take(order), t.column("pos").take(order)
+        counts = pc.value_counts(names)
+        start = 0
+        for value, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
+            split[value] = pos.slice(start, n).combine_chunks()
+            start += n
+    with cache._lock:
+        if cache.max_bytes:
+            cache._split[path] = split
+            while len(cache._split) > cache.max_split_files:
+                cache._split.popitem(last=False)
+    return split, hit
 
 
 _POSITIONS: list[pa.Array] = [pa.array([], pa.int64())]
@@ -200,6 +263,7 @@ def write_position_deletes(
     deletes: dict[str, Iterable[int] | pa.Array],
     spec_id: int = 0,
     partition: Record | None = None,
+    cache: FileCache | None = None,
 ) -> DataFile | None:
     """Write one position-delete file for ``{data file path: positions}``; None when empty.
 
@@ -211,6 +275,7 @@ def write_position_deletes(
     assert isinstance(io, FileIO)
     paths: list[pa.Array] = []
     pos_parts: list[pa.Array] = []
+    split: dict[str, pa.Array] = {}
     for path in sorted(deletes):
         p = deletes[path]
         arr = pc.unique(p if isinstance(p, pa.Array) else pa.array(list(p), pa.int64()))
@@ -218,6 +283,7 @@ def write_position_deletes(
         if len(arr):
             paths.append(pa.array([path] * len(arr), pa.string()))
             pos_parts.append(arr.cast(pa.int64()))
+            split[path] = pos_parts[-1]
     if not paths:
         return None
     table = pa.table({"file_path": pa.concat_arrays(paths), "pos": pa.concat_arrays(pos_parts)}, schema=DELETE_SCHEMA)
@@ -238,11 +304,16 @@ def write_position_deletes(
         upper_bounds={FILE_PATH_ID: upper},
     )
     df.spec_id = spec_id  # not an Avro field of DataFile: from_args would drop it
+    if cache is not None:
+        cache.seed_split(location, split)
     return df
 
 
 def write_partition_deletes(
-    table: object, files: Mapping[str, LiveFile] | None, deletes: Mapping[str, Iterable[int] | pa.Array]
+    table: object,
+    files: Mapping[str, LiveFile] | None,
+    deletes: Mapping[str, Iterable[int] | pa.Array],
+    cache: FileCache | None = None,
 ) -> list[DataFile]:
     """Position-delete files for ``{data file path: positions}``: one per (spec, partition).
 
@@ -269,7 +340,7 @@ def write_partition_deletes(
         groups.setdefault(key, (partition, {}))[1][path] = pos
     out: list[DataFile] = []
     for (spec_id, _), (partition, group) in sorted(groups.items(), key=lambda kv: repr(kv[0])):
-        written = write_position_deletes(table.io, new_delete_location(table), group, spec_id, partition)
+        written = write_position_deletes(table.io, new_delete_location(table), group, spec_id, partition, cache)
         if written is not None:
             out.append(written)
     return out
@@ -335,6 +406,11 @@ def _keyed_runs(df: pa.Table, spec: PartitionSpec, schema: Schema) -> list[tuple
 
 
 def write_data_files(metadata: Any, df: pa.Table, io: FileIO) -> list[DataFile]:
+    """:func:`write_data_files_with_rows`, the files only."""
+    return [data_file for data_file, _ in write_data_files_with_rows(metadata, df, io)]
+
+
+def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[tuple[DataFile, pa.Table]]:
     """Data files of ``df`` under the current spec of ``metadata``, every partition in one pyiceberg
     ``write_file`` call (its pool writes the files in parallel threads; Parquet encoding releases the
     GIL).
@@ -386,7 +462,8 @@ def write_data_files(metadata: Any, df: pa.Table, io: FileIO) -> list[DataFile]:
                     schema=task_schema,
                 )
             )
-    return list(write_file(io, metadata, iter(tasks)))
+    files = list(write_file(io, metadata, iter(tasks)))  # in task order
+    return [(f, pa.Table.from_batches(t.record_batches)) for f, t in zip(files, tasks, strict=True)]
 
 
 def new_delete_location(table: object) -> str:
