@@ -167,8 +167,7 @@ def read_state(
         return state
     if isinstance(row_filter, KeyScan):
         schema, specs = table.schema(), table.specs()
-        planned = table.scan().plan_files()
-        tasks = [t for t in planned if row_filter.keeps(t.file.partition, specs[t.file.spec_id or 0], schema)]
+        tasks = plan_live_files(table, lambda df: row_filter.keeps(df.partition, specs[df.spec_id or 0], schema))
     else:
         tasks = list(table.scan(row_filter=row_filter or AlwaysTrue()).plan_files())
     io = table.io
@@ -219,6 +218,54 @@ def read_state(
 
 
 _NO_POSITIONS = pa.array([], pa.int64())
+
+
+@dataclass(frozen=True)
+class LiveTask:
+    """A live data file and the position-delete files that apply to it (a scan task, unfiltered)."""
+
+    file: DataFile
+    delete_files: frozenset[DataFile]
+
+
+def plan_live_files(table: Any, keep: Callable[[DataFile], bool] | None = None) -> list[LiveTask]:
+    """The current snapshot's live data files that ``keep`` selects, each with its delete files.
+
+    What ``table.scan().plan_files()`` returns for an unfiltered scan, built from the snapshot's
+    manifests (parsed once per manifest: :mod:`sinks.manifest_cache`) and pyiceberg's own
+    ``DeleteFileIndex`` (same partition and spec, sequence number, file-path bounds), without a
+    scan's evaluators and residuals, and without looking up deletes for files ``keep`` drops.
+    """
+    from pyiceberg.manifest import INITIAL_SEQUENCE_NUMBER
+    from pyiceberg.table.delete_file_index import DeleteFileIndex
+
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return []
+    io = table.io
+    index = DeleteFileIndex()
+    data: list[ManifestEntry] = []
+    for manifest in snapshot.manifests(io):
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+            df = entry.data_file
+            if df.content == DataFileContent.DATA:
+                if keep is None or keep(df):
+                    data.append(entry)
+            elif df.content == DataFileContent.POSITION_DELETES:
+                index.add_delete_file(entry, partition_key=df.partition)
+            else:
+                raise ValueError(f"equality deletes are not supported: {df.file_path}")
+    return [
+        LiveTask(
+            e.data_file,
+            frozenset(
+                index.for_data_file(
+                    e.sequence_number or INITIAL_SEQUENCE_NUMBER, e.data_file, partition_key=e.data_file.partition
+                )
+            ),
+        )
+        for e in data
+    ]
 
 
 def _delete_positions(cache: FileCache, io: FileIO, path: str) -> tuple[dict[str, pa.Array], bool]:

@@ -603,3 +603,12 @@ def test_a_flush_reads_none_of_the_files_the_previous_flush_wrote_and_keeps_them
     assert {k: v[:2] for k, v in objects(committer.catalog(f"world-{world}")).items()} == {
         f"p{i}": (v, False) for i, v in versions.items()
     }
+    # The key lookup's plan (cached manifests, pyiceberg's delete index) is the scan's plan.
+    from sinks.rowdelta import plan_live_files
+
+    common = committer.catalog(f"world-{world}").load_table((sink_settings.namespace, "entity_common"))
+    planned = {(t.file.file_path, frozenset(d.file_path for d in t.delete_files)) for t in common.scan().plan_files()}
+    assert any(deletes for _, deletes in planned)
+    assert {
+        (t.file.file_path, frozenset(d.file_path for d in t.delete_files)) for t in plan_live_files(common)
+    } == planned
