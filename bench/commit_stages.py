@@ -27,6 +27,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("  Arrow rows (projection)", "sinks.projection_write", "projection_arrow"),
     ("  compaction pick + read", "sinks.compaction", "Compaction.rewrites"),
     ("  Parquet data files", "sinks.projection_write", "write_data_files_with_rows"),
+    ("  Parquet data files", "sinks.projection_write", "write_data_files"),  # before the rows were kept
     ("  Parquet delete files", "sinks.projection_write", "write_partition_deletes"),
     ("plan files (pyiceberg)", "pyiceberg.table", "DataScan.plan_files"),
     ("manifests: RowDelta", "sinks.rowdelta", "RowDelta._manifests"),
@@ -87,7 +88,9 @@ class StageTimer:
             *parents, name = path.split(".")
             for p in parents:
                 owner = getattr(owner, p)
-            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+            original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+            if original is None:
+                continue  # not in this version of the code (the table shows what was found)
             fn = original.__func__ if isinstance(original, staticmethod) else original
             wrapped = self._wrap(label, fn)
             setattr(owner, name, staticmethod(wrapped) if isinstance(original, staticmethod) else wrapped)
