@@ -169,7 +169,8 @@ def read_state(
         schema, specs = table.schema(), table.specs()
         tasks = plan_live_files(table, lambda df: row_filter.keeps(df.partition, specs[df.spec_id or 0], schema))
     else:
-        tasks = list(table.scan(row_filter=row_filter or AlwaysTrue()).plan_files())
+        planned = table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()
+        tasks = [LiveTask(t.file, frozenset(t.delete_files)) for t in planned]
     io = table.io
     cache = cache or FileCache(0)
     deletes: dict[str, list[pa.Array]] = {}
