@@ -56,8 +56,11 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
+from sinks import manifest_cache
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
 from sinks.nessie import IcebergTable, Namespace, Operation, SyncNessieClient
+
+manifest_cache.install()  # every reader and writer of this catalog plans from parsed manifests
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -304,9 +307,16 @@ class NessieCatalog(MetastoreCatalog):
 
     def begin(self, at_hash: str | None = None) -> str:
         """Start staging: pin the branch head (or ``at_hash``) for reads, record writes. Returns it."""
-        self._require_writable()
+        if self.spec.pinned:
+            self._require_writable()
         self.discard()
-        self._base_hash = at_hash or self.client.get_reference(self.spec.name).hash
+        if at_hash is None or self._is_tag is None:
+            # One round trip tells both: the head, and whether the name is a (read-only) tag.
+            ref = self.client.get_reference(self.spec.name)
+            self._is_tag = ref.type.upper() == "TAG"
+            self._require_writable()
+            at_hash = at_hash or ref.hash
+        self._base_hash = at_hash
         return self._base_hash
 
     def discard(self) -> None:

@@ -65,7 +65,10 @@ same budget. Delete files are merged tiered (the
 smaller half of a partition's, when it has more than ``max_delete_files``), and delete files that name no live
 data file are dropped. The price is a read: each flush reads the key/version columns of the
 projection to build the index; parsed columns of the immutable files are kept in a bounded LRU
-(:class:`sinks.rowdelta.FileCache`), so only new files are read from storage.
+(:class:`sinks.rowdelta.FileCache`), which the flush that writes a file fills with what it wrote,
+so in steady state nothing is read back from storage. Manifests are immutable too: their parsed
+entries are kept (:mod:`sinks.manifest_cache`), so planning a table decodes only the manifests
+written since it was last planned.
 
 Measured (``bench/sink_flush.py``, 1M-object world seeded in 100k-row flushes, then 100 flushes
 of 10k random updates; a shared 2-core machine at load ~4-5): each flush writes 10k new rows and

@@ -79,6 +79,27 @@ def cut(table: pa.Table, target_file_bytes: int) -> list[pa.Table]:
     return [table.slice(i, rows) for i in range(0, table.num_rows, rows)]
 
 
+def live_data_files(metadata: Any, io: Any) -> dict[str, Any]:
+    """``{path: DataFile}`` of the current snapshot's live data files, read from its data manifests.
+
+    What ``DataScan.plan_files`` lists for a table without a filter, without building a scan plan
+    (delete index, evaluators, one task per file): the log is append-only and compaction reads
+    whole files, so the files are all it needs. Manifest entries come from
+    :mod:`sinks.manifest_cache`, so only manifests written since the last flush are decoded.
+    """
+    from pyiceberg.manifest import ManifestContent
+
+    snapshot = metadata.current_snapshot()
+    if snapshot is None:
+        return {}
+    out: dict[str, Any] = {}
+    for manifest in snapshot.manifests(io):
+        if manifest.content == ManifestContent.DATA:
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                out[entry.data_file.file_path] = entry.data_file
+    return out
+
+
 def compact_log(
     tx: Any, target_file_bytes: int, stats: Any | None = None, fanout: int = FANOUT, row_bytes: float | None = None
 ) -> int:
@@ -88,8 +109,6 @@ def compact_log(
     in-memory bytes of a row, from the flush's own rows) lets tiers count rows: pyiceberg cuts
     files at in-memory bytes, which on disk come out several times smaller.
     """
-    from pyiceberg.table import DataScan
-
     from sinks.committer import read_data_file
     from sinks.rowdelta import RowDelta, write_data_files
     from sinks.rows import EVENTS_SORT
@@ -98,8 +117,7 @@ def compact_log(
     if metadata.current_snapshot() is None:
         return 0
     table = tx._table
-    tasks = DataScan(metadata, table.io).plan_files()
-    files = {t.file.file_path: t.file for t in tasks}
+    files = live_data_files(metadata, table.io)
     if row_bytes:
         # Measured in rows: a file cut at the target size holds target / row_bytes rows, whatever
         # its compressed size on disk, so it counts as done and is never merged again.

@@ -22,7 +22,14 @@ from sinks import projection
 from sinks.compaction import Compaction
 from sinks.flush_stats import FlushStats
 from sinks.layout import key_filter
-from sinks.rowdelta import FileCache, RowDelta, deletes_to_merge, read_state, write_data_files, write_partition_deletes
+from sinks.rowdelta import (
+    FileCache,
+    RowDelta,
+    deletes_to_merge,
+    read_state,
+    write_data_files_with_rows,
+    write_partition_deletes,
+)
 from sinks.rows import projection_arrow
 from sinks.tables import TableDef, contracts
 
@@ -51,6 +58,12 @@ def carry_stored_properties(table: Table, tdef: TableDef, plan: projection.Plan,
             plan.rows[key] = projection.carry_unchanged(plan.rows[key], orjson.loads(props))
 
 
+def _index_columns(tdef: TableDef) -> tuple[str, ...]:
+    """The columns of the key index (what a flush reads of every data file it may touch)."""
+    type_col, pk_col = tdef.key
+    return (type_col, pk_col, "version", "deleted")
+
+
 def apply_projection(
     table: Table,
     tdef: TableDef,
@@ -72,7 +85,7 @@ def apply_projection(
         return mask
 
     scan = key_filter(type_col, pk_col, pks.to_pylist(), types)  # prunes to the touched buckets
-    state = read_state(table, [type_col, pk_col, "version", "deleted"], match, cache, scan)
+    state = read_state(table, list(_index_columns(tdef)), match, cache, scan)
     stats = FlushStats(bytes_read=state.bytes_read)
     stored: dict[projection.Key, projection.Stored] = {}
     where: dict[projection.Key, list[tuple[str, int]]] = {}
@@ -122,7 +135,11 @@ def apply_projection(
     tx = table.transaction()
     rd = RowDelta(tx, {"causeway.batch_id": batch_id})
     if data.num_rows:
-        files = write_data_files(tx.table_metadata, data, table.io)  # one writer call per partition
+        written_rows = write_data_files_with_rows(tx.table_metadata, data, table.io)  # one writer call
+        files = [f for f, _ in written_rows]
+        index_columns = _index_columns(tdef)
+        for f, file_rows in written_rows:  # the next flush's key lookup reads these files: keep them
+            cache.seed(f.file_path, index_columns, file_rows.select(list(index_columns)))
         rd.add(files)
         new_bytes = sum(f.file_size_in_bytes for f in files)
         stats.bytes_written += new_bytes
@@ -149,7 +166,7 @@ def apply_projection(
     rd.remove(obsolete)
     stats.files_removed += len(obsolete)
     if survivors:  # one delete file per partition: deletes never cross a partition
-        dfiles = write_partition_deletes(table, state.files, survivors)
+        dfiles = write_partition_deletes(table, state.files, survivors, cache)
         rd.add(dfiles)
         stats.files_added += len(dfiles)
         written = sum(d.file_size_in_bytes for d in dfiles)

@@ -499,3 +499,116 @@ def test_small_flushes_that_delete_little_still_compact_their_small_files(
     assert len(files) <= 20, f"{len(files)} data files after 40 small flushes: small files were never merged"
     live = objects(cat)
     assert live["hot"][0] == 40 and sum(1 for k in live if k.startswith("p")) == 120
+
+
+def test_a_commit_reads_the_branch_head_once_and_no_manifest_an_earlier_flush_read(
+    client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 13 "many worlds: cut c": manifests are immutable, so a flush decodes from storage only
+    the manifests written since the flushes before it (was: every manifest of the three tables,
+    once per plan and once per manifest rewrite, ~30 Avro reads per flush); and ``begin`` reads the
+    head and the reference type in one call (was two ``get_reference`` calls per commit)."""
+    import pyiceberg.manifest
+
+    committer = BatchCommitter(sink_settings, client)
+    for n in range(4):  # several snapshots and manifests per table, deletes and removed files too
+        events = [obj(world, f"p{i}", "UPDATE" if n else "CREATE", n + 1, n=n) for i in range(5)]
+        committer.commit_batch(batch(world, f"b{n}", [*events, link(world, "l", n + 1, "p0", "p1")], 10 * n))
+
+    read: list[str] = []
+    real_avro_init = pyiceberg.manifest.AvroFile.__init__
+
+    def recording(self: object, input_file: object, *a: object, **kw: object) -> None:
+        read.append(input_file.location)  # type: ignore[attr-defined]
+        real_avro_init(self, input_file, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pyiceberg.manifest.AvroFile, "__init__", recording)
+    refs: list[object] = []
+    real_ref = client.get_reference
+    monkeypatch.setattr(client, "get_reference", lambda *a, **kw: (refs.append(a), real_ref(*a, **kw))[1])
+
+    per_flush: list[set[str]] = []
+    for n in range(4, 7):
+        read.clear()
+        refs.clear()
+        events = [obj(world, f"p{i}", "UPDATE", n + 1, n=n) for i in range(5)]
+        committer.commit_batch(batch(world, f"b{n}", [*events, link(world, "l", n + 1, "p0", "p1")], 10 * n))
+        assert len(refs) == 1  # the head, once
+        per_flush.append({p for p in read if not p.split("/")[-1].startswith("snap-")})  # manifest lists aside
+    # A manifest decoded by one flush is never decoded again by a later one.
+    assert per_flush[0] and not per_flush[1] & per_flush[0] and not per_flush[2] & (per_flush[0] | per_flush[1])
+    common = objects(committer.catalog(f"world-{world}"))
+    assert {k: v[:2] for k, v in common.items()} == {f"p{i}": (7, False) for i in range(5)}
+
+
+def test_the_logs_compaction_lists_the_same_live_files_as_a_scan_plan(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """``logcompact.live_data_files`` (data manifests, no scan plan) lists exactly the files
+    ``plan_files`` plans, through appends and a compaction that removed files."""
+    from sinks.logcompact import live_data_files
+
+    committer = BatchCommitter(sink_settings.replace(target_file_bytes=256 * 1024), client)
+    for n in range(10):  # 9+ small files in one day: the log's compaction merges a tier
+        committer.commit_batch(batch(world, f"b{n}", [obj(world, f"p{n}", "CREATE", 1, n=n)], n))
+    events = committer.catalog(f"world-{world}").load_table((sink_settings.namespace, "entity_events"))
+    planned = {t.file.file_path for t in events.scan().plan_files()}
+    assert set(live_data_files(events.metadata, events.io)) == planned
+    assert len(planned) < 10  # compaction removed files: deleted entries are not listed
+
+
+def test_a_flush_reads_none_of_the_files_the_previous_flush_wrote_and_keeps_them_exactly(
+    client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key lookup of a flush reads the files the flush before it wrote (its data files' key
+    columns, its delete files); the writer keeps what it wrote instead of reading it back (was:
+    every new file read from storage by the next flush). What it keeps equals the files."""
+    import pyarrow.parquet as pq
+
+    from sinks.rowdelta import FileCache
+
+    committer = BatchCommitter(sink_settings, client)
+    missed: list[str] = []
+    real_get = FileCache.get
+
+    def recording(self: FileCache, io: object, path: str, columns: tuple[str, ...] | None) -> object:
+        table, hit = real_get(self, io, path, columns)  # type: ignore[arg-type]
+        if not hit:
+            missed.append(path)
+        return table, hit
+
+    monkeypatch.setattr(FileCache, "get", recording)
+    versions = dict.fromkeys(range(40), 1)
+    for n in range(6):
+        missed.clear()
+        keys = range(40) if n == 0 else range(n * 3, n * 3 + 4)  # few keys: delete files, not rewrites
+        for i in keys:
+            versions[i] += bool(n)
+        events = [obj(world, f"p{i}", "UPDATE" if n else "CREATE", versions[i], n=n) for i in keys]
+        outcome = committer.commit_batch(batch(world, f"b{n}", [*events, link(world, "l", n + 1, "a", "b")], 50 * n))
+        assert outcome.events_appended == len(events) + 1
+        if n:
+            assert missed == []  # the previous flush's data and delete files were not read back
+    cache = committer.file_cache
+    assert cache._items and cache._split
+    for (path, columns), kept in list(cache._items.items()):
+        stored = pq.read_table(path.removeprefix("file://"), columns=list(columns) or None)
+        assert kept.equals(stored.select(kept.column_names)) and kept.schema.names == stored.schema.names
+    for path, split in list(cache._split.items()):
+        stored = pq.read_table(path.removeprefix("file://"))
+        assert sum(len(v) for v in split.values()) == stored.num_rows
+        for data_path, pos in split.items():
+            mask = pc.equal(stored.column("file_path"), data_path)
+            assert stored.column("pos").filter(mask).to_pylist() == pos.to_pylist()
+    assert {k: v[:2] for k, v in objects(committer.catalog(f"world-{world}")).items()} == {
+        f"p{i}": (v, False) for i, v in versions.items()
+    }
+    # The key lookup's plan (cached manifests, pyiceberg's delete index) is the scan's plan.
+    from sinks.rowdelta import plan_live_files
+
+    common = committer.catalog(f"world-{world}").load_table((sink_settings.namespace, "entity_common"))
+    planned = {(t.file.file_path, frozenset(d.file_path for d in t.delete_files)) for t in common.scan().plan_files()}
+    assert any(deletes for _, deletes in planned)
+    assert {
+        (t.file.file_path, frozenset(d.file_path for d in t.delete_files)) for t in plan_live_files(common)
+    } == planned

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pyiceberg.transforms import BucketTransform
@@ -202,6 +203,62 @@ def test_partition_runs_cut_rows_into_one_slice_per_partition_in_their_order() -
         got[(types.pop(), buckets.pop())] = run.column("version").to_pylist()
     assert got == expected, "same rows per partition as pyiceberg's writer, in the same order"
     assert partition_runs(rows, partition_spec((), COMMON.schema), COMMON.schema) == [rows]
+
+
+def test_data_files_of_every_partition_are_written_in_one_writer_call_like_pyiceberg(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: the partitioned layout's extra commit CPU was pyiceberg's writer called once per
+    partition (its schema conversion, group-by and pool round each time). One call now writes
+    every partition's file, with the partition values and rows pyiceberg's own writer gives."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pyiceberg.io.pyarrow as pio
+    from pyiceberg.io import load_file_io
+    from pyiceberg.table.metadata import new_table_metadata
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+    from sinks.rowdelta import write_data_files
+
+    spec = partition_spec(parse_spec("default", COMMON.name, buckets=4), COMMON.schema)
+    metadata = new_table_metadata(COMMON.schema, spec, UNSORTED_SORT_ORDER, f"file://{tmp_path}", {})
+    schema = metadata.schema()
+    n = 400
+    rows = pa.table(
+        {
+            f.name: (
+                pa.array(["widget" if i % 3 else "gadget" for i in range(n)])
+                if f.name == "object_type_id"
+                else pa.array([f"pk-{i * 7919 % n}" for i in range(n)])
+                if f.name == "object_pk"
+                else pa.array(range(n), pa.int64())
+                if f.name == "version"
+                else pa.nulls(n, f.type)
+                if f.nullable
+                else pa.array([0] * n, pa.int64()).cast(f.type)
+            )
+            for f in schema.as_arrow()
+        },
+        schema=schema.as_arrow(),
+    )
+    io = load_file_io({}, f"file://{tmp_path}")
+    calls: list[int] = []
+    real_write_file = pio.write_file
+    monkeypatch.setattr(pio, "write_file", lambda *a, **kw: (calls.append(1), real_write_file(*a, **kw))[1])
+    ours = write_data_files(metadata, rows, io)
+    assert len(calls) == 1
+    calls.clear()
+    theirs = list(pio._dataframe_to_data_files(metadata, rows, io))
+
+    def by_partition(files: list) -> dict:  # type: ignore[type-arg]
+        return {
+            tuple(df.partition): pq.read_table(df.file_path.removeprefix("file://")).column("version").to_pylist()
+            for df in files
+        }
+
+    assert len(ours) == len(theirs) == 8  # 2 types × 4 buckets, a file each
+    assert by_partition(ours) == by_partition(theirs)
+    assert sorted(df.record_count for df in ours) == sorted(df.record_count for df in theirs)
 
 
 def test_delete_files_are_merged_per_partition_not_across_them() -> None:

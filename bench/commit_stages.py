@@ -1,0 +1,119 @@
+"""Wall and CPU time of each stage of a batch commit, by wrapping the functions that do them.
+
+Used by ``python -m bench.commit_cpu --stages``. Stages nest (a projection's ``key lookup`` contains
+its ``plan files``); each is timed inclusively, wall (``perf_counter``) and process CPU
+(``process_time``, so work in pyiceberg's pool threads counts for the stage that waits on it).
+Only for a process that commits one batch at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: (label, module, attribute path): what each stage is, and the callable that does it.
+STAGES: tuple[tuple[str, str, str], ...] = (
+    ("nessie: begin (head)", "sinks.catalog", "NessieCatalog.begin"),
+    ("nessie: contents", "sinks.catalog", "NessieCatalog.prefetch"),
+    ("metadata JSON read", "sinks.catalog", "NessieCatalog._metadata_at"),
+    ("committed-offset map parse", "sinks.committer", "loads_map"),
+    ("projection (all of it)", "sinks.committer", "apply_projection"),
+    ("  key lookup (plan + read)", "sinks.projection_write", "read_state"),
+    ("  carry stored properties", "sinks.projection_write", "carry_stored_properties"),
+    ("  Arrow rows (projection)", "sinks.projection_write", "projection_arrow"),
+    ("  compaction pick + read", "sinks.compaction", "Compaction.rewrites"),
+    ("  Parquet data files", "sinks.projection_write", "write_data_files_with_rows"),
+    ("  Parquet data files", "sinks.projection_write", "write_data_files"),  # before the rows were kept
+    ("  Parquet delete files", "sinks.projection_write", "write_partition_deletes"),
+    ("plan files (pyiceberg)", "pyiceberg.table", "DataScan.plan_files"),
+    ("manifests: RowDelta", "sinks.rowdelta", "RowDelta._manifests"),
+    ("snapshot commit (manifests + list)", "pyiceberg.table.update.snapshot", "_SnapshotProducer._commit"),
+    ("events log (all of it)", "sinks.committer", "BatchCommitter._append_events"),
+    ("  Arrow rows (events)", "sinks.committer", "events_arrow"),
+    ("  append (Parquet + manifest)", "pyiceberg.table", "Transaction.append"),
+    ("  log compaction", "sinks.committer", "compact_log"),
+    ("snapshot expiry", "sinks.compaction", "Compaction.expire"),
+    ("metadata update (pyiceberg, deep copies)", "pyiceberg.table", "update_table_metadata"),
+    ("metadata update (pyiceberg, deep copies)", "pyiceberg.catalog", "update_table_metadata"),
+    ("metadata JSON write", "pyiceberg.catalog", "MetastoreCatalog._write_metadata"),
+    ("nessie: publish", "sinks.catalog", "NessieCatalog.publish"),
+    ("manifest entries read (thread CPU, all threads)", "pyiceberg.manifest", "ManifestFile.fetch_manifest_entry"),
+)
+
+#: Stages that run in pyiceberg's pool threads: timed with the thread's own CPU clock.
+IN_THREADS = frozenset({"manifest entries read (thread CPU, all threads)"})
+
+
+class StageTimer:
+    """Accumulates (wall, cpu, calls) per stage while installed."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        clock = time.thread_time if label in IN_THREADS else time.process_time
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            depth: dict[str, int] = self._local.__dict__.setdefault("depth", defaultdict(int))
+            outer = depth[label] == 0  # recursion, and a stage wrapped at two places, count once
+            depth[label] += 1
+            w, c = time.perf_counter(), clock()
+            try:
+                return fn(*a, **kw)
+            finally:
+                depth[label] -= 1
+                if outer:
+                    with self._lock:
+                        self.wall[label] += time.perf_counter() - w
+                        self.cpu[label] += clock() - c
+                        self.calls[label] += 1
+
+        return timed
+
+    @contextmanager
+    def installed(self) -> Iterator[StageTimer]:
+        import importlib
+
+        undo: list[tuple[object, str, object]] = []
+        for label, module, path in STAGES:
+            owner: Any = importlib.import_module(module)
+            *parents, name = path.split(".")
+            for p in parents:
+                owner = getattr(owner, p)
+            original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+            if original is None:
+                continue  # not in this version of the code (the table shows what was found)
+            fn = original.__func__ if isinstance(original, staticmethod) else original
+            wrapped = self._wrap(label, fn)
+            setattr(owner, name, staticmethod(wrapped) if isinstance(original, staticmethod) else wrapped)
+            undo.append((owner, name, original))
+        try:
+            yield self
+        finally:
+            for owner, name, original in reversed(undo):
+                setattr(owner, name, original)
+
+    def reset(self) -> None:
+        self.wall.clear()
+        self.cpu.clear()
+        self.calls.clear()
+
+    def table(self, commits: int, total_wall: float, total_cpu: float) -> str:
+        """Markdown: ms per commit per stage (inclusive; indented stages are inside the one above)."""
+        lines = ["| stage | wall ms / commit | CPU ms / commit | calls / commit |", "| --- | --- | --- | --- |"]
+        for label in dict.fromkeys(label for label, _, _ in STAGES):
+            if self.calls.get(label):
+                lines.append(
+                    f"| {label} | {1000 * self.wall[label] / commits:.1f} | {1000 * self.cpu[label] / commits:.1f} "
+                    f"| {self.calls[label] / commits:.1f} |"
+                )
+        lines.append(f"| **whole commit** | {1000 * total_wall / commits:.1f} | {1000 * total_cpu / commits:.1f} | 1 |")
+        return "\n".join(lines)
