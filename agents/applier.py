@@ -132,7 +132,6 @@ class Applier:
         self._known_worlds: set[str] = set()
         # Events the gate is holding: when they were parked and from which partition.
         self._parked_at: dict[tuple[str, str], tuple[float, PartitionId]] = {}
-        self._consumed_at: dict[PartitionId, dict[int, float]] = defaultdict(dict)
         # In-flight records by offset: dead letters carry the producer's exact bytes and headers.
         self._records: dict[PartitionId, dict[int, RawRecord]] = defaultdict(dict)
         self._batch_seq = 0
@@ -170,7 +169,6 @@ class Applier:
                 if not self.tracker.consumed(rec.tp, rec.offset, rec.generation):
                     continue  # a re-fetch, or fetched before a rebalance that took its partition
                 self._handles[rec.tp].append((rec.offset, rec.handle))
-                self._consumed_at[rec.tp][rec.offset] = now
                 self._records[rec.tp][rec.offset] = rec
                 result = decode(rec.value, rec.key, self._kinds.get(rec.topic), self.settings.max_event_bytes)
                 if isinstance(result, Invalid):
@@ -226,7 +224,6 @@ class Applier:
             for tp in tps:
                 self.tracker.revoke(tp, fence=True)  # late records of the old assignment are refused
                 self._handles.pop(tp, None)
-                self._consumed_at.pop(tp, None)
                 self._records.pop(tp, None)
                 for ref in [r for r, (_, src) in self._parked_at.items() if src == tp]:
                     del self._parked_at[ref]
@@ -685,11 +682,9 @@ class Applier:
             limit = self.tracker.committable(tp)
             if limit is None:
                 continue
-            times = self._consumed_at[tp]
             records = self._records[tp]
             while queue and queue[0][0] < limit:
                 offset, handle = queue.popleft()
-                times.pop(offset, None)
                 records.pop(offset, None)
                 out.append(handle)
         return out

@@ -26,6 +26,7 @@ while ``read_legacy`` is on; the latter span slots, so turn it off on a cluster.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections import defaultdict
@@ -33,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
 from agents.dedupe import applied_key as mark_key
@@ -240,6 +242,47 @@ def _blob(kind: str, datas: list[bytes]) -> bytes:
     return blob
 
 
+class _PackOnce(AbstractConnection):
+    """Connection mixin: a command whose arguments are all str, bytes or int is packed in one pass.
+
+    redis-py's generic packer spends ~1 µs per argument (type checks, a join per argument), and a
+    batch's script call has thousands of them (its bucket keys, the old formats' per-event keys, the
+    dead-letter decisions' keys). The bytes sent are the same (``tests/unit/test_marks_packing.py``);
+    anything else (a float, a command name with a space) goes to redis-py's own packer.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if not args or type(args[0]) is not str or " " in args[0]:
+            return super().pack_command(*args)
+        encoding, errors = self.encoder.encoding, self.encoder.encoding_errors
+        parts = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            kind = type(arg)
+            if kind is str:
+                arg = arg.encode(encoding, errors)
+            elif kind is int:
+                arg = b"%d" % arg
+            elif kind is not bytes:
+                return super().pack_command(*args)
+            parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+        return [b"".join(parts)]
+
+
+@functools.cache
+def _packing_once(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    if issubclass(base, _PackOnce):
+        return base
+    return type(f"PackOnce{base.__name__}", (_PackOnce, base), {})
+
+
+def pack_once(client: aioredis.Redis) -> aioredis.Redis:
+    """Make ``client``'s new connections pack commands with :class:`_PackOnce` (plain, TLS or unix
+    socket alike: the pool's own connection class is kept underneath). Returns ``client``."""
+    pool = client.connection_pool
+    pool.connection_class = _packing_once(pool.connection_class)
+    return client
+
+
 def _sha(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
 
@@ -301,7 +344,7 @@ class AppliedMarks:
         """``options``: the constructor's keywords, then streams.security.redis_options (password, ACL user, TLS CA)."""
         own = {k: options.pop(k) for k in ("read_per_event", "read_legacy", "clock", "prefix") if k in options}
         client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
-        return cls(client, window_s, buckets=buckets, **own)
+        return cls(pack_once(client), window_s, buckets=buckets, **own)
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> AppliedMarks:
@@ -445,7 +488,8 @@ class DeadLetterMarks:
     @classmethod
     def from_url(cls, url: str, ttl_s: int, **options: Any) -> DeadLetterMarks:
         """``options``: streams.security.redis_options (password, ACL user, TLS CA)."""
-        return cls(aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options), ttl_s)
+        client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
+        return cls(pack_once(client), ttl_s)
 
     async def states(self, keys: Iterable[str]) -> dict[str, bytes]:
         """The recorded ones of ``keys`` and their values (``CONFIRMED`` or ``pending(ms)``); one round trip."""
