@@ -447,10 +447,8 @@ class Metrics:
     ) -> None:
         """A world flush reached its branch: outcome, duration, batch size, freshness and e2e latency.
 
-        ``occurred_at`` holds each event's ``occurred_at`` (Unix seconds) for the latency histogram;
-        each value costs about 1 µs (prometheus_client has no bulk observe), so a flush of 100k events
-        spends ~0.1 s here. Pass a sample of the batch if that matters; the histogram's count is then
-        a sample too (throughput comes from ``causeway_events_total``, not from it).
+        ``occurred_at`` holds each event's ``occurred_at`` (Unix seconds) for the latency histogram,
+        observed in one update per bucket (``observe_many``: ~0.2 µs per value).
         """
         w = self._world(world)
         now = time.time() if at is None else at
