@@ -26,7 +26,6 @@ while ``read_legacy`` is on; the latter span slots, so turn it off on a cluster.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import time
 from collections import defaultdict
@@ -268,11 +267,15 @@ class _PackOnce(AbstractConnection):
         return [b"".join(parts)]
 
 
-@functools.cache
+_PACKING_ONCE: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
 def _packing_once(base: type[AbstractConnection]) -> type[AbstractConnection]:
     if issubclass(base, _PackOnce):
         return base
-    return type(f"PackOnce{base.__name__}", (_PackOnce, base), {})
+    if base not in _PACKING_ONCE:
+        _PACKING_ONCE[base] = type(f"PackOnce{base.__name__}", (_PackOnce, base), {})
+    return _PACKING_ONCE[base]
 
 
 def pack_once(client: aioredis.Redis) -> aioredis.Redis:
