@@ -107,6 +107,64 @@ class ChangeEvent:
         return orjson.dumps(self.to_wire())
 
 
+class _EventDraft:
+    """A mutable twin of :class:`ChangeEvent` (the same slots, in the same order) for the decoder's
+    fast path: filled with plain slot stores, then turned into a real, frozen ``ChangeEvent`` by
+    assigning its class (CPython allows it between classes of one layout).
+
+    Why: a frozen dataclass's ``__init__`` sets each of the 17 fields through ``object.__setattr__``
+    (~2.3 µs per event, a third of the fast path's CPU); this costs ~0.5 µs. ``new_event`` returns
+    exactly what ``ChangeEvent(...)`` returns (``tests/unit/test_events_fast_path.py``).
+    """
+
+    __slots__ = ChangeEvent.__slots__
+
+    def __init__(
+        self,
+        event_id: str,
+        world_id: str,
+        kind: EntityKind,
+        entity_type: str,
+        entity_pk: str,
+        change_type: ChangeType,
+        version: int,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        caused_by: str | None,
+        causal_order: int | None,
+        occurred_at_ms: int,
+        schema_version: int,
+        source: str,
+        from_pk: str | None,
+        to_pk: str | None,
+        unchanged: tuple[str, ...],
+    ) -> None:
+        self.event_id = event_id
+        self.world_id = world_id
+        self.kind = kind
+        self.entity_type = entity_type
+        self.entity_pk = entity_pk
+        self.change_type = change_type
+        self.version = version
+        self.before = before
+        self.after = after
+        self.caused_by = caused_by
+        self.causal_order = causal_order
+        self.occurred_at_ms = occurred_at_ms
+        self.schema_version = schema_version
+        self.source = source
+        self.from_pk = from_pk
+        self.to_pk = to_pk
+        self.unchanged = unchanged
+
+
+def new_event(*fields: Any) -> ChangeEvent:
+    """``ChangeEvent(*fields)`` (every field, positionally), built through :class:`_EventDraft`."""
+    draft = _EventDraft(*fields)
+    draft.__class__ = ChangeEvent  # type: ignore[assignment]
+    return draft  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, slots=True)
 class Invalid:
     """Why a record was rejected. ``reason`` is a stable code; ``detail`` tells the producer what to fix."""
@@ -271,7 +329,7 @@ def _fast_event(doc: dict[str, Any], topic_kind: EntityKind | None) -> ChangeEve
     unchanged = get("unchanged_properties") or []
     if type(source) is not str or type(unchanged) is not list or not all(type(u) is str for u in unchanged):
         return None
-    return ChangeEvent(
+    return new_event(
         event_id,
         world_id,
         kind,
