@@ -57,6 +57,8 @@ def summarize_dir(work: Path) -> dict[str, Any]:
     return {p.name: summarize(p) for p in sorted(work.glob("*.pyspy.txt"))}
 
 
+COMMIT_STAGE = "commit (Nessie + Iceberg, worker threads)"
+
 #: Stages of the worker's hot path, by a function on the sample's stack: the first stage (in this
 #: order) with a pattern anywhere on the stack takes the sample. ``setup`` is the harness's own work
 #: (imports, generating and publishing the workload, clean-up), left out of the per-event figures.
@@ -74,7 +76,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     # Worker threads: the commit (``asyncio.to_thread``) and pyiceberg's own file-writing pool.
-    ("commit (Nessie + Iceberg, worker threads)", ("Thread._bootstrap (",)),
+    (COMMIT_STAGE, ("Thread._bootstrap (",)),
     ("batch building (Batch.from_sources)", ("Batch.from_sources (",)),
     ("redis: mark applied", ("AppliedMarks.mark (",)),
     ("redis: dedupe lookup", ("AppliedMarks.applied (",)),
@@ -108,11 +110,13 @@ def stages(path: Path) -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def per_event_us(counts: dict[str, int], cpu_s: float, events: int) -> dict[str, float]:
-    """Spread ``cpu_s`` (measured, without set-up) over the stages by their share of the samples."""
-    work = {s: n for s, n in counts.items() if s != "setup"}
+def per_event_us(counts: dict[str, int], loop_cpu_s: float, events: int) -> dict[str, float]:
+    """Spread the event loop's measured CPU (``bench.hotpath``'s main-thread CPU of the drain) over
+    the stages that run on it, by their share of its samples; set-up and the commit threads are left
+    out (the commit's CPU is measured apart, as the process's CPU less the event loop's)."""
+    work = {s: n for s, n in counts.items() if s not in ("setup", COMMIT_STAGE)}
     total = sum(work.values())
-    return {s: round(n / total * cpu_s / events * 1e6, 1) for s, n in work.items()} if total else {}
+    return {s: round(n / total * loop_cpu_s / events * 1e6, 1) for s, n in work.items()} if total else {}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,11 +124,13 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(
         description="Summarise a py-spy raw profile: top functions, or µs per event per hot-path stage.",
-        epilog="example: python -m bench.profiling hot.txt --stages --cpu-s 6.1 --events 50000",
+        epilog="example: python -m bench.profiling hot.txt --stages --cpu-s 2.4 --events 50000",
     )
     ap.add_argument("profile", type=Path, help="py-spy --format raw output")
     ap.add_argument("--stages", action="store_true", help="split the samples by hot-path stage")
-    ap.add_argument("--cpu-s", type=float, default=0.0, help="measured CPU seconds of the drain (bench.hotpath)")
+    ap.add_argument(
+        "--cpu-s", type=float, default=0.0, help="the drain's event-loop (main-thread) CPU seconds (bench.hotpath)"
+    )
     ap.add_argument("--events", type=int, default=0, help="records drained (bench.hotpath)")
     args = ap.parse_args(argv)
     if not args.stages:
@@ -135,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = stages(args.profile)
     us = per_event_us(counts, args.cpu_s, args.events) if args.cpu_s and args.events else {}
     work = sum(n for s, n in counts.items() if s != "setup")
+    print(f"{'stage':45s} {'samples':>7s} {'share':>7s}  (share of the samples outside set-up)")
     for stage, n in counts.items():
         share = "" if stage == "setup" else f"{100 * n / work:5.1f}%"
         print(f"{stage:45s} {n:7d} {share:>7s} " + (f"{us[stage]:7.1f} µs/event" if stage in us else ""))
