@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from collections import Counter, defaultdict, deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NoReturn, Protocol
@@ -144,7 +144,6 @@ class Applier:
         self._known_worlds: set[str] = set()
         # Events the gate is holding: when they were parked and from which partition.
         self._parked_at: dict[tuple[str, str], tuple[float, PartitionId]] = {}
-        self._consumed_at: dict[PartitionId, dict[int, float]] = defaultdict(dict)
         # In-flight records by offset: dead letters carry the producer's exact bytes and headers.
         self._records: dict[PartitionId, dict[int, RawRecord]] = defaultdict(dict)
         self._batch_seq = 0
@@ -181,17 +180,20 @@ class Applier:
             now = self.clock()
             arrivals: list[Arrival] = []
             dead: list[DeadLetter] = []
+            consumed, handles, in_flight = self.tracker.consumed, self._handles, self._records
+            kinds, max_bytes = self._kinds, self.settings.max_event_bytes
             for rec in records:
-                if not self.tracker.consumed(rec.tp, rec.offset, rec.generation):
+                topic, offset = rec.topic, rec.offset
+                tp = (topic, rec.partition)
+                if not consumed(tp, offset, rec.generation):
                     continue  # a re-fetch, or fetched before a rebalance that took its partition
-                self._handles[rec.tp].append((rec.offset, rec.handle))
-                self._consumed_at[rec.tp][rec.offset] = now
-                self._records[rec.tp][rec.offset] = rec
-                result = decode(rec.value, rec.key, self._kinds.get(rec.topic), self.settings.max_event_bytes)
+                handles[tp].append((offset, rec.handle))
+                in_flight[tp][offset] = rec
+                result = decode(rec.value, rec.key, kinds.get(topic), max_bytes)
                 if isinstance(result, Invalid):
                     dead.append(self._letter(rec, result.reason, result.detail, result.event_id, result.world_id))
                 else:
-                    arrivals.append(Arrival(result, Source(rec.topic, rec.partition, rec.offset)))
+                    arrivals.append(Arrival(result, Source(topic, rec.partition, offset)))
             self.totals["consumed"] += len(records)
             for topic, n in Counter(rec.topic for rec in records).items():
                 self.metrics.consumed(topic, n)  # per batch: a labels() lookup per record cost ~16% of process()
@@ -241,7 +243,6 @@ class Applier:
             for tp in tps:
                 self.tracker.revoke(tp, fence=True)  # late records of the old assignment are refused
                 self._handles.pop(tp, None)
-                self._consumed_at.pop(tp, None)
                 self._records.pop(tp, None)
                 for ref in [r for r, (_, src) in self._parked_at.items() if src == tp]:
                     del self._parked_at[ref]
@@ -498,6 +499,12 @@ class Applier:
     def _settle(self, a: Arrival) -> None:
         self.tracker.done(a.tp, a.offset)
 
+    def _settle_all(self, arrivals: Iterable[Arrival]) -> None:
+        done = self.tracker.done
+        for a in arrivals:
+            src = a.source
+            done((src.topic, src.partition), src.offset)
+
     async def _flush_due(self, now: float) -> None:
         # Effects released by a commit join the next batch; loop until nothing is due.
         for _ in range(100):
@@ -598,7 +605,7 @@ class Applier:
             return
         faults.reached("after-commit")
         stale_ids = set(outcome.stale_ids)
-        stale = [a for a in items if a.event.event_id in stale_ids]
+        stale = [a for a in items if a.event.event_id in stale_ids] if stale_ids else []
         if stale:
             # Dead letters before marks: a crash in between must not leave a marked event that is
             # neither applied nor dead-lettered (its redelivered copy would be dropped as a duplicate).
@@ -616,15 +623,15 @@ class Applier:
         # Dropped by a recorded offset but not on the branch: dead-lettered before (a floor covers
         # it). Settled, never marked, and its effects are not released (issue 12, case 2).
         absent = set(outcome.absent_ids)
-        refs = [a.ref for a in items if a.event.event_id not in absent]
+        refs = [a.ref for a in items if a.event.event_id not in absent] if absent else [a.ref for a in items]
         await self._retry("redis mark", lambda: self.marks.mark(refs), "redis")
         faults.reached("after-mark")
         self.gate.committed(refs)
-        self.gate.abandoned([a.ref for a in items if a.event.event_id in absent])
-        for a in items:
-            if a.event.event_id not in stale_ids:
-                self._settle(a)
-        dups = len([a for a in items if a.event.event_id in outcome.duplicate_ids])
+        if absent:
+            self.gate.abandoned([a.ref for a in items if a.event.event_id in absent])
+        self._settle_all([a for a in items if a.event.event_id not in stale_ids] if stale_ids else items)
+        dup_ids = outcome.duplicate_ids
+        dups = len([a for a in items if a.event.event_id in dup_ids]) if dup_ids else 0
         if dups:
             self.totals["duplicates"] += dups
             self.metrics.event_outcome(world, "duplicate", dups)
@@ -745,11 +752,9 @@ class Applier:
             limit = self.tracker.committable(tp)
             if limit is None:
                 continue
-            times = self._consumed_at[tp]
             records = self._records[tp]
             while queue and queue[0][0] < limit:
                 offset, handle = queue.popleft()
-                times.pop(offset, None)
                 records.pop(offset, None)
                 out.append(handle)
         return out

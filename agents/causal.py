@@ -203,11 +203,20 @@ class CausalGate:
         self._run()
 
     def committed(self, refs: Iterable[EventRef]) -> None:
-        """Released events whose batch is now committed (or settled by the version rule)."""
+        """Released events whose batch is now committed (or settled by the version rule).
+
+        Once per batch of a commit (thousands of refs): ``_remember_applied`` and ``_wake`` inlined,
+        the applied cache trimmed once at the end (the same entries survive: the newest ones).
+        """
+        pending, applied, by_cause = self._pending, self._applied, self._by_cause
         for ref in refs:
-            self._pending.pop(ref, None)
-            self._remember_applied(ref)
-            self._wake(ref)
+            pending.pop(ref, None)
+            applied[ref] = None
+            applied.move_to_end(ref)
+            if ref in by_cause:
+                self._wake(ref)
+        while len(applied) > self._remember:
+            applied.popitem(last=False)
         self._run()
 
     def abandoned(self, refs: Iterable[EventRef]) -> None:

@@ -101,6 +101,16 @@ class MarkWindow:
     def bucket(self, event_id: str) -> int:
         return zlib.crc32(event_id.encode()) % self.buckets
 
+    def place(self, event_id: str) -> tuple[str, bytes, int]:
+        """``(family, stored bytes, bucket)`` of an id: ``encode`` and ``bucket`` in one pass (the
+        hot path places every id of a batch; most ids are not UUIDs and need no pattern match)."""
+        raw = event_id.encode()
+        bucket = zlib.crc32(raw) % self.buckets
+        if len(event_id) == 36:
+            enc = encode(event_id)
+            return enc.family, enc.data, bucket
+        return "s", raw, bucket
+
     def key(self, world: str, slot: int, family: str, bucket: int) -> str:
         return f"{self.prefix}{{{world}}}:{slot}:{family}{bucket:x}"
 

@@ -11,7 +11,8 @@ a duplicate older than the window is caught by the branch's event log at commit 
 
 Cost: a server-side script (``EVALSHA``) loops over a batch's ids, so redis-py packs one command
 per world instead of one command per event (measured ~14 µs per key pipelined against ~0.6 µs per
-key in a script, docs/benchmarks.md). The scripts touch only the keys they are given.
+key in a script, docs/benchmarks.md), and a bucket's ids travel as one argument (``_blob``): redis-py
+spends ~1 µs packing each argument. The scripts touch only the keys they are given.
 
 Redis Cluster: the world is every key's hash tag, so one world's keys share a slot and each script
 call (one per world) stays in one slot. Marks of the earlier formats, one key per event with a
@@ -32,11 +33,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
 from agents.dedupe import applied_key as mark_key
 from agents.dedupe import legacy_applied_key
-from agents.dedupe_window import PACKED, MarkWindow, encode
+from agents.dedupe_window import PACKED, MarkWindow
 from agents.letter_marks import CONFIRMED, by_tag
 
 if TYPE_CHECKING:
@@ -84,70 +86,94 @@ local function found(blob, rec)
 end
 """.replace("PACKED", str(PACKED))
 
+# A batch's ids of one bucket travel as one argument (a blob), not one argument each: redis-py
+# spends ~1 µs packing each argument, which was most of the client's CPU per lookup. Packed ids are
+# concatenated 16-byte records; any other id is UTF-8 text, NUL-separated (an event id never holds
+# a NUL: ``models.events`` rejects it, and ``_blob`` checks).
+_RECORDS_LUA = """
+local function records(blob, kind)
+  local out = {}
+  if kind == 'p' then
+    for s = 1, #blob, PACKED do out[#out + 1] = string.sub(blob, s, s + PACKED - 1) end
+    return out
+  end
+  local pos = 1
+  while true do
+    local z = string.find(blob, '\\0', pos, true)
+    if not z then
+      out[#out + 1] = string.sub(blob, pos)
+      return out
+    end
+    out[#out + 1] = string.sub(blob, pos, z - 1)
+    pos = z + 1
+  end
+end
+""".replace("PACKED", str(PACKED))
+
 # KEYS: bucket keys of the current slot. ARGV: expire-at, then per key: kind ('p' packed string,
-# 'h' hash), count, that many records or fields. Returns how many ids were given.
+# 'h' hash) and its ids' blob. Returns how many ids were given.
 WINDOW_MARK_LUA = (
     _FOUND_LUA
+    + _RECORDS_LUA
     + """
 local at = ARGV[1]
-local pos = 2
 local given = 0
 for i = 1, #KEYS do
-  local kind, n = ARGV[pos], tonumber(ARGV[pos + 1])
-  pos = pos + 2
+  local kind = ARGV[2 * i]
+  local recs = records(ARGV[2 * i + 1], kind)
   if kind == 'p' then
     local blob = redis.call('GET', KEYS[i]) or ''
     local add = {}
-    for j = 0, n - 1 do
-      if not found(blob, ARGV[pos + j]) then add[#add + 1] = ARGV[pos + j] end
+    for _, rec in ipairs(recs) do
+      if not found(blob, rec) then add[#add + 1] = rec end
     end
     if #add > 0 then redis.call('SET', KEYS[i], blob .. table.concat(add)) end
   else
-    for j = 0, n - 1 do redis.call('HSET', KEYS[i], ARGV[pos + j], '') end
+    for _, rec in ipairs(recs) do redis.call('HSET', KEYS[i], rec, '') end
   end
   redis.call('EXPIREAT', KEYS[i], at)
-  pos = pos + n
-  given = given + n
+  given = given + #recs
 end
 return given
 """
 )
 
-# KEYS: G groups of m keys (one bucket in each live slot), then e per-event keys per id (old formats).
-# ARGV: n, m, e, G, then each group's kind ('p' packed / 'h' hash), then per id: its group, its stored bytes.
-# Returns the 1-based positions of the ids found in any slot or old key.
+# KEYS: G groups of m keys (one bucket in each live slot), then e per-event keys per id (old formats),
+# ids in group order. ARGV: m, e, G, then per group its kind ('p' packed / 'h' hash) and its ids' blob.
+# Returns the 1-based positions (in group order) of the ids found in any slot or old key.
 WINDOW_LOOKUP_LUA = (
     _FOUND_LUA
+    + _RECORDS_LUA
     + """
-local n, m, e, G = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local m, e, G = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local base = G * m
-local blobs = {}
 local hits = {}
-for i = 1, n do
-  local at = 4 + G + 2 * (i - 1)
-  local g, data = tonumber(ARGV[at + 1]), ARGV[at + 2]
-  local kind = ARGV[4 + g]
-  local hit = false
-  for j = 1, m do
-    local k = KEYS[(g - 1) * m + j]
-    if kind == 'p' then
-      local blob = blobs[k]
-      if blob == nil then
-        blob = redis.call('GET', k) or ''
-        blobs[k] = blob
+local i = 0
+for g = 1, G do
+  local kind = ARGV[2 + 2 * g]
+  local first = (g - 1) * m
+  local blobs = {}
+  if kind == 'p' then
+    for j = 1, m do blobs[j] = redis.call('GET', KEYS[first + j]) or '' end
+  end
+  for _, data in ipairs(records(ARGV[3 + 2 * g], kind)) do
+    i = i + 1
+    local hit = false
+    for j = 1, m do
+      if kind == 'p' then
+        if found(blobs[j], data) then hit = true break end
+      elseif redis.call('HEXISTS', KEYS[first + j], data) == 1 then
+        hit = true
+        break
       end
-      if found(blob, data) then hit = true break end
-    elseif redis.call('HEXISTS', k, data) == 1 then
-      hit = true
-      break
     end
-  end
-  if not hit then
-    for x = 1, e do
-      if redis.call('EXISTS', KEYS[base + (i - 1) * e + x]) == 1 then hit = true break end
+    if not hit then
+      for x = 1, e do
+        if redis.call('EXISTS', KEYS[base + (i - 1) * e + x]) == 1 then hit = true break end
+      end
     end
+    if hit then hits[#hits + 1] = i end
   end
-  if hit then hits[#hits + 1] = i end
 end
 return hits
 """
@@ -216,6 +242,62 @@ return n
 """
 
 
+def _blob(kind: str, datas: list[bytes]) -> bytes:
+    """One bucket's stored ids as one script argument: 16-byte records back to back (kind ``p``,
+    packed), or NUL-separated (kind ``h``, hash fields; an event id never holds a NUL)."""
+    if kind == "p":
+        return b"".join(datas)
+    blob = b"\0".join(datas)
+    if blob.count(b"\0") != len(datas) - 1:
+        raise ValueError("an event id holds a NUL character; the event contract rejects those")
+    return blob
+
+
+class _PackOnce(AbstractConnection):
+    """Connection mixin: a command whose arguments are all str, bytes or int is packed in one pass.
+
+    redis-py's generic packer spends ~1 µs per argument (type checks, a join per argument), and a
+    batch's script call has thousands of them (its bucket keys, the old formats' per-event keys, the
+    dead-letter decisions' keys). The bytes sent are the same (``tests/unit/test_marks_packing.py``);
+    anything else (a float, a command name with a space) goes to redis-py's own packer.
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if not args or type(args[0]) is not str or " " in args[0]:
+            return super().pack_command(*args)
+        encoding, errors = self.encoder.encoding, self.encoder.encoding_errors
+        parts = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            kind = type(arg)
+            if kind is str:
+                arg = arg.encode(encoding, errors)
+            elif kind is int:
+                arg = b"%d" % arg
+            elif kind is not bytes:
+                return super().pack_command(*args)
+            parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+        return [b"".join(parts)]
+
+
+_PACKING_ONCE: dict[type[AbstractConnection], type[AbstractConnection]] = {}
+
+
+def _packing_once(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    if issubclass(base, _PackOnce):
+        return base
+    if base not in _PACKING_ONCE:
+        _PACKING_ONCE[base] = type(f"PackOnce{base.__name__}", (_PackOnce, base), {})
+    return _PACKING_ONCE[base]
+
+
+def pack_once(client: aioredis.Redis) -> aioredis.Redis:
+    """Make ``client``'s new connections pack commands with :class:`_PackOnce` (plain, TLS or unix
+    socket alike: the pool's own connection class is kept underneath). Returns ``client``."""
+    pool = client.connection_pool
+    pool.connection_class = _packing_once(pool.connection_class)
+    return client
+
+
 def _sha(script: str) -> str:
     return hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
 
@@ -277,7 +359,7 @@ class AppliedMarks:
         """``options``: the constructor's keywords, then streams.security.redis_options (password, ACL user, TLS CA)."""
         own = {k: options.pop(k) for k in ("read_per_event", "read_legacy", "clock", "prefix") if k in options}
         client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
-        return cls(client, window_s, buckets=buckets, **own)
+        return cls(pack_once(client), window_s, buckets=buckets, **own)
 
     @classmethod
     def from_settings(cls, settings: Settings, **options: Any) -> AppliedMarks:
@@ -294,10 +376,14 @@ class AppliedMarks:
     def _grouped(self, world: str, ids: list[str], slot: int) -> dict[str, tuple[str, list[bytes]]]:
         """The ids by bucket key of ``slot``: key → (kind, stored bytes)."""
         out: dict[str, tuple[str, list[bytes]]] = {}
+        place, key = self.window.place, self.window.key
         for event_id in ids:
-            enc = encode(event_id)
-            key = self.window.key(world, slot, enc.family, self.window.bucket(event_id))
-            out.setdefault(key, ("p" if enc.packed else "h", []))[1].append(enc.data)
+            family, data, bucket = place(event_id)
+            k = key(world, slot, family, bucket)
+            entry = out.get(k)
+            if entry is None:
+                entry = out[k] = ("h" if family == "s" else "p", [])
+            entry[1].append(data)
         return out
 
     @staticmethod
@@ -314,29 +400,41 @@ class AppliedMarks:
             return set()
         slots = self.window.live_slots(self.clock())
         per_event = int(self.read_per_event) + int(self.read_legacy)
+        place, key = self.window.place, self.window.key
         calls = []
+        orders: list[list[str]] = []
         for world, ids in groups:
-            group_of: dict[tuple[str, int], int] = {}
-            keys: list[str] = []
-            kinds: list[str] = []
-            args: list[Any] = []
+            buckets: dict[tuple[str, int], tuple[list[str], list[bytes]]] = {}
             for event_id in ids:
-                enc = encode(event_id)
-                bucket = (enc.family, self.window.bucket(event_id))
-                g = group_of.get(bucket)
-                if g is None:
-                    g = group_of[bucket] = len(group_of) + 1
-                    keys += [self.window.key(world, slot, *bucket) for slot in slots]
-                    kinds.append("p" if enc.packed else "h")
-                args += [g, enc.data]
-            for event_id in ids if per_event else ():
-                if self.read_per_event:
-                    keys.append(mark_key(world, event_id))
-                if self.read_legacy:
-                    keys.append(legacy_applied_key(world, event_id))
-            calls.append((keys, [len(ids), len(slots), per_event, len(group_of), *kinds, *args]))
+                family, data, bucket = place(event_id)
+                entry = buckets.get((family, bucket))
+                if entry is None:
+                    entry = buckets[(family, bucket)] = ([], [])
+                entry[0].append(event_id)
+                entry[1].append(data)
+            keys: list[str] = []
+            args: list[Any] = [len(slots), per_event, len(buckets)]
+            order: list[str] = []
+            for (family, bucket), (event_ids, datas) in buckets.items():
+                keys += [key(world, slot, family, bucket) for slot in slots]
+                kind = "h" if family == "s" else "p"
+                args += [kind, _blob(kind, datas)]
+                order += event_ids
+            if per_event:
+                current, legacy = mark_key(world, ""), legacy_applied_key(world, "")
+                for event_id in order:
+                    if self.read_per_event:
+                        keys.append(current + event_id)
+                    if self.read_legacy:
+                        keys.append(legacy + event_id)
+            calls.append((keys, args))
+            orders.append(order)
         answers = await self._scripts(WINDOW_LOOKUP_LUA, calls)
-        return {(world, ids[pos - 1]) for (world, ids), hits in zip(groups, answers, strict=True) for pos in hits}
+        return {
+            (world, order[pos - 1])
+            for (world, _), order, hits in zip(groups, orders, answers, strict=True)
+            for pos in hits
+        }
 
     async def mark(self, pairs: Iterable[tuple[str, str]]) -> int:
         """Mark pairs applied for the window; idempotent. Returns how many (unique pairs) were given."""
@@ -347,7 +445,10 @@ class AppliedMarks:
         calls = []
         for world, ids in groups:
             grouped = self._grouped(world, ids, slot)
-            calls.append((list(grouped), [self.window.expire_at(slot), *self._per_key_args(grouped)]))
+            args: list[Any] = [self.window.expire_at(slot)]
+            for kind, datas in grouped.values():
+                args += [kind, _blob(kind, datas)]
+            calls.append((list(grouped), args))
         return sum(await self._scripts(WINDOW_MARK_LUA, calls))
 
     async def forget(self, pairs: Iterable[tuple[str, str]]) -> int:
@@ -402,7 +503,8 @@ class DeadLetterMarks:
     @classmethod
     def from_url(cls, url: str, ttl_s: int, **options: Any) -> DeadLetterMarks:
         """``options``: streams.security.redis_options (password, ACL user, TLS CA)."""
-        return cls(aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options), ttl_s)
+        client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
+        return cls(pack_once(client), ttl_s)
 
     async def states(self, keys: Iterable[str]) -> dict[str, bytes]:
         """The recorded ones of ``keys`` and their values (``CONFIRMED`` or ``pending(ms)``); one round trip."""

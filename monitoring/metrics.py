@@ -16,6 +16,7 @@ See docs/metrics.md for every metric and the panels and alerts that read it.
 
 from __future__ import annotations
 
+import bisect
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -85,6 +86,33 @@ class MetricInfo:
     type: str
     labels: tuple[str, ...]
     help: str
+
+
+def observe_many(histogram: Any, values: list[float]) -> None:
+    """``histogram.observe(v)`` for each value, in one update per bucket: the same series, the same
+    counts and sum (``tests/unit/test_metrics.py``), without a locked update per value (a flush
+    observes one latency per event: ~1.5 µs each).
+
+    prometheus_client has no bulk observe; this reads the child's bucket bounds and counters
+    (``_upper_bounds``, ``_buckets``, ``_sum``) and falls back to ``observe`` if they are not there.
+    """
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if not values:
+        return
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets) or bounds[-1] != float("inf"):
+        for v in values:
+            histogram.observe(v)
+        return
+    histogram._raise_if_not_observable()
+    counts = [0] * len(bounds)
+    for v in values:
+        counts[bisect.bisect_left(bounds, v)] += 1  # the first bound >= v, as observe picks it
+    total.inc(sum(values))
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
 
 
 def world_label(world: str | None) -> str:
@@ -398,10 +426,9 @@ class Metrics:
 
     def released(self, world: str, waited_seconds: Iterable[float]) -> None:
         """Events left the causal gate after waiting ``waited_seconds`` each."""
-        n = 0
-        for s in waited_seconds:
-            self.causal_wait.observe(max(0.0, s))
-            n += 1
+        waits = [max(0.0, s) for s in waited_seconds]
+        n = len(waits)
+        observe_many(self.causal_wait, waits)
         if n:
             self.events.labels(self._world(world), "released", "").inc(n)
 
@@ -420,10 +447,8 @@ class Metrics:
     ) -> None:
         """A world flush reached its branch: outcome, duration, batch size, freshness and e2e latency.
 
-        ``occurred_at`` holds each event's ``occurred_at`` (Unix seconds) for the latency histogram;
-        each value costs about 1 µs (prometheus_client has no bulk observe), so a flush of 100k events
-        spends ~0.1 s here. Pass a sample of the batch if that matters; the histogram's count is then
-        a sample too (throughput comes from ``causeway_events_total``, not from it).
+        ``occurred_at`` holds each event's ``occurred_at`` (Unix seconds) for the latency histogram,
+        observed in one update per bucket (``observe_many``: ~0.2 µs per value).
         """
         w = self._world(world)
         now = time.time() if at is None else at
@@ -434,9 +459,7 @@ class Metrics:
         self.last_commit.labels(w).set(now)
         if unconverted:
             self.values_unconverted.labels(w).inc(unconverted)
-        latency = self.e2e_latency.labels(w)
-        for t in occurred_at:
-            latency.observe(max(0.0, now - t))
+        observe_many(self.e2e_latency.labels(w), [max(0.0, now - t) for t in occurred_at])
 
     def commit_failed(self, world: str, *, duration_s: float, retries_exhausted: bool) -> None:
         """A world flush gave up; nothing of it was acked."""

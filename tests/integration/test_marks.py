@@ -157,3 +157,26 @@ async def test_redis_drops_a_slot_once_the_window_has_passed_it(redis_url: str, 
         await _drop(client, marks, [world])
         await client.aclose()
         await marks.close()
+
+
+async def test_ids_of_every_shape_share_a_bucket_and_are_found_exactly(redis_url: str, unique: str) -> None:
+    """A bucket's ids travel as one blob (16-byte records, or NUL-separated text): ids that are
+    prefixes of each other, hold separators, spaces, control or non-ASCII characters, or look like
+    UUIDs without being canonical, all come back exactly, and only those marked."""
+    clock = Clock()
+    marks = AppliedMarks.from_url(redis_url, 600, buckets=1, clock=clock)
+    client = aioredis.Redis.from_url(redis_url)
+    world = f"s{unique[:10]}"
+    u = str(uuid.uuid4())
+    odd = ["a", "ab", "a b", "a:b", "{x}", "é-ü-✓", "tab\there", "\x01", "x" * 200, u.upper(), u, f"cdc-{'0' * 32}"]
+    unmarked = ["abc", "b", "a:", " a", u.upper() + "0", str(uuid.uuid4()), f"cdc-{'1' * 32}"]
+    try:
+        assert await marks.mark([(world, i) for i in odd]) == len(odd)
+        found = await marks.applied([(world, i) for i in odd + unmarked])
+        assert found == {(world, i) for i in odd}
+        with pytest.raises(ValueError, match="NUL"):
+            await marks.mark([(world, "a\x00b"), (world, "c")])
+    finally:
+        await _drop(client, marks, [world])
+        await client.aclose()
+        await marks.close()

@@ -655,3 +655,39 @@ def test_offer_all_equals_offering_one_by_one(batches: list[list[tuple]], applie
         assert [(r.arrival.offset, r.reason) for r in a_out.dead] == [(r.arrival.offset, r.reason) for r in b_out.dead]
         assert (one.parked_count, one.pending_count) == (many.parked_count, many.pending_count)
         assert one.unknown_causes() == many.unknown_causes()
+
+
+def _committed_one_by_one(gate: CausalGate, refs: list[EventRef]) -> None:
+    """``CausalGate.committed`` as it was before it took a batch in one pass (the reference)."""
+    for ref in refs:
+        gate._pending.pop(ref, None)  # noqa: SLF001
+        gate._remember_applied(ref)  # noqa: SLF001
+        gate._wake(ref)  # noqa: SLF001
+    gate._run()  # noqa: SLF001
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=_steps,
+    commits=st.lists(st.lists(st.sampled_from(["e0", "e1", "e2", "e3", "e4", "e5", "x"]), max_size=6), max_size=4),
+    remember=st.integers(1, 8),
+)
+def test_committing_a_batch_in_one_pass_equals_one_ref_at_a_time(
+    steps: list[tuple], commits: list[list[str]], remember: int
+) -> None:
+    one = CausalGate(timeout_s=5.0, max_parked=1_000, remember_applied=remember)
+    many = CausalGate(timeout_s=5.0, max_parked=1_000, remember_applied=remember)
+    feed_one, feed_many = Feed(), Feed()
+    one.offer_all([feed_one(i, pk, cause, partition=p) for i, pk, cause, p in steps], now=0)
+    many.offer_all([feed_many(i, pk, cause, partition=p) for i, pk, cause, p in steps], now=0)
+    for t, batch in enumerate(commits, start=1):
+        refs = [("w1", i) for i in batch]
+        _committed_one_by_one(one, refs)
+        many.committed(refs)
+        a_out, b_out = one.drain(), many.drain()
+        assert [(x.ref, x.offset) for x in b_out.ready] == [(x.ref, x.offset) for x in a_out.ready]
+        assert list(many._applied) == list(one._applied)  # noqa: SLF001 - the same cache, same order
+        assert (one.parked_count, one.pending_count) == (many.parked_count, many.pending_count)
+        assert one.unknown_causes() == many.unknown_causes()
+        one.expire(now=t * 3)
+        many.expire(now=t * 3)

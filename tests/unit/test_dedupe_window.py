@@ -55,3 +55,18 @@ def test_memory_formula_and_checks() -> None:
         MarkWindow(1, 1)
     with pytest.raises(ValueError):
         MarkWindow(3600, 0)
+
+
+_IDS = st.one_of(
+    st.uuids().map(str),
+    st.binary(min_size=16, max_size=16).map(lambda b: "cdc-" + b.hex()),
+    st.text(min_size=36, max_size=36),
+    st.text(),
+)
+
+
+@given(_IDS, st.integers(1, 5000))
+def test_place_is_encode_and_bucket_in_one_pass(event_id: str, buckets: int) -> None:
+    w = MarkWindow(3600, buckets)
+    enc = encode(event_id)
+    assert w.place(event_id) == (enc.family, enc.data, w.bucket(event_id))

@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from prometheus_client import generate_latest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from monitoring import docs
@@ -22,6 +24,7 @@ from monitoring.metrics import (
     UNKNOWN_WORLD,
     Metrics,
     add_metrics_page,
+    observe_many,
     reason_label,
     world_label,
 )
@@ -386,3 +389,28 @@ def test_series_stay_under_the_documented_bound(worlds: int) -> None:
         _every_series_of(m, f"w{i}")
     assert _series(m) <= series_bound(worlds, topics=2, object_types=2)
     assert "series_bound" in (ROOT / "docs" / "metrics.md").read_text()
+
+
+@given(
+    st.lists(st.lists(st.one_of(st.sampled_from([0.0, 0.005, 0.1, 1.0, 2.5, 10.0]), st.floats(0, 1e6)), max_size=30))
+)
+def test_observe_many_counts_as_observing_one_value_at_a_time(batches: list[list[float]]) -> None:
+    """Bucket boundaries included (a value equal to a bound falls in that bound's bucket)."""
+    one, many = CollectorRegistry(), CollectorRegistry()
+    h1 = Histogram("h", "h", ["w"], registry=one, buckets=(0.005, 0.1, 1.0, 2.5, 10.0))
+    h2 = Histogram("h", "h", ["w"], registry=many, buckets=(0.005, 0.1, 1.0, 2.5, 10.0))
+    for values in batches:
+        child = h1.labels("a")  # the series exists once asked for, observed or not (as committed() does)
+        for v in values:
+            child.observe(v)
+        observe_many(h2.labels("a"), values)
+    samples = lambda reg: {  # noqa: E731
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in reg.collect()
+        for s in fam.samples
+        if not s.name.endswith("_created")
+    }
+    got, want = samples(many), samples(one)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-9), key
