@@ -738,7 +738,7 @@ class Applier:
             self.tracker.revoke(tp, fence=True)
         self.gate = CausalGate(self.gate.timeout_s, self.gate.max_parked)
         self.batches.take_all()
-        for table in (self._handles, self._consumed_at, self._records, self._parked_at):
+        for table in (self._handles, self._records, self._parked_at):
             table.clear()
         self._cause_seen.clear()
         self._cause_checked.clear()
