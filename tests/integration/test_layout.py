@@ -182,6 +182,34 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
 
 
+def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(client, sink_settings) -> None:
+    """Type-only projections (``projection_buckets`` = 0) evolved to type + bucket, the log from day to
+    month: the next flush writes position deletes for files of the old, one-field spec. pyiceberg's
+    snapshot summary labelled every added file with the new two-field spec and the flush failed
+    (IndexError in ``partition_to_path``), found by the Spark read check (``bench/spark_read.py``)."""
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings.replace(projection_buckets=0), client)
+    first = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(60)]
+    first += [obj(world, f"q{i}", "CREATE", 1, typ="place", n=i) for i in range(20)]
+    committer.commit_batch(batch(world, "before", first, 0))
+    before = objects(cat_of(committer, world))
+    assert len(cat_of(committer, world).load_table(("onto", COMMON.name)).spec().fields) == 1
+
+    layouts = TableLayouts(sink_settings, committer)
+    for tdef in (COMMON, EVENTS):
+        spec = "month(occurred_at)" if tdef is EVENTS else "default"
+        assert layouts.evolve_text(world, tdef.name, spec, None).changed
+    common = cat_of(committer, world).load_table(("onto", COMMON.name))
+    assert [len(s.fields) for s in common.specs().values()] == [1, 2]
+
+    writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
+    common = cat_of(committer, world).load_table(("onto", COMMON.name))
+    deletes = {d.spec_id for t in common.scan().plan_files() for d in t.delete_files}
+    assert 0 in deletes, "the old-spec files' position deletes keep the old spec"
+    summary = common.current_snapshot().summary  # type: ignore[union-attr]
+    assert int(summary["total-position-deletes"]) > 0
+
+
 def test_expiry_never_deletes_a_file_another_branch_references(client, sink_settings) -> None:
     settings = sink_settings.replace(snapshot_expire_every=3)
     world = new_world(client)
