@@ -11,8 +11,9 @@ Two halves, run in two environments (pyspark is not a causeway dependency)::
 World ``a`` is written with the current default layouts (``day(occurred_at)``; type and
 ``bucket(CAUSEWAY_PROJECTION_BUCKETS, pk)``); world ``b`` starts with the projections partitioned by
 type only (``CAUSEWAY_PROJECTION_BUCKETS=0``), is moved with ``causeway tables evolve`` (projections
-to the default spec, the log to ``month(occurred_at)``) and written again, so its tables hold files
-of two specs and position deletes against both. For each (branch, table) both engines give the
+to the default spec, the log to ``month(occurred_at)``) and written again (new keys 40 days later,
+and updates and deletes of a few old rows), so its tables hold files of two specs and position
+deletes against old-spec files. For each (branch, table) both engines give the
 row count and a digest of every non-timestamp column and of the rows (timestamps are left out:
 engines render zones differently); ``read`` exits 1 if any differs.
 """
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -63,18 +65,38 @@ def digest(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> dict[st
 # --- write (the project's venv) -------------------------------------------------------------------
 
 
-def _events(world: str, seed: int, count: int, keys: int, days: int) -> list[Any]:
-    """``count`` valid events of the demo workload for ``world``, spread over ``days`` days."""
-    from dataclasses import replace
-
+def _events(world: str, seed: int, count: int, keys: int, days: int, prefix: str = "", day0: int = 0) -> list[Any]:
+    """``count`` valid events of the demo workload for ``world``, spread over ``days`` days from ``day0``."""
     from cli.workload import BASE_TIME_MS, WorkloadParams, generate
 
     params = WorkloadParams(
-        events=count, worlds=1, keys=keys, seed=seed, duplicate_rate=0, bad_rate=0, id_prefix=f"{world}-"
+        events=count, worlds=1, keys=keys, seed=seed, duplicate_rate=0, bad_rate=0, id_prefix=f"{world}-{prefix}"
     )
-    evs = generate(params).valid_events
+    evs = generate(replace(params, pk_prefix=prefix)).valid_events
     step = days * 86_400_000 // max(1, len(evs))
-    return [replace(e, world_id=world, occurred_at_ms=BASE_TIME_MS + i * step) for i, e in enumerate(evs)]
+    t0 = BASE_TIME_MS + day0 * 86_400_000
+    return [replace(e, world_id=world, occurred_at_ms=t0 + i * step) for i, e in enumerate(evs)]
+
+
+def _touch(evs: list[Any], updates: int, deletes: int) -> list[Any]:
+    """Updates and deletes of a few objects ``evs`` left alive: position deletes against their files."""
+    from models.events import ChangeType, EntityKind
+
+    last: dict[str, Any] = {}
+    for e in evs:
+        if e.kind is EntityKind.OBJECT:
+            last[e.entity_pk] = e
+    alive = [e for e in last.values() if e.change_type is not ChangeType.DELETE][: updates + deletes]
+    out = []
+    for i, e in enumerate(alive):
+        change = ChangeType.UPDATE if i < updates else ChangeType.DELETE
+        after = {"name": e.entity_pk, "status": "touched"} if change is ChangeType.UPDATE else None
+        out.append(
+            replace(
+                e, event_id=f"{e.event_id}-t", change_type=change, version=e.version + 1, after=after, caused_by=None
+            )
+        )
+    return out
 
 
 def _commit(committer: Any, world: str, evs: list[Any], flush: int, first_offset: int) -> None:
@@ -152,15 +174,16 @@ def write(out: Path, warehouse: str | None, events: int) -> int:
     world = worlds["b"]
     client.create_branch(f"world-{world}", root)
     legacy = BatchCommitter(settings.replace(projection_buckets=0), client)
-    evs = _events(world, 12, events, events // 5, 5)
-    half = len(evs) // 2
-    _commit(legacy, world, evs[:half], max(1, half // 6), 0)
+    evs = _events(world, 12, events // 2, events // 10, 3)
+    _commit(legacy, world, evs, max(1, len(evs) // 6), 0)
     env = os.environ | {"CAUSEWAY_WAREHOUSE": warehouse, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     evolved = [
         _evolve(world, env, ["all", "--spec", "default", "--sort", "default"]),
         _evolve(world, env, ["entity_events", "--spec", "month(occurred_at)"]),
     ]
-    _commit(BatchCommitter(settings, client), world, evs[half:], max(1, (len(evs) - half) // 6), half)
+    # New keys (the new spec) and a few updates and deletes of old-spec rows (deletes against old files)
+    later = _events(world, 13, events // 2, events // 10, 3, prefix="n", day0=40) + _touch(evs, 10, 5)
+    _commit(BatchCommitter(settings, client), world, later, max(1, len(later) // 6), len(evs))
     report["worlds"]["b"] = {"world": world, "branch": f"world-{world}", "evolved": evolved}
 
     for w in report["worlds"].values():
@@ -183,6 +206,7 @@ def read(path: Path, jar: str) -> int:
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "2",
+        "spark.ui.showConsoleProgress": "false",
     }
     for key, w in report["worlds"].items():
         cat = f"spark.sql.catalog.cw{key}"
