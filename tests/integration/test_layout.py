@@ -182,7 +182,9 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
 
 
-def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(client, sink_settings) -> None:
+def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(
+    client, sink_settings, monkeypatch
+) -> None:
     """Type-only projections (``projection_buckets`` = 0) evolved to type + bucket, the log from day to
     month: the next flush writes position deletes for files of the old, one-field spec. pyiceberg's
     snapshot summary labelled every added file with the new two-field spec and the flush failed
@@ -208,6 +210,31 @@ def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(c
     assert 0 in deletes, "the old-spec files' position deletes keep the old spec"
     summary = common.current_snapshot().summary  # type: ignore[union-attr]
     assert int(summary["total-position-deletes"]) > 0
+
+    # `causeway tables show` on the evolved world: spec history, sort order, snapshots, and file, row
+    # and delete-file counts per partition of either spec.
+    import orjson
+
+    monkeypatch.setenv("CAUSEWAY_WAREHOUSE", sink_settings.warehouse)
+    shown = CliRunner().invoke(cli, ["tables", "show", world, COMMON.name, "--json"])
+    assert shown.exit_code == 0, shown.output
+    report = orjson.loads(shown.output)
+    assert [(s["spec"], s["default"]) for s in report["specs"]] == [
+        ("identity(object_type_id)", False),
+        ("identity(object_type_id), bucket(4, object_pk)", True),
+    ]
+    assert report["sort_order"] == "object_type_id, object_pk"
+    assert report["snapshots"] == len(common.metadata.snapshots)
+    tasks = list(common.scan().plan_files())
+    parts = report["partitions"]
+    assert {p["spec_id"] for p in parts} == {0, 1}
+    assert report["data_files"] == sum(p["data_files"] for p in parts) == len(tasks)
+    assert report["rows"] == sum(p["rows"] for p in parts) == sum(t.file.record_count for t in tasks)
+    assert report["delete_files"] == len({d.file_path for t in tasks for d in t.delete_files}) > 0
+    assert any(p["spec_id"] == 0 and p["delete_files"] for p in parts), "deletes against old-spec files"
+    text = CliRunner().invoke(cli, ["tables", "show", world, COMMON.name])
+    assert "spec 1: identity(object_type_id), bucket(4, object_pk)  (current)" in text.output
+    assert "object_type_id=person/object_pk_bucket_4=" in text.output and "object_type_id=person " in text.output
 
 
 def test_expiry_never_deletes_a_file_another_branch_references(client, sink_settings) -> None:
