@@ -114,5 +114,6 @@ SCALE_AXES: dict[str, list[dict[str, object]]] = {
     "events": [{"events": 100_000}, {"events": 1_000_000}],
     "worlds": [{"worlds": 1}, {"worlds": 10}, {"worlds": 100}],
     "workers": [{"workers": 1}, {"workers": 2}, {"workers": 3}],
-    "keys": [{"keys": 1_000_000, "worlds": 1, "update_share": 0.8, "events": 1_000_000}],
+    # a world seeded with this many objects, then updates through Kafka (bench.keys_seeded)
+    "keys": [{"keys": 1_000_000}, {"keys": 5_000_000}],
 }
