@@ -5,8 +5,9 @@
 ``python -m bench run --profile keys-1m`` builds its world through Kafka from the demo workload,
 which holds every record in memory (about 5 KB each) and creates a key for only ~20 % of its
 events (2M records: ~370k keys): 5M keys would take 25M records. Here causeway's world branch is
-seeded with K objects by the committer itself (``--seed-batch`` objects per commit, before the
-worker starts, so the seed is neither timed nor counted as ingested), then ``--updates`` update
+seeded with K objects by the committer itself (``--seed-batch`` objects per commit, then 20
+one-event commits so that the worker's mark repair of the newest 20 batches stays flush-sized;
+before the worker starts, so the seed is neither timed nor counted as ingested), then ``--updates`` update
 events over uniformly random seeded keys go through Kafka to the worker, as in any run; each
 contender gets the same records. Worker memory is read as in every run (peak RSS of the worker
 process). Rewrite amplification is also given without what seeding itself compacted
@@ -62,7 +63,7 @@ def _event(world: str, n: int, version: int, seq: int, tag: str) -> ChangeEvent:
 class Updates:
     """``count`` updates of random keys among ``keys``, made on the fly (the same ones every iteration)."""
 
-    def __init__(self, world: str, keys: int, count: int, seed: int, tag: str, first_version: int = 2) -> None:
+    def __init__(self, world: str, keys: int, count: int, seed: int, tag: str, first_version: int = 3) -> None:
         self.world, self.keys, self.count, self.seed, self.tag = world, keys, count, seed, tag
         self.first_version = first_version
 
@@ -102,6 +103,14 @@ class SeededRun(Run):
             ]
             committer.commit_batch(Batch.from_sources(world, f"seed-{first}", items))
             self.log(f"[seed] {first + len(items)} of {self.keys} objects")
+        # The worker re-marks the event ids of a world's newest 20 batch commits in Redis when it first
+        # sees the world (mark repair); seed commits are far larger than a flush, so end with 20
+        # flush-sized ones, as a world built by workers would.
+        for i in range(20):
+            ev = _event(world, i, 2, self.keys + i, f"{self.unique}-seed")
+            committer.commit_batch(
+                Batch.from_sources(world, f"seed-tail-{i}", [(ev, Source("seed", 0, self.keys + i))])
+            )
         wh = measure.warehouse_sizes(measure.warehouse_path(plan.warehouse))
         catalog = NessieCatalog.from_settings(plan.settings, name, client=self.client)
         live = measure.live_bytes(catalog, [name], self.base.namespace, (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE))
