@@ -4,6 +4,7 @@
     python -m bench run --profile full        # 1M events, 10 worlds, 2 workers (long; not for CI)
     python -m bench run --events 100000 --worlds 100 --contenders causeway,ceiling
     python -m bench scale --axis workers      # the scaling curve along one axis (one run per point)
+    python -m bench scale --axis keys         # 1M and 5M keys in one world (bench.keys_seeded)
     python -m bench soak --minutes 30         # causeway under steady load: commit latency and RSS flat?
     python -m bench dedupe-memory --marks 10000000   # Redis bytes per applied-event mark
 
@@ -129,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile == "small":
             args.profile = "curve"
         points = []
+        if args.axis == "keys":
+            from bench import keys_seeded
+
+            for point in SCALE_AXES["keys"]:
+                print(f"== keys: {point}", flush=True)
+                keys_seeded.main(["--keys", str(point["keys"]), "--out", str(args.out)])
+            return 0
         for point in SCALE_AXES[args.axis]:
             print(f"== {args.axis}: {point}", flush=True)
             doc = _run(_profile(args, **point), args)

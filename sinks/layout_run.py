@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType
@@ -131,6 +133,7 @@ def describe(table: Table, world: str, branch: str) -> TableReport:
         return report
     parts: dict[tuple[int, str], PartitionStats] = {}
     seen_deletes: set[str] = set()
+    of_file: dict[str, PartitionStats] = {}  # live data file -> its partition's stats
     all_specs = table.specs()
     for task in table.scan().plan_files():
         df = task.file
@@ -140,11 +143,19 @@ def describe(table: Table, world: str, branch: str) -> TableReport:
         st.data_files += 1
         st.rows += df.record_count
         st.bytes += df.file_size_in_bytes
+        of_file[df.file_path] = st
         for d in task.delete_files:
             if d.file_path not in seen_deletes:
                 seen_deletes.add(d.file_path)
                 st.delete_files += 1
-                st.deleted_rows += d.record_count
+    # Deleted rows: positions that name a live data file (a delete file may also name files that
+    # compaction has removed since; those positions delete nothing). Delete files are small.
+    for path in seen_deletes:
+        with table.io.new_input(path).open() as f:
+            named = pq.read_table(f, columns=["file_path"]).column("file_path")
+        for entry in pc.value_counts(named).to_pylist():
+            if entry["values"] in of_file:
+                of_file[entry["values"]].deleted_rows += entry["counts"]
     report.partitions = [parts[k] for k in sorted(parts)]
     report.data_files = sum(p.data_files for p in report.partitions)
     report.rows = sum(p.rows for p in report.partitions)

@@ -40,8 +40,8 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.table import Transaction
-from pyiceberg.table.snapshots import Operation
+from pyiceberg.table import TableProperties, Transaction
+from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 
@@ -605,14 +605,25 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def empty(self) -> bool:
         return not (self._added_data_files or self._added_deletes or self._removed)
 
-    def _summary(self, snapshot_properties: dict[str, str] | None = None):
-        # The base collector counts what is in _added_data_files; delete files are added too.
-        saved = self._added_data_files
-        self._added_data_files = saved + self._added_deletes
-        try:
-            return super()._summary(snapshot_properties or {})
-        finally:
-            self._added_data_files = saved
+    def _summary(self, snapshot_properties: dict[str, str] | None = None) -> Summary:
+        # pyiceberg's own summary counts added files under the current spec only; after a partition
+        # evolution a delete file of an older file keeps that file's spec (a spec with fewer fields
+        # failed in partition_to_path), so every file, delete files included, counts under its own.
+        metadata = self._transaction.table_metadata
+        schema, specs, default = metadata.schema(), metadata.specs(), metadata.default_spec_id
+        limit = metadata.properties.get(
+            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT, TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT
+        )
+        ssc = SnapshotSummaryCollector(partition_summary_limit=int(limit))
+        for df in [*self._added_data_files, *self._added_deletes]:
+            ssc.add_file(data_file=df, partition_spec=specs[spec_of(df, default)], schema=schema)
+        for df in self._deleted_data_files:
+            ssc.remove_file(data_file=df, partition_spec=specs[spec_of(df, default)], schema=schema)
+        parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
+        return update_snapshot_summaries(
+            summary=Summary(operation=self._operation, **ssc.build(), **(snapshot_properties or {})),
+            previous_summary=parent.summary if parent is not None else None,
+        )
 
     def _deleted_entries(self) -> list[ManifestEntry]:
         return []

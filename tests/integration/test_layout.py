@@ -6,6 +6,7 @@ import uuid
 from dataclasses import replace
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
@@ -182,6 +183,61 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
 
 
+def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(
+    client, sink_settings, monkeypatch
+) -> None:
+    """Type-only projections (``projection_buckets`` = 0) evolved to type + bucket, the log from day to
+    month: the next flush writes position deletes for files of the old, one-field spec. pyiceberg's
+    snapshot summary labelled every added file with the new two-field spec and the flush failed
+    (IndexError in ``partition_to_path``), found by the Spark read check (``bench/spark_read.py``)."""
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings.replace(projection_buckets=0), client)
+    first = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(60)]
+    first += [obj(world, f"q{i}", "CREATE", 1, typ="place", n=i) for i in range(20)]
+    committer.commit_batch(batch(world, "before", first, 0))
+    before = objects(cat_of(committer, world))
+    assert len(cat_of(committer, world).load_table(("onto", COMMON.name)).spec().fields) == 1
+
+    layouts = TableLayouts(sink_settings, committer)
+    for tdef in (COMMON, EVENTS):
+        spec = "month(occurred_at)" if tdef is EVENTS else "default"
+        assert layouts.evolve_text(world, tdef.name, spec, None).changed
+    common = cat_of(committer, world).load_table(("onto", COMMON.name))
+    assert [len(s.fields) for s in common.specs().values()] == [1, 2]
+
+    writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
+    common = cat_of(committer, world).load_table(("onto", COMMON.name))
+    deletes = {d.spec_id for t in common.scan().plan_files() for d in t.delete_files}
+    assert 0 in deletes, "the old-spec files' position deletes keep the old spec"
+    summary = common.current_snapshot().summary  # type: ignore[union-attr]
+    assert int(summary["total-position-deletes"]) > 0
+
+    # `causeway tables show` on the evolved world: spec history, sort order, snapshots, and file, row
+    # and delete-file counts per partition of either spec.
+    import orjson
+
+    monkeypatch.setenv("CAUSEWAY_WAREHOUSE", sink_settings.warehouse)
+    shown = CliRunner().invoke(cli, ["tables", "show", world, COMMON.name, "--json"])
+    assert shown.exit_code == 0, shown.output
+    report = orjson.loads(shown.output)
+    assert [(s["spec"], s["default"]) for s in report["specs"]] == [
+        ("identity(object_type_id)", False),
+        ("identity(object_type_id), bucket(4, object_pk)", True),
+    ]
+    assert report["sort_order"] == "object_type_id, object_pk"
+    assert report["snapshots"] == len(common.metadata.snapshots)
+    tasks = list(common.scan().plan_files())
+    parts = report["partitions"]
+    assert {p["spec_id"] for p in parts} == {0, 1}
+    assert report["data_files"] == sum(p["data_files"] for p in parts) == len(tasks)
+    assert report["rows"] == sum(p["rows"] for p in parts) == sum(t.file.record_count for t in tasks)
+    assert report["delete_files"] == len({d.file_path for t in tasks for d in t.delete_files}) > 0
+    assert any(p["spec_id"] == 0 and p["delete_files"] for p in parts), "deletes against old-spec files"
+    text = CliRunner().invoke(cli, ["tables", "show", world, COMMON.name])
+    assert "spec 1: identity(object_type_id), bucket(4, object_pk)  (current)" in text.output
+    assert "object_type_id=person/object_pk_bucket_4=" in text.output and "object_type_id=person " in text.output
+
+
 def test_expiry_never_deletes_a_file_another_branch_references(client, sink_settings) -> None:
     settings = sink_settings.replace(snapshot_expire_every=3)
     world = new_world(client)
@@ -295,3 +351,27 @@ def test_a_flush_never_loses_deletes_of_a_file_it_does_not_touch(client, sink_se
     rows = objects(cat_of(committer, world))  # raises on a duplicate live row
     assert rows[high[0]][0] == 2 and rows[low[0]][0] == 2
     assert len(rows) == len(low) + len(high)
+
+
+def test_show_counts_only_deletes_of_live_files(client, sink_settings) -> None:
+    """A merged delete file can name a data file that compaction removed later; ``tables show``
+    counts deleted rows of live files only, so rows - deleted rows is what a scan returns."""
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings.replace(projection_buckets=0), client)
+    committer.commit_batch(batch(world, "a", [obj(world, f"a{i}", "CREATE", 1) for i in range(100)], 0))
+    committer.commit_batch(batch(world, "b", [obj(world, f"b{i}", "CREATE", 1) for i in range(100)], 100))
+    # one delete file naming both files; then the first file passes half deleted and is compacted
+    first = [obj(world, f"a{i}", "UPDATE", 2) for i in range(40)] + [obj(world, "b0", "UPDATE", 2)]
+    committer.commit_batch(batch(world, "a40", first, 200))
+    committer.commit_batch(batch(world, "a60", [obj(world, f"a{i}", "UPDATE", 2) for i in range(40, 60)], 300))
+    table = cat_of(committer, world).load_table(("onto", COMMON.name))
+    tasks = list(table.scan().plan_files())
+    live = {t.file.file_path for t in tasks}
+    named: set[str] = set()
+    for path in {d.file_path for t in tasks for d in t.delete_files}:
+        with table.io.new_input(path).open() as f:
+            named |= set(pq.read_table(f, columns=["file_path"]).column("file_path").to_pylist())
+    assert named - live, "the setup should leave a delete file naming a removed data file"
+
+    report = TableLayouts(sink_settings, committer).show(world, [COMMON.name])[0]
+    assert report.rows - report.deleted_rows == table.scan().to_arrow().num_rows == 200
