@@ -102,6 +102,8 @@ class Worlds(Protocol):
 
 
 RecentIds = Callable[[str], Awaitable[list[str]]]
+# Mark repair writes this many ids per Redis call, yielding to the event loop between calls.
+REPAIR_MARK_SLICE = 10_000
 
 
 class Applier:
@@ -369,8 +371,12 @@ class Applier:
             return
         recent = self._recent_event_ids
         ids = await self._retry(f"mark repair for world {world}", lambda: recent(world), "nessie")
-        if ids:
-            await self._retry("redis mark", lambda: self.marks.mark([(world, i) for i in ids]), "redis")
+        # In slices: a branch whose newest commits are big (a bulk load, a rebuild) can hold a
+        # million ids, and one call that size held the event loop and Redis long enough to lose
+        # the consumer group's heartbeat (seen at 1M ids: the worker settled nothing for 60 s).
+        for start in range(0, len(ids), REPAIR_MARK_SLICE):
+            pairs = [(world, i) for i in ids[start : start + REPAIR_MARK_SLICE]]
+            await self._retry("redis mark", partial(self.marks.mark, pairs), "redis")
         self._repaired.add(world)
 
     def on_assigned(self, tps: Sequence[PartitionId] | None = None, generation: int | None = None) -> None:
