@@ -35,6 +35,7 @@ from cli.workload import BASE_TIME_MS, Record
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks.catalog import NessieCatalog
 from sinks.committer import Batch, BatchCommitter, Source
+from sinks.layout_run import TableLayouts
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 
 TYPES = ("Equipment", "Department", "Sensor")
@@ -83,9 +84,9 @@ class Updates:
 class SeededRun(Run):
     """A run whose causeway world branch holds ``keys`` objects before its worker starts."""
 
-    def __init__(self, *args: Any, keys: int, seed_batch: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, keys: int, seed_batch: int, layout: str = "default", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.keys, self.seed_batch = keys, seed_batch
+        self.keys, self.seed_batch, self.layout = keys, seed_batch, layout
         self.seed: dict[str, Any] = {}
 
     def _branch_from_root(self, name: str) -> None:
@@ -96,6 +97,15 @@ class SeededRun(Run):
         world = plan.settings.prod_world
         committer = BatchCommitter(plan.settings, self.client)
         started = time.monotonic()
+        if self.layout == "none":
+            # The layout before partitioning (unpartitioned, unsorted), for an A/B against the default:
+            # one object outside the seeded range creates the tables, then all three are evolved.
+            probe = _event(world, self.keys + 100, 1, self.keys + 100, f"{self.unique}-seed")
+            committer.commit_batch(Batch.from_sources(world, "seed-layout", [(probe, Source("seed", 1, 0))]))
+            layouts = TableLayouts(plan.settings, committer)
+            for table in (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE):
+                layouts.evolve_text(world, table, "none", "none")
+            self.log("[seed] tables evolved to unpartitioned, unsorted")
         for first in range(0, self.keys, self.seed_batch):
             items = [
                 (_event(world, n, 1, n, f"{self.unique}-seed"), Source("seed", 0, n))
@@ -126,9 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contenders", default="ceiling,causeway")
     ap.add_argument("--latency-rate", type=int, default=1_000)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--layout",
+        choices=("default", "none"),
+        default="default",
+        help="causeway's table layout: the default, or unpartitioned and unsorted (the layout before issue 21)",
+    )
     args = ap.parse_args(argv)
     profile = PROFILES["keys-1m"].with_(
-        name=f"keys-seeded-{args.keys}",
+        name=f"keys-seeded-{args.keys}" + ("-unpartitioned" if args.layout == "none" else ""),
         events=args.updates,
         keys=args.keys,
         contenders=tuple(c.strip() for c in args.contenders.split(",") if c.strip()),
@@ -139,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         causal_share=0.0,
         update_share=1.0,
     )
-    run = SeededRun(profile, out_dir=args.out, keys=args.keys, seed_batch=args.seed_batch, log=print)
+    run = SeededRun(
+        profile, out_dir=args.out, keys=args.keys, seed_batch=args.seed_batch, layout=args.layout, log=print
+    )
     world = run.params.world_ids()[0]
     updates = Updates(world, args.keys, args.updates, profile.seed, f"{run.unique}-upd")
     lat = Updates(world, args.keys, int(args.latency_rate * 10), profile.seed + 1, f"{run.unique}-lat", 10**6)
@@ -166,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": " ".join(["python -m bench.keys_seeded", *sys.argv[1:]]),
             "profile": {k: v for k, v in vars(profile).items()},
             "workload": {"records": args.updates, "valid": args.updates, "bad": 0},
-            "seed": run.seed,
+            "seed": run.seed | {"layout": args.layout},
             "machine": machine(),
             "versions": versions(run.base),
             "work_dir": str(run.work),

@@ -296,7 +296,20 @@ class TableLayouts:
                     up.remove_field(_field_name(t, f))
                 for f in evo.add:
                     up.add_field(f.column, f.iceberg(), f.name)
-        if evo.sort_changed:
+        if evo.sort_changed and not new.sort:
+            # Back to unsorted: pyiceberg's sort-order builder emits "set the order just added" with
+            # nothing added (ValueError). The unsorted order (id 0) is set directly, added first when
+            # the table was created sorted and never held it.
+            from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, UNSORTED_SORT_ORDER_ID
+            from pyiceberg.table.update import AddSortOrderUpdate, SetDefaultSortOrderUpdate
+
+            add = (
+                ()
+                if any(o.order_id == UNSORTED_SORT_ORDER_ID for o in t.metadata.sort_orders)
+                else (AddSortOrderUpdate(sort_order=UNSORTED_SORT_ORDER),)
+            )
+            tx._apply((*add, SetDefaultSortOrderUpdate(sort_order_id=UNSORTED_SORT_ORDER_ID)))
+        elif evo.sort_changed:
             with tx.update_sort_order() as so:
                 for col in new.sort:
                     so.asc(col, _identity())

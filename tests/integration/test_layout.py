@@ -183,6 +183,30 @@ def test_evolution_on_a_world_with_data_keeps_reads_projections_and_rebuild(clie
     writes_reads_and_rebuild_after_evolution(sink_settings, committer, world, first, before)
 
 
+def test_evolution_back_to_unpartitioned_and_unsorted_then_writes(client, sink_settings) -> None:
+    """``--spec none --sort none`` on tables with the default layout: the sort order went through
+    pyiceberg's builder, which failed with ValueError ("no sort order has been added") since the
+    unsorted order exists in every table already; found by the keys-axis A/B (bench.keys_seeded)."""
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings, client)
+    first = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(30)]
+    committer.commit_batch(batch(world, "before", first, 0))
+    before = objects(cat_of(committer, world))
+    layouts = TableLayouts(sink_settings, committer)
+    for tdef in ALL_TABLES:
+        res = layouts.evolve_text(world, tdef.name, "none", "none")
+        assert res.changed and res.commit is not None
+        assert not layouts.evolve_text(world, tdef.name, "none", "none").changed
+    cat = cat_of(committer, world)
+    for tdef in ALL_TABLES:
+        table = cat.load_table(("onto", tdef.name))
+        assert table.spec().is_unpartitioned() and table.sort_order().is_unsorted
+    assert objects(cat) == before
+    committer.commit_batch(batch(world, "after", [obj(world, "p0", "UPDATE", 2, n=0)], 30))
+    after = objects(cat_of(committer, world))
+    assert len(after) == len(before) and after != before
+
+
 def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(
     client, sink_settings, monkeypatch
 ) -> None:
