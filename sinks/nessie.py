@@ -686,18 +686,26 @@ def _async(build: Callable[P, _Call[T]]) -> Callable[Concatenate[NessieClient, P
     return method
 
 
+def _turn_page(page: Page[Any], kwargs: dict[str, Any]) -> bool:
+    """Point ``kwargs`` at the page after ``page``; False when it was the last (the one paging rule
+    of the sync and async clients, which differ only in how they send)."""
+    if not (page.has_more and page.token):
+        return False
+    kwargs["page_token"] = page.token
+    return True
+
+
 def _async_pages(
     build: Callable[P, _Call[Page[E]]],
 ) -> Callable[Concatenate[NessieClient, P], AsyncIterator[Page[E]]]:
     @functools.wraps(build)
     async def method(self: NessieClient, /, *args: P.args, **kwargs: P.kwargs) -> AsyncIterator[Page[E]]:
         page_build: Callable[..., _Call[Page[E]]] = build
-        while True:
+        more = True
+        while more:
             page = await self._send(page_build(*args, **kwargs))
             yield page
-            if not (page.has_more and page.token):
-                return
-            kwargs["page_token"] = page.token
+            more = _turn_page(page, kwargs)
 
     return method
 
@@ -743,12 +751,11 @@ def _sync_pages(
     @functools.wraps(build)
     def method(self: SyncNessieClient, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[Page[E]]:
         page_build: Callable[..., _Call[Page[E]]] = build
-        while True:
+        more = True
+        while more:
             page = self._send(page_build(*args, **kwargs))
             yield page
-            if not (page.has_more and page.token):
-                return
-            kwargs["page_token"] = page.token
+            more = _turn_page(page, kwargs)
 
     return method
 
