@@ -27,7 +27,8 @@ import pytest
 from cli.workload import expected_state, generate
 from tests.integration.pipeline import ROOT, Pipeline, free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.secured]
+# One test process runs the whole module (xdist_group), so its secured stack starts once.
+pytestmark = [pytest.mark.integration, pytest.mark.secured, pytest.mark.slow, pytest.mark.xdist_group("secured-stack")]
 
 
 @dataclass
