@@ -10,8 +10,8 @@
 # Tests run in CAUSEWAY_TEST_PROCESSES parallel pytest processes (pytest-xdist; default 3, 0 = this
 # process only): most integration tests wait on worker processes and the services, so three processes
 # finish the suite sooner than one even on 2 cores. A `-n N` of your own wins. Each test uses its own
-# topics, group, branches, Redis keys and ports; tests that share a fixed resource carry
-# xdist_group("name") and run in one process (pyproject.toml's addopts has --dist loadgroup).
+# topics, group, branches, Redis keys and ports; the few that share a fixed resource are listed in
+# tests/parallel.py and run in one process.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

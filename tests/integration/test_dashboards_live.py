@@ -25,8 +25,7 @@ from monitoring.metrics import Metrics, serve
 from streams.lag import PartitionOffsets
 from streams.settings import Settings
 
-# Its scrape ports are fixed (6067-6071): one test process at a time uses them (xdist_group).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("scrape-ports")]
+pytestmark = pytest.mark.integration
 
 SCRAPE_PORT = 6070
 SCRAPE_TIMEOUT_S = 30.0

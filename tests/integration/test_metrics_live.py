@@ -44,8 +44,7 @@ from monitoring import docs, promql_check
 from tests.factories import change_event
 from tests.integration.pipeline import ROOT, Pipeline, Worker
 
-# Its scrape ports are fixed (6067-6071): one test process at a time uses them (xdist_group).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("scrape-ports")]
+pytestmark = pytest.mark.integration
 
 # Prometheus scrape targets (scripts/services.sh) this test may use: 6066 is the default worker port
 # (a demo may run there) and test_dashboards_live serves 6070.

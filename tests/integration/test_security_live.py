@@ -27,8 +27,7 @@ import pytest
 from cli.workload import expected_state, generate
 from tests.integration.pipeline import ROOT, Pipeline, free_port
 
-# One test process runs the whole module (xdist_group), so its secured stack starts once.
-pytestmark = [pytest.mark.integration, pytest.mark.secured, pytest.mark.slow, pytest.mark.xdist_group("secured-stack")]
+pytestmark = [pytest.mark.integration, pytest.mark.secured, pytest.mark.slow]
 
 
 @dataclass

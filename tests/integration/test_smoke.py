@@ -116,7 +116,6 @@ def test_nessie_branch_commit_and_log(nessie_url: str, unique: str) -> None:
 SCRAPE_PORT = 6069  # a static target of older configs; scripts/services.sh now finds it by discovery
 
 
-@pytest.mark.xdist_group("scrape-ports")  # SCRAPE_PORT is fixed: one test process at a time uses it
 def test_prometheus_scrapes_a_target_and_answers(prometheus_url: str, unique: str) -> None:
     registry = CollectorRegistry()
     gauge = Gauge("causeway_smoke_value", "Smoke-test gauge", ["run"], registry=registry)

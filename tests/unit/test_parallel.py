@@ -1,0 +1,45 @@
+"""tests/parallel.py: which tests share a process in a parallel run."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.parallel import SHARED, group_of
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_shared_entry_names_a_test_file_or_a_test_in_it() -> None:
+    """A renamed file or test must not silently leave its group (and collide with another process)."""
+    for key in SHARED:
+        path, _, name = key.partition("::")
+        source = ROOT / path
+        assert source.is_file(), f"tests/parallel.py names {path}, which does not exist"
+        if name:
+            tests = {
+                n.name
+                for n in ast.walk(ast.parse(source.read_text()))
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            }
+            assert name in tests, f"tests/parallel.py names {key}, which does not exist"
+
+
+def test_a_whole_file_entry_groups_each_of_its_tests_and_parameters() -> None:
+    a = group_of("tests/integration/test_security_live.py::test_doctor_names_a_wrong_credential_in_one_line[kafka-x]")
+    b = group_of("tests/integration/test_security_live.py::test_reconcile_dry_run_over_the_secured_stack")
+    assert a == b == "group:secured-stack"
+
+
+def test_a_single_test_entry_groups_that_test_only() -> None:
+    ports = group_of("tests/integration/test_smoke.py::test_prometheus_scrapes_a_target_and_answers")
+    assert ports == group_of(
+        "tests/integration/test_metrics_live.py::test_consumer_lag_matches_kafka_consumer_group_command"
+    )
+    other = "tests/integration/test_smoke.py::test_redis_set_with_ttl"
+    assert group_of(other) == other
+
+
+def test_any_other_test_is_its_own_unit() -> None:
+    nodeid = "tests/unit/test_causal.py::test_release_order[3]"
+    assert group_of(nodeid) == nodeid
