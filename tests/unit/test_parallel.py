@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.parallel import SHARED, group_of
+from tests.parallel import EXCLUSIVE, EXCLUSIVE_UNIT, SHARED, exclusive_may_start, group_of, next_unit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,3 +43,24 @@ def test_a_single_test_entry_groups_that_test_only() -> None:
 def test_any_other_test_is_its_own_unit() -> None:
     nodeid = "tests/unit/test_causal.py::test_release_order[3]"
     assert group_of(nodeid) == nodeid
+
+
+def test_exclusive_tests_form_one_unit_apart_from_the_shared_groups() -> None:
+    gc = group_of("tests/integration/test_world_gc.py::test_gc_cli")
+    assert gc == EXCLUSIVE_UNIT == group_of("tests/integration/test_world_gc.py::test_gc_on_an_s3_warehouse[x]")
+
+
+def test_the_exclusive_unit_waits_until_it_is_last_and_no_other_process_has_work() -> None:
+    queued = [EXCLUSIVE_UNIT, "tests/unit/test_a.py::test_1", "group:secured-stack"]
+    assert next_unit(queued) == "tests/unit/test_a.py::test_1"
+    assert next_unit([EXCLUSIVE_UNIT]) is None
+    assert not exclusive_may_start(queued, [0, 0])
+    assert not exclusive_may_start([EXCLUSIVE_UNIT], [0, 1])  # another process still holds a test
+    assert exclusive_may_start([EXCLUSIVE_UNIT], [0, 0])
+    assert exclusive_may_start([EXCLUSIVE_UNIT], [])
+    assert not exclusive_may_start([], [])
+
+
+def test_every_exclusive_entry_names_a_test_file() -> None:
+    for path in EXCLUSIVE:
+        assert (ROOT / path).is_file(), f"tests/parallel.py names {path}, which does not exist"
