@@ -61,6 +61,12 @@ def test_the_exclusive_unit_waits_until_it_is_last_and_no_other_process_has_work
     assert not exclusive_may_start([], [])
 
 
-def test_every_exclusive_entry_names_a_test_file() -> None:
-    for path in EXCLUSIVE:
+def test_every_exclusive_entry_names_a_test_file_or_a_test_in_it() -> None:
+    for key in EXCLUSIVE:
+        path, _, name = key.partition("::")
         assert (ROOT / path).is_file(), f"tests/parallel.py names {path}, which does not exist"
+        if name:
+            assert f"def {name}(" in (ROOT / path).read_text(), f"tests/parallel.py names {key}, which does not exist"
+    ctrl_c = "tests/integration/test_ops.py::test_ctrl_c_saves_the_checkpoint_and_the_summary_counts_that_run"
+    assert group_of(ctrl_c) == EXCLUSIVE_UNIT
+    assert group_of("tests/integration/test_ops.py::test_rebuild_equals_the_live_projections") != EXCLUSIVE_UNIT
