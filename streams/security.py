@@ -489,7 +489,12 @@ _REASONS = (
 
 def security_reason(text: str) -> str:
     """What a failure's text says about credentials or TLS, in plain words; ``""`` when nothing."""
-    return next((why for key, why in _REASONS if key in text or why in text), "")
+    return next((why for key, why in _REASONS if _says(text, key) or why in text), "")
+
+
+def _says(text: str, key: str) -> bool:
+    """``key`` occurs in ``text``; a number only as a whole word (port 39401 is not a 401)."""
+    return re.search(rf"(?<!\d){key}(?!\d)", text) is not None if key.isdigit() else key in text
 
 
 def explain_failure(exc: BaseException, settings: Settings, detail: str = "") -> str:

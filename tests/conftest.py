@@ -1,7 +1,8 @@
 """Shared fixtures. Integration tests use the real services started by scripts/services.sh.
 
 A missing service is an error, never a skip: the message says how to start it. A missing tool
-(promtool) is a skip outside CI and an error in CI (env CI set).
+(promtool) is a skip outside CI and an error in CI (env CI set). Tests run in parallel processes
+(scripts/test.sh; tests/parallel.py says which tests share something and run in one process).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from urllib.parse import urlparse
 import pytest
 
 from streams.settings import Settings
+from tests import parallel
 from tests.tools import require_promtool
 
 START_HINT = "start the services with: scripts/services.sh start"
@@ -82,6 +84,14 @@ def promtool() -> str:
 @pytest.fixture
 def warehouse(tmp_path) -> str:
     return f"file://{tmp_path}/warehouse"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """With ``-n N`` (the default ``--dist load``), schedule by ``tests.parallel.group_of``."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist asked for on the command line
+    return parallel.make_scheduler(config, log)
 
 
 pytest_plugins = ["pytester"]

@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaProducer
 
 from tests.integration.pipeline import ROOT, Pipeline, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 INTERVAL_S = 1  # scrape and evaluation interval of the test's own Prometheus
 LAG_SECONDS_FOR_S = 60  # CausewayConsumerLagSecondsHigh: for: 1m

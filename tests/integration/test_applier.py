@@ -126,6 +126,7 @@ def _event_log(pipe: Pipeline) -> dict[str, object]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [500, 10_000])
 async def test_three_workers_with_a_rebalance_mid_stream(batch: int, unique: str, tmp_path: Path) -> None:
     # 10,000 is the default batch: a rebalance then lands while a whole batch sits in Faust's
@@ -220,6 +221,7 @@ def _fields(ev: ChangeEvent, **changes: object) -> dict[str, object]:
     return out
 
 
+@pytest.mark.slow
 async def test_workers_joining_on_a_preloaded_backlog(unique: str, tmp_path: Path) -> None:
     """Workers start one after another on a full backlog with the default 10,000-event batch, so
     every join rebalances while a full batch sits in a worker's buffer."""

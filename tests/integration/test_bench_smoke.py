@@ -13,7 +13,7 @@ import pytest
 from bench.__main__ import main
 from bench.profiles import CONTENDERS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FIGURES = (
     "events_preloaded",

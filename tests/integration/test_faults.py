@@ -22,7 +22,7 @@ from models.events import EntityKind
 from sinks.catalog import NessieCatalog
 from tests.integration.pipeline import Pipeline, assert_matches_model
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 async def _killed_or_drained(pipe: Pipeline, worker: Any, timeout: float = 180.0) -> bool:  # noqa: ASYNC109

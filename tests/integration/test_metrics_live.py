@@ -44,7 +44,7 @@ from monitoring import docs, promql_check
 from tests.factories import change_event
 from tests.integration.pipeline import ROOT, Pipeline, Worker
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # Prometheus scrape targets (scripts/services.sh) this test may use: 6066 is the default worker port
 # (a demo may run there) and test_dashboards_live serves 6070.

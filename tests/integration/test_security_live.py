@@ -27,7 +27,7 @@ import pytest
 from cli.workload import expected_state, generate
 from tests.integration.pipeline import ROOT, Pipeline, free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.secured]
+pytestmark = [pytest.mark.integration, pytest.mark.secured, pytest.mark.slow]
 
 
 @dataclass

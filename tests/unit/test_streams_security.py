@@ -302,3 +302,14 @@ async def test_oauthbearer_client_answers_the_brokers_error_challenge(tmp_path: 
     accepted = OAuthAuthenticator(sasl_oauth_token_provider=provider)
     await accepted.step(None)
     assert await accepted.step(b"") is None  # success: nothing more to send
+
+
+def test_a_port_number_holding_401_is_not_read_as_a_refused_credential() -> None:
+    """A Kafka down at 127.0.0.1:39401 was explained as "Nessie refused the credentials (401)"
+    (seen in tests/integration/test_ops_down.py, whose closed port is random)."""
+    from streams.security import security_reason
+
+    down = "KafkaConnectionError: Unable to bootstrap from [('127.0.0.1', 39401, <AddressFamily.AF_INET: 2>)]"
+    assert security_reason(down) == ""
+    assert security_reason("Client error '401 Unauthorized' for url 'https://x/api/v2/config'").startswith("Nessie")
+    assert security_reason("HTTP status 401").startswith("Nessie refused the credentials (401)")
