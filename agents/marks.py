@@ -258,7 +258,7 @@ class _PackOnce(AbstractConnection):
 
     redis-py's generic packer spends ~1 µs per argument (type checks, a join per argument), and a
     batch's script call has thousands of them (its bucket keys, the old formats' per-event keys, the
-    dead-letter decisions' keys). The bytes sent are the same (``tests/unit/test_marks_packing.py``);
+    dead-letter decisions' keys). The bytes sent are the same (``tests/unit/test_agents_marks.py``);
     anything else (a float, a command name with a space) goes to redis-py's own packer.
     """
 

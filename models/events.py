@@ -114,7 +114,7 @@ class _EventDraft:
 
     Why: a frozen dataclass's ``__init__`` sets each of the 17 fields through ``object.__setattr__``
     (~2.3 µs per event, a third of the fast path's CPU); this costs ~0.5 µs. ``new_event`` returns
-    exactly what ``ChangeEvent(...)`` returns (``tests/unit/test_events_fast_path.py``).
+    exactly what ``ChangeEvent(...)`` returns (``tests/unit/test_models_events_fast_path.py``).
     """
 
     __slots__ = ChangeEvent.__slots__

@@ -90,7 +90,7 @@ class MetricInfo:
 
 def observe_many(histogram: Any, values: list[float]) -> None:
     """``histogram.observe(v)`` for each value, in one update per bucket: the same series, the same
-    counts and sum (``tests/unit/test_metrics.py``), without a locked update per value (a flush
+    counts and sum (``tests/unit/test_monitoring_metrics.py``), without a locked update per value (a flush
     observes one latency per event: ~1.5 µs each).
 
     prometheus_client has no bulk observe; this reads the child's bucket bounds and counters

@@ -306,9 +306,9 @@ class TableLayouts:
             add = (
                 ()
                 if any(o.order_id == UNSORTED_SORT_ORDER_ID for o in t.metadata.sort_orders)
-                else (AddSortOrderUpdate(sort_order=UNSORTED_SORT_ORDER),)
+                else (AddSortOrderUpdate.model_validate({"sort-order": UNSORTED_SORT_ORDER}),)
             )
-            tx._apply((*add, SetDefaultSortOrderUpdate(sort_order_id=UNSORTED_SORT_ORDER_ID)))
+            tx._apply((*add, SetDefaultSortOrderUpdate.model_validate({"sort-order-id": UNSORTED_SORT_ORDER_ID})))
         elif evo.sort_changed:
             with tx.update_sort_order() as so:
                 for col in new.sort:
