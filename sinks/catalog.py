@@ -56,11 +56,8 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
-from sinks import manifest_cache
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
 from sinks.nessie import IcebergTable, Namespace, Operation, SyncNessieClient
-
-manifest_cache.install()  # every reader and writer of this catalog plans from parsed manifests
 
 if TYPE_CHECKING:
     import pyarrow as pa

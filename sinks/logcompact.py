@@ -89,13 +89,15 @@ def live_data_files(metadata: Any, io: Any) -> dict[str, Any]:
     """
     from pyiceberg.manifest import ManifestContent
 
+    from sinks import manifest_cache
+
     snapshot = metadata.current_snapshot()
     if snapshot is None:
         return {}
     out: dict[str, Any] = {}
     for manifest in snapshot.manifests(io):
         if manifest.content == ManifestContent.DATA:
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+            for entry in manifest_cache.entries(manifest, io):
                 out[entry.data_file.file_path] = entry.data_file
     return out
 

@@ -14,8 +14,14 @@ fields, and a manifest whose sequence number is not assigned yet (one being writ
 commit) is never cached. Entries are shared between callers: pyiceberg and causeway only read
 them (a manifest writer copies an entry it re-writes), never change them after the read.
 
-:func:`install` replaces ``ManifestFile.fetch_manifest_entry`` process-wide, once; the bound is
-:data:`MAX_ENTRIES` entries (least recently used manifests evicted first).
+:func:`entries` is what causeway's own planners call (the key lookup, the manifest rewrite of a
+row delta, the log's compaction). pyiceberg's own code paths (its scans, `upsert`, `delete`, used by
+reconciliation, schema sync and the benchmark's naive contender) keep reading manifests themselves:
+:func:`install`, which would serve those too by replacing ``ManifestFile.fetch_manifest_entry``
+process-wide, is not called (a pyiceberg `upsert` in the naive contender failed its own
+"required files to delete" validation once with it installed, cause not found), so the cache's
+reach is the code its tests compare against pyiceberg's planning. The bound is :data:`MAX_ENTRIES`
+entries (least recently used manifests evicted first).
 """
 
 from __future__ import annotations
@@ -94,6 +100,11 @@ def _fetch_manifest_entry(self: ManifestFile, io: FileIO, discard_deleted: bool 
     if key is not None:
         CACHE.put(key, entries)
     return entries
+
+
+def entries(manifest: ManifestFile, io: FileIO, discard_deleted: bool = True) -> list[ManifestEntry]:
+    """``manifest.fetch_manifest_entry(io, discard_deleted)``, served from :data:`CACHE`."""
+    return _fetch_manifest_entry(manifest, io, discard_deleted)
 
 
 def install() -> None:

@@ -45,6 +45,7 @@ from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summa
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 
+from sinks import manifest_cache
 from sinks.layout import KeyScan
 
 FILE_PATH_ID = 2147483546
@@ -250,7 +251,7 @@ def plan_live_files(table: Any, keep: Callable[[DataFile], bool] | None = None) 
     by_path: dict[str, list[tuple[int, DataFile]]] = {}
     data: list[ManifestEntry] = []
     for manifest in snapshot.manifests(io):
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+        for entry in manifest_cache.entries(manifest, io):
             df = entry.data_file
             if df.content == DataFileContent.DATA:
                 if keep is None or keep(df):
@@ -662,7 +663,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             if not consolidate and not self._removed:
                 kept.append(manifest)
                 continue
-            entries = manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+            entries = manifest_cache.entries(manifest, self._io)
             hit = [e for e in entries if e.data_file.file_path in self._removed]
             if not hit and not consolidate:
                 kept.append(manifest)
