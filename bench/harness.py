@@ -102,21 +102,7 @@ class Run:
         self.root_hash = self.client.config().no_ancestor_hash
         self.py_spy = py_spy
         self.log = log
-        self.params = WorkloadParams(
-            events=profile.events,
-            worlds=profile.worlds,
-            keys=profile.keys,
-            seed=profile.seed,
-            update_share=profile.update_share,
-            delete_share=profile.delete_share,
-            link_share=profile.link_share,
-            causal_share=profile.causal_share,
-            late_cause_share=profile.late_cause_share,
-            duplicate_rate=profile.duplicate_rate,
-            bad_rate=profile.bad_rate,
-            world_prefix=f"b{self.unique}-",
-            id_prefix=f"{self.unique}-",
-        )
+        self.params = profile.workload(f"b{self.unique}-", f"{self.unique}-")
         self.latency_params = self._latency_params(profile.latency_rate, profile.seed + 1, "lat")
         # One more paced phase per extra rate, each with its own ids and keys (fresh, as the first one).
         self.extra_latency_params = {

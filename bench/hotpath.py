@@ -39,7 +39,7 @@ from agents.intake import ChangeIntake
 from agents.marks import AppliedMarks, DeadLetterMarks
 from agents.worker import GC_THRESHOLD, _Worlds
 from bench.profiles import PROFILES
-from cli.workload import WorkloadParams, generate
+from cli.workload import generate
 from models.events import EntityKind
 from models.worlds import WorldNaming
 from monitoring.metrics import Metrics
@@ -190,21 +190,7 @@ async def run(profile_name: str, events: int | None, timeout_s: float) -> dict[s
         batch_max_seconds=profile.batch_max_seconds,
         causal_timeout_s=60.0,
     )
-    params = WorkloadParams(
-        events=events or profile.events,
-        worlds=profile.worlds,
-        keys=profile.keys,
-        seed=profile.seed,
-        update_share=profile.update_share,
-        delete_share=profile.delete_share,
-        link_share=profile.link_share,
-        causal_share=profile.causal_share,
-        late_cause_share=profile.late_cause_share,
-        duplicate_rate=profile.duplicate_rate,
-        bad_rate=profile.bad_rate,
-        world_prefix=f"h{u}-",
-        id_prefix=f"{u}-",
-    )
+    params = profile.workload(f"h{u}-", f"{u}-", events)
     records = generate(params).records
     client = SyncNessieClient.from_settings(base)
     naming = WorldNaming(settings.prod_world, settings.main_branch)

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cli.workload import WorkloadParams
 
 CONTENDERS = ("ceiling", "causeway", "naive")
 
@@ -49,6 +53,26 @@ class Profile:
 
     def with_(self, **changes: object) -> Profile:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
+
+    def workload(self, world_prefix: str, id_prefix: str, events: int | None = None) -> WorkloadParams:
+        """The workload generator's parameters for this profile (its mix, keys and seed)."""
+        from cli.workload import WorkloadParams
+
+        return WorkloadParams(
+            events=events or self.events,
+            worlds=self.worlds,
+            keys=self.keys,
+            seed=self.seed,
+            update_share=self.update_share,
+            delete_share=self.delete_share,
+            link_share=self.link_share,
+            causal_share=self.causal_share,
+            late_cause_share=self.late_cause_share,
+            duplicate_rate=self.duplicate_rate,
+            bad_rate=self.bad_rate,
+            world_prefix=world_prefix,
+            id_prefix=id_prefix,
+        )
 
 
 PROFILES: dict[str, Profile] = {
