@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import grpc
 from grpc_status import rpc_status
@@ -24,6 +24,18 @@ from grpc_status import rpc_status
 from api import world_manager_pb2 as pb
 from api import world_manager_pb2_grpc as pb_grpc
 from streams.settings import Settings
+
+_M = TypeVar("_M", pb.MergeResponse, pb.PublishRunResponse)
+
+
+def _detail(error: grpc.RpcError, kind: type[_M]) -> _M | None:
+    """The first message of type ``kind`` in an error's rich status details, or None."""
+    status = rpc_status.from_call(error)
+    for detail in status.details if status else ():
+        out = kind()
+        if detail.Unpack(out):
+            return out
+    return None
 
 
 class WorldClient:
@@ -241,12 +253,7 @@ class WorldClient:
     @staticmethod
     def conflicts_of(error: grpc.RpcError) -> pb.MergeResponse | None:
         """The conflicts an ABORTED merge carries in its rich status details, or None."""
-        status = rpc_status.from_call(error)
-        for detail in status.details if status else ():
-            out = pb.MergeResponse()
-            if detail.Unpack(out):
-                return out
-        return None
+        return _detail(error, pb.MergeResponse)
 
     def list_conflicts(self, target: str, page_size: int = 0) -> pb.ListConflictsResponse:
         """The pending merge into ``target`` with every conflict (the pages joined into one response)."""
@@ -351,9 +358,4 @@ class WorldClient:
     @staticmethod
     def run_of(error: grpc.RpcError) -> pb.PublishRunResponse | None:
         """The run outcome a refused (FAILED_PRECONDITION) or failed (INTERNAL) PublishRun carries, or None."""
-        status = rpc_status.from_call(error)
-        for detail in status.details if status else ():
-            out = pb.PublishRunResponse()
-            if detail.Unpack(out):
-                return out
-        return None
+        return _detail(error, pb.PublishRunResponse)
