@@ -17,11 +17,10 @@ them (a manifest writer copies an entry it re-writes), never change them after t
 :func:`entries` is what causeway's own planners call (the key lookup, the manifest rewrite of a
 row delta, the log's compaction). pyiceberg's own code paths (its scans, `upsert`, `delete`, used by
 reconciliation, schema sync and the benchmark's naive contender) keep reading manifests themselves:
-:func:`install`, which would serve those too by replacing ``ManifestFile.fetch_manifest_entry``
-process-wide, is not called (a pyiceberg `upsert` in the naive contender failed its own
-"required files to delete" validation once with it installed, cause not found), so the cache's
-reach is the code its tests compare against pyiceberg's planning. The bound is :data:`MAX_ENTRIES`
-entries (least recently used manifests evicted first).
+the cache once replaced ``ManifestFile.fetch_manifest_entry`` process-wide, and a pyiceberg
+`upsert` in the naive contender then failed its own "required files to delete" validation (cause
+not found), so the cache's reach is the code its tests compare against pyiceberg's planning.
+The bound is :data:`MAX_ENTRIES` entries (least recently used manifests evicted first).
 """
 
 from __future__ import annotations
@@ -87,26 +86,16 @@ class ManifestEntryCache:
 
 
 CACHE = ManifestEntryCache()
-_ORIGINAL = ManifestFile.fetch_manifest_entry
-
-
-def _fetch_manifest_entry(self: ManifestFile, io: FileIO, discard_deleted: bool = True) -> list[ManifestEntry]:
-    key = CACHE.key(self, discard_deleted)
-    if key is not None:
-        found = CACHE.get(key)
-        if found is not None:
-            return found
-    entries = _ORIGINAL(self, io, discard_deleted)
-    if key is not None:
-        CACHE.put(key, entries)
-    return entries
 
 
 def entries(manifest: ManifestFile, io: FileIO, discard_deleted: bool = True) -> list[ManifestEntry]:
     """``manifest.fetch_manifest_entry(io, discard_deleted)``, served from :data:`CACHE`."""
-    return _fetch_manifest_entry(manifest, io, discard_deleted)
-
-
-def install() -> None:
-    """Serve ``ManifestFile.fetch_manifest_entry`` from :data:`CACHE` (idempotent)."""
-    ManifestFile.fetch_manifest_entry = _fetch_manifest_entry  # type: ignore[method-assign]
+    key = CACHE.key(manifest, discard_deleted)
+    if key is not None:
+        found = CACHE.get(key)
+        if found is not None:
+            return found
+    read = manifest.fetch_manifest_entry(io, discard_deleted)
+    if key is not None:
+        CACHE.put(key, read)
+    return read
