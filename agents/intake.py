@@ -139,7 +139,13 @@ class ChangeIntake(KafkaLoop):
             if self._consumer is not None:
                 await self._abandonable(self.applier.flush_all(), "final flush")
                 await self._commit(self.assignment())
-        await super().stop()
+            consumer, self._consumer = self._consumer, None
+        # Closed outside the lock: aiokafka's close waits for the group's coordination task, which
+        # may be running our rebalance listener, and the listener waits for this lock (a deadlock
+        # until the shutdown timeout otherwise). With the consumer gone, a listener or step that
+        # gets the lock now sees nothing to commit.
+        if consumer is not None:
+            await consumer.stop()
 
     async def _abandonable(self, work: Awaitable[Any], what: str) -> bool:
         """Await applier ``work``; False if it gave up (``StepAbandoned``: stopping or revoking)."""
@@ -164,6 +170,8 @@ class ChangeIntake(KafkaLoop):
         generation = self.generation  # no await between the poll's return and this read
         self.stats["polls"] += 1
         async with self._lock:
+            if self._consumer is None:
+                return 0  # stopped while the poll ran: nothing more is processed or acked
             self._take_assignment()
             records = self.admit(polled, generation, self._taken)
             # Adaptive batching: a poll that is not full means intake has caught up.

@@ -1,0 +1,108 @@
+"""Stopping the intake while its group rebalances, with the real Kafka group.
+
+aiokafka's ``consumer.stop()`` waits for the group's coordination task, and that task runs the
+intake's rebalance listener, which takes the intake's lock. Closing the consumer while holding that
+lock deadlocked the stop until its shutdown timeout (seen in CI as a 30 s timeout in
+``test_intake_give_up.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from agents.applier import Applier
+from agents.intake import ChangeIntake
+from monitoring.metrics import Metrics
+from streams.settings import Settings
+from streams.topics import ensure_topics
+from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event
+
+pytestmark = pytest.mark.integration
+
+
+def intake(settings: Settings, committer: FakeCommitter) -> ChangeIntake:
+    applier = Applier(
+        settings,
+        marks=FakeMarks(),
+        committer=committer,
+        dead_letters=FakeDlq(),
+        worlds=FakeWorlds(),
+        metrics=Metrics(),
+        pipelined=True,
+    )
+    return ChangeIntake(settings, applier)
+
+
+async def until(check: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not reached in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_stop_while_the_assign_listener_runs_does_not_wait_for_the_shutdown_timeout(
+    settings: Settings, unique: str
+) -> None:
+    """Worker B joins; worker A's coordinator reaches its assign listener just as A is told to stop.
+    Before, A closed its consumer while holding its lock, and the close waited for the coordination
+    task, itself waiting for that lock in the listener: the stop hung until the shutdown timeout
+    (120 s here). Now it takes seconds, and A acked the event it committed before leaving."""
+    s = settings.replace(
+        app_id=f"stopreb-{unique}",
+        objects_topic=f"objects-stopreb-{unique}",
+        links_topic=f"links-stopreb-{unique}",
+        dlq_topic=f"dlq-stopreb-{unique}",
+        topic_partitions=1,
+        batch_max_events=100,
+        batch_max_seconds=0.0,
+        shutdown_timeout_s=120.0,
+    )
+    await ensure_topics(s)
+    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(s.objects_topic, event(0), key=b"prod::p0", partition=0)
+    finally:
+        await producer.stop()
+    a_commits, b_commits = FakeCommitter(), FakeCommitter()
+    a, b = intake(s, a_commits), intake(s, b_commits)
+    assigning, go_on = asyncio.Event(), asyncio.Event()
+    original = a.on_assigned
+
+    async def held_assign(assigned: Any) -> None:
+        assigning.set()
+        await go_on.wait()
+        await original(assigned)
+
+    await a.start()
+    runs = [asyncio.create_task(a.run())]
+    try:
+        await until(lambda: len(a_commits.batches) == 1, 60)
+        await until(lambda: 1 in a._committed.values(), 30)  # noqa: SLF001
+        a.on_assigned = held_assign  # type: ignore[method-assign]
+        await b.start()
+        runs.append(asyncio.create_task(b.run()))
+        await asyncio.wait_for(assigning.wait(), 60)
+        started = time.monotonic()
+        stopping = asyncio.create_task(a.stop())
+        await asyncio.sleep(0.5)  # the stop reaches the consumer's close
+        go_on.set()
+        await asyncio.wait_for(stopping, 60)
+        assert time.monotonic() - started < 30, "the stop waited for its shutdown timeout"
+        assert [e.event_id for bt in a_commits.batches for e in bt.events] == ["e0"]
+        await until(lambda: set(b.assignment()) == {(s.objects_topic, 0), (s.links_topic, 0)}, 60)
+        await asyncio.sleep(1.0)  # B has read from the committed offsets by now
+        assert b_commits.batches == [], "A acked e0 before it left: B must not re-apply it"
+    finally:
+        go_on.set()
+        await a.stop()
+        await b.stop()
+        for run in runs:
+            run.cancel()
+        await asyncio.gather(*runs, return_exceptions=True)
