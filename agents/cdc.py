@@ -247,6 +247,8 @@ class CdcIngest(KafkaLoop):
             self._export_waiting()
             return 0
         async with self._lock:
+            if self._consumer is None:
+                return 0  # stopped while the poll ran
             # A rebalance may have run between the poll and the lock: drop what is no longer ours.
             assigned = consumer.assignment()
             records = [r for tp, rs in batches.items() if tp in assigned for r in rs]

@@ -1,8 +1,9 @@
 """The lifecycle shared by causeway's own aiokafka loops (CDC ingest, schema sync).
 
 Subclasses create ``_consumer`` / ``_producer`` in ``start`` and implement ``step`` (one poll, its
-handling and its offset commit, under ``_lock``). This class stops them safely under the lock and
-runs ``step`` until stopped, retrying the errors a subclass names after a pause.
+handling and its offset commit, under ``_lock``; a step that finds ``_consumer`` gone under the
+lock returns at once). This class stops them after the step in flight and runs ``step`` until
+stopped, retrying the errors a subclass names after a pause.
 """
 
 from __future__ import annotations
@@ -39,14 +40,17 @@ class KafkaLoop:
 
     async def stop(self) -> None:
         self._stopping.set()
-        consumer, producer = self._consumer, self._producer
-        self._consumer = self._producer = None
-        # Under the lock: a step in flight finishes (and commits) before its clients close.
+        # Under the lock: a step in flight finishes (and commits) before its clients close; a step
+        # that takes the lock after this finds no consumer and does nothing.
         async with self._lock:
-            if consumer is not None:
-                await consumer.stop()
-            if producer is not None:
-                await producer.stop()
+            consumer, producer = self._consumer, self._producer
+            self._consumer = self._producer = None
+        # Closed outside the lock: aiokafka's close waits for the group's coordination task, which
+        # may be running a rebalance listener that waits for this lock.
+        if consumer is not None:
+            await consumer.stop()
+        if producer is not None:
+            await producer.stop()
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -342,6 +342,8 @@ class SchemaSync(KafkaLoop):
         batches = await consumer.getmany(timeout_ms=self.poll_timeout_ms, max_records=500)
         n = 0
         async with self._lock:
+            if self._consumer is None:
+                return 0  # stopped while the poll ran
             assigned = consumer.assignment()
             for tp, records in batches.items():
                 if tp not in assigned:

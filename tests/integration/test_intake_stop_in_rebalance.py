@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 
 from agents.applier import Applier
 from agents.intake import ChangeIntake
+from agents.kafka_loop import KafkaLoop
 from monitoring.metrics import Metrics
 from streams.settings import Settings
 from streams.topics import ensure_topics
@@ -106,3 +107,85 @@ async def test_a_stop_while_the_assign_listener_runs_does_not_wait_for_the_shutd
         for run in runs:
             run.cancel()
         await asyncio.gather(*runs, return_exceptions=True)
+
+
+class _LockingLoop(KafkaLoop):
+    """The smallest loop whose assign listener takes the loop's lock, as schema sync's and the CDC
+    ingest's revoke listeners do; its assign waits for ``go_on`` first."""
+
+    name = "locking loop"
+
+    def __init__(self, settings: Settings, topic: str, group: str) -> None:
+        self.settings, self.topic, self.group = settings, topic, group
+        self._lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._consumer = self._producer = None
+        self.assigning, self.go_on = asyncio.Event(), asyncio.Event()
+
+    async def start(self) -> None:
+        loop = self
+
+        class Listener(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked: Any) -> None:
+                pass
+
+            async def on_partitions_assigned(self, assigned: Any) -> None:
+                loop.assigning.set()
+                await loop.go_on.wait()
+                async with loop._lock:  # noqa: SLF001
+                    pass
+
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap, group_id=self.group, enable_auto_commit=False
+        )
+        self._consumer.subscribe([self.topic], listener=Listener())
+        await self._consumer.start()
+
+    async def step(self) -> int:
+        consumer = self._consumer
+        if consumer is None:
+            return 0
+        await consumer.getmany(timeout_ms=200)
+        return 0
+
+
+async def test_any_kafka_loop_stopped_while_its_listener_waits_for_its_lock_stops_at_once(
+    settings: Settings, unique: str
+) -> None:
+    """The same deadlock in the loop schema sync and the CDC ingest share: their listeners take the
+    loop's lock, and ``KafkaLoop.stop`` closed the consumer holding it."""
+    s = settings.replace(
+        objects_topic=f"objects-stoploop-{unique}",
+        links_topic=f"links-stoploop-{unique}",
+        dlq_topic=f"dlq-stoploop-{unique}",
+        topic_partitions=1,
+    )
+    await ensure_topics(s)
+    loop = _LockingLoop(s, s.objects_topic, f"stoploop-{unique}")
+    await loop.start()  # the first assignment runs inside start: let it through
+    run = asyncio.create_task(loop.run())
+    try:
+        await asyncio.wait_for(loop.assigning.wait(), 60)
+        loop.go_on.set()
+        await asyncio.sleep(0.5)
+        loop.assigning.clear()
+        loop.go_on.clear()
+        other = AIOKafkaConsumer(
+            s.objects_topic, bootstrap_servers=s.kafka_bootstrap, group_id=loop.group, enable_auto_commit=False
+        )
+        await other.start()  # a second member: the loop's coordinator rebalances into its assign listener
+        try:
+            poll = asyncio.create_task(other.getmany(timeout_ms=30_000))
+            await asyncio.wait_for(loop.assigning.wait(), 60)
+            stopping = asyncio.create_task(loop.stop())
+            await asyncio.sleep(0.5)  # the stop reaches the consumer's close
+            loop.go_on.set()
+            await asyncio.wait_for(stopping, 30)
+            poll.cancel()
+        finally:
+            await other.stop()
+    finally:
+        loop.go_on.set()
+        await loop.stop()
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
