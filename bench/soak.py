@@ -33,18 +33,25 @@ WINDOW_S = 60.0
 SAMPLE_EVERY = 100
 
 
-def _flat(series: list[float], warmup: int = 2, span: int = 3) -> dict[str, Any]:
+#: The issue's bar: the last three windows at most this many times the first three after warm-up.
+FLAT_RATIO = 1.3
+
+
+def _flat(series: list[float], warmup: int = 2, span: int = 3, floor: float = 0.0) -> dict[str, Any]:
+    """``floor``: a last-windows mean at or under it is flat whatever the ratio (a lag of a second's
+    worth of events is caught up, even if the first windows happened to read 0)."""
     body = series[warmup:]
     if len(body) < 2 * span:
         return {"verdict": "too short", "first": None, "last": None}
     first = sum(body[:span]) / span
     last = sum(body[-span:]) / span
     ratio = last / first if first else None
+    flat = last <= floor or (ratio is not None and ratio <= FLAT_RATIO)
     return {
         "first": round(first, 4),
         "last": round(last, 4),
         "ratio": round(ratio, 3) if ratio else None,
-        "verdict": "flat" if ratio is not None and ratio <= 1.5 else "growing",
+        "verdict": "flat" if flat else "growing",
     }
 
 
@@ -148,6 +155,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "windows": windows,
         "commit_mean_s": _flat([w["commit_mean_s"] or 0.0 for w in windows]),
         "rss_mb": _flat([w["rss_mb"] for w in windows]),
+        "lag": _flat([float(w["lag"] or 0) for w in windows], floor=float(args.rate)),
     }
     return doc
 
@@ -190,6 +198,7 @@ def soak_main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"soak-{doc['run']['id']}.json"
     path.write_text(json.dumps(doc, indent=2, default=str))
-    print(json.dumps({k: doc[k] for k in ("commit_mean_s", "rss_mb")}, indent=2))
+    verdicts = ("commit_mean_s", "rss_mb", "lag")
+    print(json.dumps({k: doc[k] for k in verdicts}, indent=2))
     print(f"results: {path}")
-    return 0 if doc["commit_mean_s"]["verdict"] != "growing" and doc["rss_mb"]["verdict"] != "growing" else 1
+    return 0 if all(doc[k]["verdict"] != "growing" for k in verdicts) else 1
