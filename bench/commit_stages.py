@@ -39,6 +39,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("snapshot expiry", "sinks.compaction", "Compaction.expire"),
     ("metadata update (pyiceberg, deep copies)", "pyiceberg.table", "update_table_metadata"),
     ("metadata update (pyiceberg, deep copies)", "pyiceberg.catalog", "update_table_metadata"),
+    ("metadata update (build, no deep copy)", "sinks.table_metadata", "build"),
     ("metadata JSON write", "pyiceberg.catalog", "MetastoreCatalog._write_metadata"),
     ("nessie: publish", "sinks.catalog", "NessieCatalog.publish"),
     ("manifest entries read (thread CPU, all threads)", "pyiceberg.manifest", "ManifestFile.fetch_manifest_entry"),

@@ -12,6 +12,8 @@ full of gaps that only the floor can absorb.
 from __future__ import annotations
 
 import bisect
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -200,3 +202,43 @@ def merge_maps(
     for tp, floor in (settled or {}).items():
         out.setdefault(tp, OffsetSet()).raise_floor(floor)
     return out
+
+
+def copy_map(offsets: Mapping[PartitionId, OffsetSet]) -> OffsetMap:
+    """An independent copy (its sets can be changed without touching ``offsets``)."""
+    return {tp: OffsetSet(s.floor, list(s.ranges)) for tp, s in offsets.items()}
+
+
+class MapMemo:
+    """The committed-offset map last written per branch, so the next commit there parses nothing.
+
+    Every commit reads the map from the branch's ``entity_events`` properties and writes the merged
+    one back; the text a commit reads is, in steady state, the text the same worker wrote last on
+    that branch. A read whose text equals the remembered text gets a copy of the remembered map
+    (what ``loads_map`` of that text returns); any other text is parsed. Bounded: the least
+    recently used branches are forgotten past ``max_branches``.
+    """
+
+    def __init__(self, max_branches: int = 1024) -> None:
+        self.max_branches = max_branches
+        self._last: OrderedDict[str, tuple[str, OffsetMap]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def loads(self, branch: str, text: str | None) -> OffsetMap:
+        """``loads_map(text)``, served from what was last written on ``branch`` when the text is that."""
+        with self._lock:
+            hit = self._last.get(branch)
+        if hit is not None and text and hit[0] == text:
+            return copy_map(hit[1])
+        return loads_map(text)
+
+    def dumps(self, branch: str, offsets: Mapping[PartitionId, OffsetSet]) -> str:
+        """``dumps_map(offsets)``, remembered as the text of ``branch``'s next read."""
+        text = dumps_map(offsets)
+        kept = copy_map(offsets)
+        with self._lock:
+            self._last[branch] = (text, kept)
+            self._last.move_to_end(branch)
+            while len(self._last) > self.max_branches:
+                self._last.popitem(last=False)
+        return text

@@ -108,6 +108,7 @@ from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import (
+    MapMemo,
     OffsetSet,
     PartitionId,
     Source,
@@ -231,6 +232,8 @@ class BatchCommitter:
             max_small_files,
         )
         self.file_cache = FileCache(settings.index_cache_bytes if index_cache_bytes is None else index_cache_bytes)
+        #: The committed-offset map this committer last wrote per branch: the next commit's read.
+        self.offset_maps = MapMemo()
         #: The commit loop (expected hash, backoff, "did it land?"); shared with the other writers.
         self.occ = Occ.from_settings(settings, self.client)
 
@@ -334,7 +337,7 @@ class BatchCommitter:
         tables = {d.name: self._load_or_create(cat, ns, d) for d in (EVENTS, COMMON, EDGE)}
         events_table = tables[EVENTS.name]
 
-        committed = loads_map(events_table.metadata.properties.get(OFFSETS_PROPERTY))
+        committed = self.offset_maps.loads(branch, events_table.metadata.properties.get(OFFSETS_PROPERTY))
         items, recorded = _split(batch, committed)
         replayed = len(batch.events) - len(items)
         # A recorded offset is settled, but not necessarily applied: its log row says which.
@@ -375,7 +378,9 @@ class BatchCommitter:
         items = [(ev, src) for ev, src in items if ev.event_id not in duplicates]
         events = [ev for ev, _ in items]
 
-        stats[EVENTS.name] = self._append_events(events_table, items, batch, now, stale_ids, merged)
+        stats[EVENTS.name] = self._append_events(
+            events_table, items, batch, now, stale_ids, self.offset_maps.dumps(branch, merged)
+        )
 
         properties = {
             PROP_WORLD: batch.world_id,
@@ -441,11 +446,11 @@ class BatchCommitter:
         batch: Batch,
         now: datetime,
         stale_ids: set[str],
-        offsets: Mapping[PartitionId, OffsetSet],
+        offsets_json: str,
     ) -> FlushStats:
         stats = FlushStats()
         tx = table.transaction()
-        tx.set_properties({OFFSETS_PROPERTY: dumps_map(offsets)})
+        tx.set_properties({OFFSETS_PROPERTY: offsets_json})
         if items:
             arrow = events_arrow(items, batch.batch_id, now, stale_ids, table.schema().as_arrow())
             tx.append(arrow)

@@ -95,7 +95,7 @@ def live_data_files(metadata: Any, io: Any) -> dict[str, Any]:
     if snapshot is None:
         return {}
     out: dict[str, Any] = {}
-    for manifest in snapshot.manifests(io):
+    for manifest in manifest_cache.manifests(snapshot, io):
         if manifest.content == ManifestContent.DATA:
             for entry in manifest_cache.entries(manifest, io):
                 out[entry.data_file.file_path] = entry.data_file

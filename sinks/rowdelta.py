@@ -250,7 +250,7 @@ def plan_live_files(table: Any, keep: Callable[[DataFile], bool] | None = None) 
     by_partition: dict[tuple[int, Record], list[tuple[int, DataFile]]] = {}
     by_path: dict[str, list[tuple[int, DataFile]]] = {}
     data: list[ManifestEntry] = []
-    for manifest in snapshot.manifests(io):
+    for manifest in manifest_cache.manifests(snapshot, io):
         for entry in manifest_cache.entries(manifest, io):
             df = entry.data_file
             if df.content == DataFileContent.DATA:
@@ -647,7 +647,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         """
         metadata = self._transaction.table_metadata
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id else None
-        previous = parent.manifests(self._io) if parent else []
+        previous = manifest_cache.manifests(parent, self._io) if parent else []
         kept: list[ManifestFile] = []
         Group = tuple[ManifestContent, int]
         removed_entries: dict[Group, list[ManifestEntry]] = {}
