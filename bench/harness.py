@@ -80,7 +80,7 @@ class Phase:
     lag: int = 0
     cpu: float = 0.0
     services_cpu: dict[str, float] = field(default_factory=dict)
-    # The workers' flush figures observed during the phase (causeway; PHASE_HISTOGRAMS).
+    # What the contender did during the phase (``phase_figures``).
     worker: dict[str, Any] = field(default_factory=dict)
 
 
@@ -93,8 +93,17 @@ PHASE_HISTOGRAMS = {
 }
 
 
-def scrape(handles: Sequence[Any]) -> list[str]:
-    """The live causeway workers' metrics texts (none for other contenders)."""
+@dataclass(frozen=True)
+class Mark:
+    """A point of a run that phases are measured between: time, the contender's CPU, worker metrics."""
+
+    at: float  # monotonic
+    cpu_s: float
+    texts: list[str]
+
+
+def mark(sampler: Sampler, handles: Sequence[Any]) -> Mark:
+    """Now, with the live causeway workers' metrics texts (none for other contenders)."""
     texts = []
     for h in handles:
         if hasattr(h, "metrics_text") and h.alive():
@@ -102,15 +111,22 @@ def scrape(handles: Sequence[Any]) -> list[str]:
                 texts.append(h.metrics_text())
             except httpx.HTTPError:
                 pass
-    return texts
+    return Mark(time.monotonic(), sampler.cpu_now()[0], texts)
 
 
-def phase_figures(before: list[str], after: list[str]) -> dict[str, Any]:
-    """PHASE_HISTOGRAMS summed over workers, as observed between two scrapes."""
-    return {
-        key: measure.summarize(measure.histogram_sample(after, name) - measure.histogram_sample(before, name))
-        for key, name in PHASE_HISTOGRAMS.items()
+def phase_figures(before: Mark, after: Mark) -> dict[str, Any]:
+    """What the contender did between two marks: its CPU per wall second (1.0: a core, or the GIL,
+    busy throughout) and PHASE_HISTOGRAMS summed over workers."""
+    wall = after.at - before.at
+    out: dict[str, Any] = {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(after.cpu_s - before.cpu_s, 2),
+        "cpu_per_wall": round((after.cpu_s - before.cpu_s) / wall, 3) if wall > 0 else None,
     }
+    for key, name in PHASE_HISTOGRAMS.items():
+        observed = measure.histogram_sample(after.texts, name) - measure.histogram_sample(before.texts, name)
+        out[key] = measure.summarize(observed)
+    return out
 
 
 class Run:
@@ -389,7 +405,7 @@ class Run:
                     await watch.wait_ready(members, 120, alive)
                 b.started = time.monotonic()
                 b.cpu, _ = sampler.cpu_now()
-                scraped = scrape(handles)
+                marked = mark(sampler, handles)
                 if cdc:
                     # Envelopes are published; their events' change-topic offsets are found afterwards.
                     lat_cdc = debezium_records(Workload(self.latency_params, latency_records), source)
@@ -410,8 +426,9 @@ class Run:
                     b.ended, prog_b = await watch.wait_drained(p.latency_drain_s, alive)
                 b.settled, b.lag = prog_b.done, prog_b.lag
                 b.cpu = sampler.cpu_now()[0] - b.cpu
-                now_scraped = scrape(handles)
-                b.worker, scraped = phase_figures(scraped, now_scraped), now_scraped
+                now = mark(sampler, handles)
+                b.worker, marked = phase_figures(marked, now), now
+                self.log(f"[{name}] latency phase at {p.latency_rate}/s: {b.worker}")
                 for rate, recs in (extra_latency or {}).items():
                     if cdc:
                         self.log(f"[{name}] latency phase at {rate}/s skipped: --debezium runs one rate")
@@ -419,9 +436,10 @@ class Run:
                     self.log(f"[{name}] latency phase: {len(recs)} records at {rate}/s")
                     paced_r = await self._publish(plan, recs, rate=rate)
                     _, prog_r = await watch.wait_drained(p.latency_drain_s, alive)
-                    now_scraped = scrape(handles)
-                    extra_phases.append((rate, paced_r, prog_r.lag, phase_figures(scraped, now_scraped)))
-                    scraped = now_scraped
+                    now = mark(sampler, handles)
+                    extra_phases.append((rate, paced_r, prog_r.lag, phase_figures(marked, now)))
+                    self.log(f"[{name}] latency phase at {rate}/s: {extra_phases[-1][3]}")
+                    marked = now
                 metrics_texts = []
                 summaries = []
                 if name == "causeway":
@@ -475,7 +493,7 @@ class Run:
                 "latency_s": measure.quantiles(latencies),
                 "censored": censored,
                 "lag": b.lag,
-                **({"worker": b.worker} if b.worker else {}),
+                "worker": b.worker,
             }
         ]
         everything = {**preload, **paced}
@@ -488,7 +506,7 @@ class Run:
                     "latency_s": measure.quantiles(lat_r),
                     "censored": censored_r,
                     "lag": lag,
-                    **({"worker": worker} if worker else {}),
+                    "worker": worker,
                 }
             )
             everything.update(paced_r)

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from bench.__main__ import _add_overrides, _profile
-from bench.harness import latency_of, phase_figures, ratios
+from bench.harness import Mark, latency_of, phase_figures, ratios
 from bench.profiles import PROFILES
 from bench.report import _cell
 
@@ -68,9 +68,10 @@ def _exposition(counts: tuple[int, int, int], total: float) -> str:
 
 
 def test_a_phase_reports_only_what_the_workers_observed_during_it() -> None:
-    before = [_exposition((10, 10, 10), 1.0)]  # the preload: ten short waits
-    after = [_exposition((10, 12, 14), 5.0)]  # the phase: two waits in (0.5, 1], two above 1 s
+    before = Mark(100.0, 30.0, [_exposition((10, 10, 10), 1.0)])  # the preload: ten short waits
+    after = Mark(110.0, 35.0, [_exposition((10, 12, 14), 5.0)])  # the phase: two waits in (0.5, 1], two above 1 s
     figures = phase_figures(before, after)
+    assert (figures["wall_s"], figures["cpu_s"], figures["cpu_per_wall"]) == (10.0, 5.0, 0.5)
     wait = figures["flush_wait_s"]
     assert wait["count"] == 4
     assert wait["mean"] == 1.0
