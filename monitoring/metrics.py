@@ -230,7 +230,7 @@ class Metrics:
             "Age of a world batch's oldest event when that world's flush starts: batching, the commit "
             "budget and the world's previous flush in flight (the rest of the latency is the commit).",
             (),
-            COMMIT_BUCKETS,
+            LATENCY_BUCKETS,  # with many worlds the wait is the latency: tens of seconds
         )
         self.batch_rows = h("causeway_batch_rows", "Events in one committed world flush.", (), ROWS_BUCKETS)
         self.batch_bytes = h(
