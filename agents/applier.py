@@ -524,8 +524,11 @@ class Applier:
             await asyncio.gather(*(self._flush(world) for world in due))
 
     async def _flush(self, world: str) -> None:
+        started_at = self.batches.started_at(world)
         items = self.batches.take(world)
         if items:
+            if started_at is not None:
+                self.metrics.flush_started(self.clock() - started_at)
             await self._commit_items(world, items, set())
 
     async def _commit_items(self, world: str, items: list[Arrival], failed: set[tuple[str, str]]) -> None:

@@ -16,9 +16,11 @@ small benchmark profile). Here:
 * a **commit budget** (:class:`CommitBudget`, ``CAUSEWAY_FLUSH_COMMIT_BUDGET``) bounds the commits
   in flight across worlds. With many worlds, each flushing on its own timer would start as many
   concurrent commits, every one slowed by the others (they share the GIL and the cores); within
-  the budget, due worlds take turns, the one that waited longest since its last commit first, and
-  the others' batches keep growing meanwhile (fewer, larger commits). ``W`` busy worlds sharing a
-  budget of ``B`` commits of ``c`` seconds each flush every ``W·c/B`` seconds.
+  the budget, due worlds go in the order of their oldest buffered event (the event that has
+  waited longest is the one whose latency grows), and the others' batches keep growing meanwhile
+  (fewer, larger commits). A world just flushed starts a new batch, so it goes behind the worlds
+  that waited: busy worlds take turns. ``W`` busy worlds sharing a budget of ``B`` commits of
+  ``c`` seconds each flush every ``W·c/B`` seconds.
 
 An error that escapes a flush (the applier retries dependency failures itself, so this is a bug)
 is kept and raised by the next ``schedule`` or ``drain``: the intake then stops the worker rather
@@ -62,33 +64,25 @@ class UnlockedCommits:
 
 
 class CommitBudget:
-    """Which due worlds may start a commit now: at most ``limit`` in flight, fair turns (pure).
+    """Which due worlds may start a commit now: at most ``limit`` in flight (pure).
 
-    Order: worlds that never committed first, then the one whose last commit started longest ago;
-    ties keep the caller's order (the due list, oldest batch first). A world already in flight is
-    never picked (its next batch waits for it: batches of a world land in order).
+    ``due`` comes oldest batch first (``BatchAccumulator.due``: by when each world's oldest buffered
+    event joined its batch), and that order is kept: the longest-waiting event goes first. A world
+    already in flight is never picked (its next batch waits for it: batches of a world land in order).
     """
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
             raise ValueError("the commit budget must be at least 1")
         self.limit = limit
-        self._turn = 0
-        self._last: dict[str, int] = {}
 
     def pick(self, due: Iterable[str], in_flight: Iterable[str]) -> list[str]:
-        """The worlds to start now, in order; each is counted as started."""
+        """The worlds to start now, in order."""
         busy = set(in_flight)
         free = self.limit - len(busy)
         if free <= 0:
             return []
-        waiting = [w for w in dict.fromkeys(due) if w not in busy]
-        waiting.sort(key=lambda w: self._last.get(w, -1))  # stable: due order breaks ties
-        chosen = waiting[:free]
-        for world in chosen:
-            self._turn += 1
-            self._last[world] = self._turn
-        return chosen
+        return [w for w in dict.fromkeys(due) if w not in busy][:free]
 
 
 class FlushScheduler:

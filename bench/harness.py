@@ -80,6 +80,53 @@ class Phase:
     lag: int = 0
     cpu: float = 0.0
     services_cpu: dict[str, float] = field(default_factory=dict)
+    # What the contender did during the phase (``phase_figures``).
+    worker: dict[str, Any] = field(default_factory=dict)
+
+
+#: Worker histograms reported per latency phase (the difference across the phase): where an event's
+#: publish-to-visible time goes between waiting for its world's flush and the commit itself.
+PHASE_HISTOGRAMS = {
+    "flush_wait_s": "causeway_flush_wait_seconds",
+    "commit_s": "causeway_commit_duration_seconds",
+    "batch_rows": "causeway_batch_rows",
+}
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point of a run that phases are measured between: time, the contender's CPU, worker metrics."""
+
+    at: float  # monotonic
+    cpu_s: float
+    texts: list[str]
+
+
+def mark(sampler: Sampler, handles: Sequence[Any]) -> Mark:
+    """Now, with the live causeway workers' metrics texts (none for other contenders)."""
+    texts = []
+    for h in handles:
+        if hasattr(h, "metrics_text") and h.alive():
+            try:
+                texts.append(h.metrics_text())
+            except httpx.HTTPError:
+                pass
+    return Mark(time.monotonic(), sampler.cpu_now()[0], texts)
+
+
+def phase_figures(before: Mark, after: Mark) -> dict[str, Any]:
+    """What the contender did between two marks: its CPU per wall second (1.0: a core, or the GIL,
+    busy throughout) and PHASE_HISTOGRAMS summed over workers."""
+    wall = after.at - before.at
+    out: dict[str, Any] = {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(after.cpu_s - before.cpu_s, 2),
+        "cpu_per_wall": round((after.cpu_s - before.cpu_s) / wall, 3) if wall > 0 else None,
+    }
+    for key, name in PHASE_HISTOGRAMS.items():
+        observed = measure.histogram_sample(after.texts, name) - measure.histogram_sample(before.texts, name)
+        out[key] = measure.summarize(observed)
+    return out
 
 
 class Run:
@@ -296,7 +343,8 @@ class Run:
         handles: list[Any] = []
         spies: list[subprocess.Popen[bytes]] = []
         a, b = Phase(), Phase()
-        extra_phases: list[tuple[int, Offsets, int]] = []  # (offered rate, paced records, lag at the end)
+        # (offered rate, paced records, lag at the end, worker figures)
+        extra_phases: list[tuple[int, Offsets, int, dict[str, Any]]] = []
         capped = stalled = False
         try:
             async with GroupWatch(self.base.kafka_bootstrap, plan.group, plan.topics, p.partitions) as watch:
@@ -357,6 +405,7 @@ class Run:
                     await watch.wait_ready(members, 120, alive)
                 b.started = time.monotonic()
                 b.cpu, _ = sampler.cpu_now()
+                marked = mark(sampler, handles)
                 if cdc:
                     # Envelopes are published; their events' change-topic offsets are found afterwards.
                     lat_cdc = debezium_records(Workload(self.latency_params, latency_records), source)
@@ -377,6 +426,9 @@ class Run:
                     b.ended, prog_b = await watch.wait_drained(p.latency_drain_s, alive)
                 b.settled, b.lag = prog_b.done, prog_b.lag
                 b.cpu = sampler.cpu_now()[0] - b.cpu
+                now = mark(sampler, handles)
+                b.worker, marked = phase_figures(marked, now), now
+                self.log(f"[{name}] latency phase at {p.latency_rate}/s: {b.worker}")
                 for rate, recs in (extra_latency or {}).items():
                     if cdc:
                         self.log(f"[{name}] latency phase at {rate}/s skipped: --debezium runs one rate")
@@ -384,7 +436,10 @@ class Run:
                     self.log(f"[{name}] latency phase: {len(recs)} records at {rate}/s")
                     paced_r = await self._publish(plan, recs, rate=rate)
                     _, prog_r = await watch.wait_drained(p.latency_drain_s, alive)
-                    extra_phases.append((rate, paced_r, prog_r.lag))
+                    now = mark(sampler, handles)
+                    extra_phases.append((rate, paced_r, prog_r.lag, phase_figures(marked, now)))
+                    self.log(f"[{name}] latency phase at {rate}/s: {extra_phases[-1][3]}")
+                    marked = now
                 metrics_texts = []
                 summaries = []
                 if name == "causeway":
@@ -425,7 +480,7 @@ class Run:
         summaries: list[dict[str, Any]],
         handles: list[Any],
         finished_epoch: float,
-        extra_phases: Sequence[tuple[int, Offsets, int]] = (),
+        extra_phases: Sequence[tuple[int, Offsets, int, dict[str, Any]]] = (),
     ) -> dict[str, Any]:
         name = plan.name
         hist = measure.read_history(self.client, plan.branches.values(), {self.root_hash})
@@ -438,10 +493,11 @@ class Run:
                 "latency_s": measure.quantiles(latencies),
                 "censored": censored,
                 "lag": b.lag,
+                "worker": b.worker,
             }
         ]
         everything = {**preload, **paced}
-        for offered, paced_r, lag in extra_phases:
+        for offered, paced_r, lag, worker in extra_phases:
             lat_r, censored_r = latency_of(paced_r, visible, finished_epoch)
             phases.append(
                 {
@@ -450,6 +506,7 @@ class Run:
                     "latency_s": measure.quantiles(lat_r),
                     "censored": censored_r,
                     "lag": lag,
+                    "worker": worker,
                 }
             )
             everything.update(paced_r)

@@ -170,10 +170,26 @@ def live_bytes(catalog: NessieCatalog, branches: Iterable[str], namespace: str, 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 
 
-def histogram(texts: Iterable[str], name: str) -> dict[str, float]:
-    """Sum several workers' histogram ``name``: count, mean and bucket-interpolated quantiles."""
-    buckets: dict[float, float] = {}
-    total = count = 0.0
+@dataclass
+class HistogramSample:
+    """A histogram summed over workers: cumulative bucket counts by upper bound, sum and count."""
+
+    buckets: dict[float, float] = field(default_factory=dict)
+    total: float = 0.0
+    count: float = 0.0
+
+    def __sub__(self, earlier: HistogramSample) -> HistogramSample:
+        """What was observed between ``earlier`` and this sample (a phase of a run)."""
+        return HistogramSample(
+            {b: v - earlier.buckets.get(b, 0.0) for b, v in self.buckets.items()},
+            self.total - earlier.total,
+            self.count - earlier.count,
+        )
+
+
+def histogram_sample(texts: Iterable[str], name: str) -> HistogramSample:
+    """Sum several workers' histogram ``name`` (every label set)."""
+    out = HistogramSample()
     for text in texts:
         for line in text.splitlines():
             m = _SAMPLE.match(line)
@@ -181,18 +197,29 @@ def histogram(texts: Iterable[str], name: str) -> dict[str, float]:
                 continue
             n, labels, value = m.group("name"), m.group("labels") or "", float(m.group("value"))
             if n == f"{name}_sum":
-                total += value
+                out.total += value
             elif n == f"{name}_count":
-                count += value
+                out.count += value
             elif n == f"{name}_bucket":
                 le = re.search(r'le="([^"]+)"', labels)
                 if le:
                     bound = math.inf if le.group(1) == "+Inf" else float(le.group(1))
-                    buckets[bound] = buckets.get(bound, 0.0) + value
+                    out.buckets[bound] = out.buckets.get(bound, 0.0) + value
+    return out
+
+
+def histogram(texts: Iterable[str], name: str) -> dict[str, float]:
+    """Sum several workers' histogram ``name``: count, mean and bucket-interpolated quantiles."""
+    return summarize(histogram_sample(texts, name))
+
+
+def summarize(sample: HistogramSample) -> dict[str, float]:
+    """Count, mean and bucket-interpolated p50 / p95 / p99 of a histogram sample."""
+    count = sample.count
     if not count:
         return {}
-    out = {"count": int(count), "mean": round(total / count, 4)}
-    ordered = sorted(buckets.items())
+    out = {"count": int(count), "mean": round(sample.total / count, 4)}
+    ordered = sorted(sample.buckets.items())
     for q in (0.5, 0.95, 0.99):
         target = q * count
         prev_bound, prev_cum = 0.0, 0.0

@@ -225,6 +225,13 @@ class Metrics:
             ("world",),
             COMMIT_BUCKETS,
         )
+        self.flush_wait = h(
+            "causeway_flush_wait_seconds",
+            "Age of a world batch's oldest event when that world's flush starts: batching, the commit "
+            "budget and the world's previous flush in flight (the rest of the latency is the commit).",
+            (),
+            LATENCY_BUCKETS,  # with many worlds the wait is the latency: tens of seconds
+        )
         self.batch_rows = h("causeway_batch_rows", "Events in one committed world flush.", (), ROWS_BUCKETS)
         self.batch_bytes = h(
             "causeway_batch_bytes", "Data-file bytes written by one committed world flush.", (), BYTES_BUCKETS
@@ -460,6 +467,10 @@ class Metrics:
         if unconverted:
             self.values_unconverted.labels(w).inc(unconverted)
         observe_many(self.e2e_latency.labels(w), [max(0.0, now - t) for t in occurred_at])
+
+    def flush_started(self, waited_s: float) -> None:
+        """A world's flush took its batch, whose oldest event joined it ``waited_s`` ago."""
+        self.flush_wait.observe(max(0.0, waited_s))
 
     def commit_failed(self, world: str, *, duration_s: float, retries_exhausted: bool) -> None:
         """A world flush gave up; nothing of it was acked."""

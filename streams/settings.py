@@ -155,9 +155,9 @@ class Settings:
     )
     flush_commit_budget: int = _opt(
         4,
-        "Commits in flight at once across worlds. Due worlds take turns within it (the longest "
-        "since its last commit first) while the others' batches grow; W busy worlds with commits of "
-        "c seconds each flush every W x c / budget seconds.",
+        "Commits in flight at once across worlds. Due worlds take turns within it (the one whose "
+        "oldest buffered event waited longest first) while the others' batches grow; W busy worlds "
+        "with commits of c seconds each flush every W x c / budget seconds.",
     )
     dedupe_ttl_s: int = _opt(
         7 * 24 * 3600,

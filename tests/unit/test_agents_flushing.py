@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agents.applier import Applier, RawRecord
+from agents.batching import BatchAccumulator
 from agents.flushing import CommitBudget, FlushScheduler
 from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
@@ -155,13 +156,36 @@ def test_the_budget_bounds_commits_in_flight_and_never_picks_a_world_twice() -> 
         CommitBudget(0)
 
 
-def test_worlds_take_turns_the_longest_waiting_first() -> None:
+def test_the_budget_starts_the_world_whose_oldest_event_waited_longest() -> None:
+    batches: BatchAccumulator[str] = BatchAccumulator(max_events=100, max_seconds=0.0)
     budget = CommitBudget(1)
-    # "a" is always first in the due list (its batch is oldest), yet b and c get their turns.
-    turns = [budget.pick(["a", "b", "c"], in_flight=[])[0] for _ in range(6)]
+    batches.add("x", "x1", now=0.0)
+    batches.add("y", "y1", now=0.1)
+    for expected in ("x", "y"):  # both commit once, x first
+        assert budget.pick(batches.due(now=1.0), in_flight=[]) == [expected]
+        batches.take(expected)
+    batches.add("y", "y2", now=5.0)  # y's event has waited longer than x's...
+    batches.add("x", "x2", now=6.0)
+    # ...so y goes first, although x's last commit started earlier.
+    assert budget.pick(batches.due(now=7.0), in_flight=[]) == ["y"]
+
+
+def test_busy_worlds_take_turns_under_the_budget() -> None:
+    batches: BatchAccumulator[int] = BatchAccumulator(max_events=100, max_seconds=0.0)
+    budget = CommitBudget(1)
+    now = 0.0
+    for world in ("a", "b", "c"):
+        now += 0.1
+        batches.add(world, 0, now)
+    turns = []
+    for _ in range(6):
+        now += 0.1
+        [world] = budget.pick(batches.due(now), in_flight=[])
+        turns.append(world)
+        batches.take(world)
+        for w in ("a", "b", "c"):  # events keep arriving for every world
+            batches.add(w, 1, now)
     assert turns == ["a", "b", "c", "a", "b", "c"]
-    # A world never seen goes before ones that committed.
-    assert budget.pick(["a", "b", "new"], in_flight=[]) == ["new"]
 
 
 async def test_many_due_worlds_share_the_budget_and_all_commit() -> None:

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from bench.__main__ import _add_overrides, _profile
-from bench.harness import latency_of, ratios
+from bench.harness import Mark, latency_of, phase_figures, ratios
 from bench.profiles import PROFILES
 from bench.report import _cell
 
@@ -55,3 +55,25 @@ def test_each_further_rate_is_reported_and_compared_with_the_ceiling_at_the_same
     assert r["causeway/ceiling"]["latency_p99"] == 2.0
     assert r["causeway/ceiling"]["latency_p99_at_5000"] == 6.0
     assert _cell(_fig(2.0, 3.0), "_more_latency") == "1.00 / 3.00 at 5,000/s (3 of 50000 not visible)"
+
+
+def _exposition(counts: tuple[int, int, int], total: float) -> str:
+    """A causeway_flush_wait_seconds exposition with cumulative counts at le=0.5, 1 and +Inf."""
+    lines = [
+        f'causeway_flush_wait_seconds_bucket{{le="{le}"}} {n}'
+        for le, n in zip(("0.5", "1.0", "+Inf"), counts, strict=True)
+    ]
+    lines += [f"causeway_flush_wait_seconds_count {counts[-1]}", f"causeway_flush_wait_seconds_sum {total}"]
+    return "\n".join(lines)
+
+
+def test_a_phase_reports_only_what_the_workers_observed_during_it() -> None:
+    before = Mark(100.0, 30.0, [_exposition((10, 10, 10), 1.0)])  # the preload: ten short waits
+    after = Mark(110.0, 35.0, [_exposition((10, 12, 14), 5.0)])  # the phase: two waits in (0.5, 1], two above 1 s
+    figures = phase_figures(before, after)
+    assert (figures["wall_s"], figures["cpu_s"], figures["cpu_per_wall"]) == (10.0, 5.0, 0.5)
+    wait = figures["flush_wait_s"]
+    assert wait["count"] == 4
+    assert wait["mean"] == 1.0
+    assert 0.5 < wait["p50"] <= 1.0
+    assert figures["commit_s"] == {}  # not exposed: nothing observed

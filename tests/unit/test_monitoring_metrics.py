@@ -64,6 +64,7 @@ def _busy(m: Metrics) -> Metrics:
     m.released("w1", [0.5])
     m.committed("w1", duration_s=0.1, rows=3, nbytes=4096, occurred_at=[1.0, 2.0], at=10.0)
     m.commit_retry("w1", "conflict")
+    m.flush_started(0.4)
     m.commit_failed("w1", duration_s=2.0, retries_exhausted=True)
     m.idempotency("w1", lookups=10, duplicates=1)
     m.schema_versions("w1", {"control": 3, "data": 2, "intelligence": 2})
