@@ -298,6 +298,18 @@ class Run:
         a, b = Phase(), Phase()
         extra_phases: list[tuple[int, Offsets, int]] = []  # (offered rate, paced records, lag at the end)
         capped = stalled = False
+        load_start = _load_1m()
+        # (seconds since the group was ready, records settled, largest process's RSS MiB, all processes' MiB)
+        memory: list[tuple[float, int, float, float]] = []
+
+        def _memory_point(pr: Any) -> tuple[float, int, float, float]:
+            return (
+                round(time.monotonic() - a.ready, 1),
+                pr.done,
+                round(sampler.last_rss_per_process / 2**20, 1),
+                round((sampler.rss_series[-1][1] if sampler.rss_series else 0) / 2**20, 1),
+            )
+
         try:
             async with GroupWatch(self.base.kafka_bootstrap, plan.group, plan.topics, p.partitions) as watch:
                 members = p.workers if name == "causeway" else 1
@@ -328,7 +340,9 @@ class Run:
                         self.base.kafka_bootstrap, f"{plan.group}-cdc", cdc_topics, p.partitions
                     ) as cdc_watch:
                         _, cdc_prog = await cdc_watch.wait_drained(timeout, alive, stall_after=stall)
-                a.ended, prog = await watch.wait_drained(timeout, alive, stall_after=stall)
+                a.ended, prog = await watch.wait_drained(
+                    timeout, alive, stall_after=stall, on_progress=lambda pr: memory.append(_memory_point(pr))
+                )
                 if cdc:
                     # records in = envelopes the ingest read; a stuck ingest leaves the change topics "drained"
                     prog = cdc_prog if prog.lag == 0 else prog
@@ -410,6 +424,8 @@ class Run:
             plan, preload, paced, a, b, capped, sampler, metrics_texts, summaries, handles, finished_epoch, extra_phases
         )
         figures["stalled"] = stalled
+        figures["load_avg_1m"] = [load_start, _load_1m()]  # this contender's start and end: compare the two
+        figures["memory_curve"] = measure.thin(memory, 60)
         return figures
 
     def _figures(
@@ -520,7 +536,8 @@ class Run:
 
     async def run(self) -> dict[str, Any]:
         started = datetime.now(UTC)
-        self.log(f"run {self.unique}: profile {self.profile.name}, work dir {self.work}")
+        load_start = [round(x, 2) for x in os.getloadavg()]
+        self.log(f"run {self.unique}: profile {self.profile.name}, work dir {self.work}, load {load_start}")
         t0 = time.monotonic()
         wl = generate(self.params)
         lat = generate(self.latency_params)
@@ -539,10 +556,10 @@ class Run:
                 "id": self.unique,
                 "started": started.isoformat(timespec="seconds"),
                 "seconds": round(time.monotonic() - t0, 1),
-                "command": " ".join(["python -m bench", *sys.argv[1:]]) if sys.argv[0].endswith("bench") else None,
+                "command": command_line(sys.argv),
                 "profile": asdict(self.profile),
                 "workload": {"records": len(wl.records), "valid": len(wl.valid_events), "bad": wl.bad_count},
-                "machine": machine(),
+                "machine": machine() | {"load_avg_start": load_start},
                 "versions": versions(self.base),
                 "work_dir": str(self.work),
             },
@@ -550,6 +567,17 @@ class Run:
             "ratios": ratios(results),
         }
         return doc
+
+
+def command_line(argv: Sequence[str]) -> str | None:
+    """``python -m bench …`` as typed, from ``sys.argv`` (whose first item is then bench/__main__.py)."""
+    if not argv or Path(argv[0]).parent.name != "bench" or Path(argv[0]).name != "__main__.py":
+        return None
+    return " ".join(["python -m bench", *argv[1:]])
+
+
+def _load_1m() -> float:
+    return round(os.getloadavg()[0], 2)
 
 
 def latency_of(paced: Offsets, visible: dict[Any, float], finished_epoch: float) -> tuple[list[float], int]:
