@@ -163,7 +163,13 @@ def _scale(args: argparse.Namespace) -> int:
     rows = []
     for point in axis_points(args.axis, args.points):
         print(f"== {args.axis}: {point}", flush=True)
-        doc = _keys_point(point, args) if args.axis == "keys" else _run(_profile(args, **point), args)
+        try:
+            doc = _keys_point(point, args) if args.axis == "keys" else _run(_profile(args, **point), args)
+        except (RuntimeError, TimeoutError) as exc:
+            # a point whose processes died or never formed a group: the other points still run
+            print(f"== {args.axis}: {point} FAILED: {exc}", flush=True)
+            rows.append({"point": point, "failed": str(exc)[:300]})
+            continue
         rows.append(scale_row(point, doc))
     table = scale_markdown(args.axis, rows)
     args.out.mkdir(parents=True, exist_ok=True)

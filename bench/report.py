@@ -136,9 +136,13 @@ def scale_row(point: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
 
 def scale_markdown(axis: str, rows: list[dict[str, Any]]) -> str:
     """The axis's table, one row per point (what docs/benchmarks.md's scaling section shows)."""
-    lines = [f"Axis **{axis}**", "", SCALE_HEAD, "|" + " --- |" * SCALE_HEAD.count(" | ") + " --- |"]
+    lines = [f"Axis **{axis}**", "", SCALE_HEAD, "|" + " --- |" * (SCALE_HEAD.count(" | ") + 1)]
+    columns = SCALE_HEAD.count(" | ") + 1
     for r in rows:
         point = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in r["point"].items())
+        if "failed" in r:
+            lines.append(f"| {point} | **failed**: {r['failed']} |" + " |" * (columns - 2))
+            continue
         svc = r["services_cpu_s_per_1k"]
         cells = [
             point,

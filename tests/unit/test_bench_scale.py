@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import bench.__main__ as bench_main
 from bench.__main__ import axis_points
 from bench.harness import command_line
 from bench.measure import thin
@@ -76,6 +79,13 @@ def test_the_table_has_one_row_per_point_and_as_many_cells_as_columns() -> None:
     assert "| workers 2 | `abcd1234` | 1.50 → 3.25 | 20,000 | 40,000 | **0.50** |" in lines[3]
 
 
+def test_a_failed_point_keeps_its_row_and_the_table_its_shape() -> None:
+    table = scale_markdown("workers", [{"point": {"workers": 3}, "failed": "a process died"}])
+    head, _, row = table.splitlines()[2:5]
+    assert row.startswith("| workers 3 | **failed**: a process died |")
+    assert row.count("|") == head.count("|")
+
+
 def test_a_long_memory_curve_is_thinned_evenly_and_keeps_its_ends() -> None:
     assert thin(list(range(1000)), 5) == [0, 250, 500, 749, 999]
     assert thin([1, 2, 3], 60) == [1, 2, 3]
@@ -84,3 +94,23 @@ def test_a_long_memory_curve_is_thinned_evenly_and_keeps_its_ends() -> None:
 def test_the_command_of_a_run_is_recorded_as_typed() -> None:
     assert command_line(["/w/bench/__main__.py", "run", "--profile", "full"]) == "python -m bench run --profile full"
     assert command_line(["/w/cli/main.py", "run"]) is None
+
+
+def test_scale_runs_each_point_with_its_knob_and_saves_the_axis_table(tmp_path: Path, monkeypatch: Any) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def fake_run(profile: Any, args: Any) -> dict[str, Any]:
+        seen.append((profile.events, profile.worlds))
+        if profile.events == 7:
+            raise RuntimeError("a process of group g died before the group drained")
+        return _doc()
+
+    monkeypatch.setattr(bench_main, "_run", fake_run)
+    argv = ["scale", "--axis", "events", "--points", "7,500000", "--worlds", "3", "--out", str(tmp_path)]
+    assert bench_main.main(argv) == 0
+    assert seen == [(7, 3), (500_000, 3)]  # the curve profile, the point's knob, the other overrides kept
+    (saved,) = tmp_path.glob("*-scale-events.json")
+    rows = json.loads(saved.read_text())["points"]
+    assert rows[0] == {"point": {"events": 7}, "failed": "a process of group g died before the group drained"}
+    assert rows[1]["ratio"] == 0.5
+    assert "| events 500,000 | `abcd1234` |" in saved.with_suffix(".md").read_text()
