@@ -241,8 +241,16 @@ class GroupWatch:
 # --- processes -----------------------------------------------------------------------------------
 
 
-def service_pids(run_dir: Path = ROOT / ".causeway" / "run") -> dict[str, int]:
+def services_run_dir(settings: Settings) -> Path:
+    """The folder of scripts/services.sh's pid files: the parent of the Prometheus discovery folder its
+    ``env`` exports — the services' checkout, also when the bench runs from another git worktree."""
+    sd = Path(settings.prometheus_sd_dir) if settings.prometheus_sd_dir else Path(".causeway/run/prometheus-sd")
+    return sd.parent if sd.is_absolute() else ROOT / sd.parent
+
+
+def service_pids(run_dir: Path | None = None) -> dict[str, int]:
     """Pids of the native services started by scripts/services.sh (for their CPU share), if readable."""
+    run_dir = run_dir or services_run_dir(Settings.from_env())
     out: dict[str, int] = {}
     for name in ("kafka", "nessie", "redis"):
         for candidate in (run_dir / f"{name}.server.pid", run_dir / f"{name}.pid"):

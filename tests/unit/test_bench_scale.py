@@ -12,8 +12,10 @@ import bench.__main__ as bench_main
 from bench.__main__ import axis_points
 from bench.harness import command_line
 from bench.measure import thin
+from bench.procs import ROOT, services_run_dir
 from bench.profiles import SCALE_AXES
 from bench.report import scale_markdown, scale_row
+from streams.settings import Settings
 
 
 def test_an_axis_runs_its_default_points_or_the_values_given_for_its_knob() -> None:
@@ -114,3 +116,10 @@ def test_scale_runs_each_point_with_its_knob_and_saves_the_axis_table(tmp_path: 
     assert rows[0] == {"point": {"events": 7}, "failed": "a process of group g died before the group drained"}
     assert rows[1]["ratio"] == 0.5
     assert "| events 500,000 | `abcd1234` |" in saved.with_suffix(".md").read_text()
+
+
+def test_the_services_cpu_is_read_from_the_pid_files_of_the_checkout_that_started_them() -> None:
+    # A worktree's bench used its own .causeway/run, found no pid files and reported no services' CPU.
+    main = Settings().replace(prometheus_sd_dir="/work/main/.causeway/run/prometheus-sd")
+    assert services_run_dir(main) == Path("/work/main/.causeway/run")
+    assert services_run_dir(Settings().replace(prometheus_sd_dir="")) == ROOT / ".causeway" / "run"
