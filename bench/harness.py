@@ -41,7 +41,17 @@ from aiokafka import AIOKafkaProducer
 
 from bench import cdc_latency, measure
 from bench.contender import ContenderConfig, quantiles_summary
-from bench.procs import PYTHON, ROOT, GroupWatch, Sampler, service_pids, start_worker, stop, worker_env
+from bench.procs import (
+    PYTHON,
+    ROOT,
+    GroupWatch,
+    Sampler,
+    service_pids,
+    start_worker,
+    stop,
+    wait_healthy,
+    worker_env,
+)
 from bench.profiles import Profile
 from cli.workload import CdcRecord, Record, Workload, WorkloadParams, debezium_mapping, debezium_records, generate
 from models.events import EntityKind
@@ -77,6 +87,7 @@ class Phase:
     ended: float = 0.0
     ended_epoch: float = 0.0
     settled: int = 0
+    before_ready: int = 0  # settled before the group was Stable with every member (not timed)
     lag: int = 0
     cpu: float = 0.0
     services_cpu: dict[str, float] = field(default_factory=dict)
@@ -214,7 +225,8 @@ class Run:
     def _start(self, plan: Plan, index: int) -> tuple[subprocess.Popen[bytes], Any]:
         log = self.work / f"{plan.name}-{index}.log"
         if plan.name == "causeway":
-            worker = start_worker(worker_env(plan.settings), log, wait=True)
+            # every worker starts at once and is waited for afterwards: the first to be up consumes alone
+            worker = start_worker(worker_env(plan.settings), log, wait=False)
             return worker.proc, worker
         cfg = ContenderConfig(
             name=plan.name,
@@ -324,7 +336,13 @@ class Run:
                     ingest = self._start_ingest(plan, source)
                     procs.append(ingest)
                     sampler.add(ingest.pid)
+                for handle in handles:
+                    if name == "causeway":
+                        wait_healthy(handle, 120)
                 a.ready = await watch.wait_ready(members, 120, lambda: all(pr.poll() is None for pr in procs))
+                # A member that joined early may have consumed while the others started (under load, for
+                # minutes): the clock starts at "every member Stable", so only what settles after counts.
+                a.before_ready = (await watch.progress()).done
                 a.cpu, a.services_cpu = sampler.cpu_now()
                 if self.py_spy and name == "causeway":
                     spies = [s for s in (self._attach_py_spy(pr.pid, name) for pr in procs) if s]
@@ -495,15 +513,16 @@ class Run:
             in_commits = sum(1 for key, t in visible.items() if key in preload and t <= a.ended_epoch)
             last = details["stats"][0] if details["stats"] else {}
             a.settled = max(a.settled, in_commits + last.get("bad", 0) + last.get("duplicates", 0))
-        rate = a.settled / preload_s if preload_s > 0 else 0.0
-        per_k = 1000.0 / a.settled if a.settled else 0.0
+        rate, timed = preload_rate(a.settled, a.before_ready, preload_s)
+        per_k = 1000.0 / timed if timed else 0.0
         return {
             "events_preloaded": len(preload),
             "events_settled": a.settled,
+            "events_settled_before_ready": a.before_ready,
             "capped": capped,
             "startup_s": round(a.ready - a.started, 2),
             "preload_s": round(preload_s, 2),
-            "events_per_s": round(rate, 1),
+            "events_per_s": rate,
             "latency_offered_rate": self.profile.latency_rate,
             "latency_records": len(paced),
             "latency_s": measure.quantiles(latencies),
@@ -567,6 +586,12 @@ class Run:
             "ratios": ratios(results),
         }
         return doc
+
+
+def preload_rate(settled: int, before_ready: int, seconds: float) -> tuple[float, int]:
+    """(events/s, events timed): only what settled between "every member Stable" and "drained" counts."""
+    timed = max(0, settled - before_ready)
+    return (round(timed / seconds, 1) if seconds > 0 else 0.0), timed
 
 
 def command_line(argv: Sequence[str]) -> str | None:

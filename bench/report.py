@@ -130,6 +130,7 @@ def scale_row(point: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
         "commit_mean_s": cw.get("commit_s", {}).get("mean") if cw else None,
         "commits_per_1k": cw.get("commits_per_1k_events"),
         "drained": bool(cw) and not cw.get("capped") and not cw.get("stalled"),
+        "settled_before_ready": cw.get("events_settled_before_ready", 0),
         "settled": settled,
     }
 
@@ -158,7 +159,12 @@ def scale_markdown(axis: str, rows: list[dict[str, Any]]) -> str:
             f"{_num(r['causeway_p99_s'], '{:.2f}')} / {_num(r['ceiling_p99_s'], '{:.2f}')}"
             f" at {_num(r['offered_rate'])}/s",
             f"{_num(r['commit_mean_s'], '{:.2f}')}, {_num(r['commits_per_1k'], '{}')}",
-            "yes" if r["drained"] else "**no**",
+            ("yes" if r["drained"] else "**no**")
+            + (
+                f" ({r['settled_before_ready']:,} settled before every worker was in: not timed)"
+                if r.get("settled_before_ready")
+                else ""
+            ),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

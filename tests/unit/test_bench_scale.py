@@ -10,7 +10,7 @@ import pytest
 
 import bench.__main__ as bench_main
 from bench.__main__ import axis_points
-from bench.harness import command_line
+from bench.harness import command_line, preload_rate
 from bench.measure import thin
 from bench.procs import ROOT, services_run_dir
 from bench.profiles import SCALE_AXES
@@ -123,3 +123,19 @@ def test_the_services_cpu_is_read_from_the_pid_files_of_the_checkout_that_starte
     main = Settings().replace(prometheus_sd_dir="/work/main/.causeway/run/prometheus-sd")
     assert services_run_dir(main) == Path("/work/main/.causeway/run")
     assert services_run_dir(Settings().replace(prometheus_sd_dir="")) == ROOT / ".causeway" / "run"
+
+
+def test_only_what_settles_once_every_worker_is_in_is_timed() -> None:
+    # Run 0f808919: the first of two workers drained 20,000 records alone while the second started;
+    # the old figure was 20,000 / 0.2 s = 96k events/s.
+    assert preload_rate(20_000, 19_950, 0.2) == (250.0, 50)
+    assert preload_rate(50_000, 0, 16.1) == (3105.6, 50_000)
+    assert preload_rate(10, 10, 0.0) == (0.0, 0)
+
+
+def test_a_point_says_how_much_settled_before_every_worker_was_in() -> None:
+    doc = _doc()
+    doc["contenders"]["causeway"]["events_settled_before_ready"] = 19_950
+    row = scale_row({"workers": 2}, doc)
+    assert row["settled_before_ready"] == 19_950
+    assert "(19,950 settled before every worker was in: not timed)" in scale_markdown("workers", [row])
