@@ -5,6 +5,7 @@
     python -m bench run --events 100000 --worlds 100 --contenders causeway,ceiling
     python -m bench scale --axis workers      # the scaling curve along one axis (one run per point)
     python -m bench scale --axis keys         # 1M and 5M keys in one world (bench.keys_seeded)
+    python -m bench scale --axis events --points 50000,500000 --latency-seconds 5   # other points
     python -m bench soak --minutes 30         # causeway under steady load: commit latency and RSS flat?
     python -m bench dedupe-memory --marks 10000000   # Redis bytes per applied-event mark
 
@@ -17,12 +18,13 @@ import argparse
 import asyncio
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import dedupe_memory
-from bench.harness import RESULTS, Run, save
+from bench.harness import RESULTS, Run, command_line, save
 from bench.profiles import CONTENDERS, PROFILES, SCALE_AXES
-from bench.report import markdown
+from bench.report import markdown, scale_markdown, scale_row
 
 
 def _add_overrides(ap: argparse.ArgumentParser) -> None:
@@ -113,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     scale = sub.add_parser("scale", help="the scaling curve: one run per point of an axis")
     _add_overrides(scale)
     scale.add_argument("--axis", required=True, choices=sorted(SCALE_AXES))
+    scale.add_argument(
+        "--points", help="comma-separated values of the axis's knob instead of its default points (e.g. 50000,500000)"
+    )
     soak = sub.add_parser("soak", help="causeway under steady load; reports whether commit latency and RSS stay flat")
     soak.add_argument("--minutes", type=float, default=30.0)
     soak.add_argument("--rate", type=int, default=2_000, help="events/s offered")
@@ -127,22 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         _run(_profile(args), args)
         return 0
     if args.cmd == "scale":
-        if args.profile == "small":
-            args.profile = "curve"
-        points = []
-        if args.axis == "keys":
-            from bench import keys_seeded
-
-            for point in SCALE_AXES["keys"]:
-                print(f"== keys: {point}", flush=True)
-                keys_seeded.main(["--keys", str(point["keys"]), "--out", str(args.out)])
-            return 0
-        for point in SCALE_AXES[args.axis]:
-            print(f"== {args.axis}: {point}", flush=True)
-            doc = _run(_profile(args, **point), args)
-            points.append({"point": point, "contenders": {k: _headline(v) for k, v in doc["contenders"].items()}})
-        print(json.dumps({"axis": args.axis, "points": points}, indent=2))
-        return 0
+        return _scale(args)
     if args.cmd == "soak":
         from bench.soak import soak_main
 
@@ -152,9 +142,57 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _headline(fig: dict) -> dict:
-    keys = ("events_per_s", "latency_s", "peak_rss_mb", "cpu_s_per_1k_events", "rewrite_amplification", "commit_s")
-    return {k: fig[k] for k in keys}
+def axis_points(axis: str, points: str | None) -> list[dict[str, object]]:
+    """The axis's points: its defaults, or ``--points`` (values of the axis's knob, e.g. ``50000,500000``)."""
+    if points is None:
+        return SCALE_AXES[axis]
+    try:
+        values = [int(v.replace("_", "")) for v in points.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"--points: not a list of integers: {points!r}") from None
+    if not values or min(values) < 1:
+        raise SystemExit(f"--points: give positive integers: {points!r}")
+    return [{axis: v} for v in values]
+
+
+def _scale(args: argparse.Namespace) -> int:
+    """One run per point; every point's figures are collected into one table (printed and saved)."""
+    if args.profile == "small":
+        args.profile = "curve"
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    rows = []
+    for point in axis_points(args.axis, args.points):
+        print(f"== {args.axis}: {point}", flush=True)
+        try:
+            doc = _keys_point(point, args) if args.axis == "keys" else _run(_profile(args, **point), args)
+        except (RuntimeError, TimeoutError) as exc:
+            # a point whose processes died or never formed a group: the other points still run
+            print(f"== {args.axis}: {point} FAILED: {exc}", flush=True)
+            rows.append({"point": point, "failed": str(exc)[:300]})
+            continue
+        rows.append(scale_row(point, doc))
+    table = scale_markdown(args.axis, rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = args.out / f"{started.replace(':', '').replace('-', '')}-scale-{args.axis}"
+    summary = {"axis": args.axis, "started": started, "command": command_line(sys.argv)}
+    base.with_suffix(".json").write_text(json.dumps(summary | {"points": rows}, indent=2, default=str))
+    base.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"scale: {base}.json\n       {base}.md")
+    return 0
+
+
+def _keys_point(point: dict[str, object], args: argparse.Namespace) -> dict:
+    """One keys point: ``bench.keys_seeded`` (a seeded world, then updates through Kafka); its result JSON."""
+    from bench import keys_seeded
+
+    before = set(args.out.glob("*-keys-seeded-*.json"))
+    argv = ["--keys", str(point["keys"]), "--out", str(args.out), "--updates", str(args.events or 100_000)]
+    if args.latency_rate:
+        argv += ["--latency-rate", str(args.latency_rate)]
+    keys_seeded.main(argv)
+    (new,) = set(args.out.glob("*-keys-seeded-*.json")) - before
+    return json.loads(new.read_text())
 
 
 if __name__ == "__main__":

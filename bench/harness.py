@@ -41,7 +41,17 @@ from aiokafka import AIOKafkaProducer
 
 from bench import cdc_latency, measure
 from bench.contender import ContenderConfig, quantiles_summary
-from bench.procs import PYTHON, ROOT, GroupWatch, Sampler, service_pids, start_worker, stop, worker_env
+from bench.procs import (
+    PYTHON,
+    ROOT,
+    GroupWatch,
+    Sampler,
+    service_pids,
+    start_worker,
+    stop,
+    wait_healthy,
+    worker_env,
+)
 from bench.profiles import Profile
 from cli.workload import CdcRecord, Record, Workload, WorkloadParams, debezium_mapping, debezium_records, generate
 from models.events import EntityKind
@@ -77,6 +87,7 @@ class Phase:
     ended: float = 0.0
     ended_epoch: float = 0.0
     settled: int = 0
+    before_ready: int = 0  # settled before the group was Stable with every member (not timed)
     lag: int = 0
     cpu: float = 0.0
     services_cpu: dict[str, float] = field(default_factory=dict)
@@ -261,7 +272,8 @@ class Run:
     def _start(self, plan: Plan, index: int) -> tuple[subprocess.Popen[bytes], Any]:
         log = self.work / f"{plan.name}-{index}.log"
         if plan.name == "causeway":
-            worker = start_worker(worker_env(plan.settings), log, wait=True)
+            # every worker starts at once and is waited for afterwards: the first to be up consumes alone
+            worker = start_worker(worker_env(plan.settings), log, wait=False)
             return worker.proc, worker
         cfg = ContenderConfig(
             name=plan.name,
@@ -346,6 +358,18 @@ class Run:
         # (offered rate, paced records, lag at the end, worker figures)
         extra_phases: list[tuple[int, Offsets, int, dict[str, Any]]] = []
         capped = stalled = False
+        load_start = _load_1m()
+        # (seconds since the group was ready, records settled, largest process's RSS MiB, all processes' MiB)
+        memory: list[tuple[float, int, float, float]] = []
+
+        def _memory_point(pr: Any) -> tuple[float, int, float, float]:
+            return (
+                round(time.monotonic() - a.ready, 1),
+                pr.done,
+                round(sampler.last_rss_per_process / 2**20, 1),
+                round((sampler.rss_series[-1][1] if sampler.rss_series else 0) / 2**20, 1),
+            )
+
         try:
             async with GroupWatch(self.base.kafka_bootstrap, plan.group, plan.topics, p.partitions) as watch:
                 members = p.workers if name == "causeway" else 1
@@ -360,7 +384,13 @@ class Run:
                     ingest = self._start_ingest(plan, source)
                     procs.append(ingest)
                     sampler.add(ingest.pid)
+                for handle in handles:
+                    if name == "causeway":
+                        wait_healthy(handle, 120)
                 a.ready = await watch.wait_ready(members, 120, lambda: all(pr.poll() is None for pr in procs))
+                # A member that joined early may have consumed while the others started (under load, for
+                # minutes): the clock starts at "every member Stable", so only what settles after counts.
+                a.before_ready = (await watch.progress()).done
                 a.cpu, a.services_cpu = sampler.cpu_now()
                 if self.py_spy and name == "causeway":
                     spies = [s for s in (self._attach_py_spy(pr.pid, name) for pr in procs) if s]
@@ -376,7 +406,9 @@ class Run:
                         self.base.kafka_bootstrap, f"{plan.group}-cdc", cdc_topics, p.partitions
                     ) as cdc_watch:
                         _, cdc_prog = await cdc_watch.wait_drained(timeout, alive, stall_after=stall)
-                a.ended, prog = await watch.wait_drained(timeout, alive, stall_after=stall)
+                a.ended, prog = await watch.wait_drained(
+                    timeout, alive, stall_after=stall, on_progress=lambda pr: memory.append(_memory_point(pr))
+                )
                 if cdc:
                     # records in = envelopes the ingest read; a stuck ingest leaves the change topics "drained"
                     prog = cdc_prog if prog.lag == 0 else prog
@@ -465,6 +497,8 @@ class Run:
             plan, preload, paced, a, b, capped, sampler, metrics_texts, summaries, handles, finished_epoch, extra_phases
         )
         figures["stalled"] = stalled
+        figures["load_avg_1m"] = [load_start, _load_1m()]  # this contender's start and end: compare the two
+        figures["memory_curve"] = measure.thin(memory, 60)
         return figures
 
     def _figures(
@@ -536,15 +570,16 @@ class Run:
             in_commits = sum(1 for key, t in visible.items() if key in preload and t <= a.ended_epoch)
             last = details["stats"][0] if details["stats"] else {}
             a.settled = max(a.settled, in_commits + last.get("bad", 0) + last.get("duplicates", 0))
-        rate = a.settled / preload_s if preload_s > 0 else 0.0
-        per_k = 1000.0 / a.settled if a.settled else 0.0
+        rate, timed = preload_rate(a.settled, a.before_ready, preload_s)
+        per_k = 1000.0 / timed if timed else 0.0
         return {
             "events_preloaded": len(preload),
             "events_settled": a.settled,
+            "events_settled_before_ready": a.before_ready,
             "capped": capped,
             "startup_s": round(a.ready - a.started, 2),
             "preload_s": round(preload_s, 2),
-            "events_per_s": round(rate, 1),
+            "events_per_s": rate,
             "latency_offered_rate": self.profile.latency_rate,
             "latency_records": len(paced),
             "latency_s": measure.quantiles(latencies),
@@ -577,7 +612,8 @@ class Run:
 
     async def run(self) -> dict[str, Any]:
         started = datetime.now(UTC)
-        self.log(f"run {self.unique}: profile {self.profile.name}, work dir {self.work}")
+        load_start = [round(x, 2) for x in os.getloadavg()]
+        self.log(f"run {self.unique}: profile {self.profile.name}, work dir {self.work}, load {load_start}")
         t0 = time.monotonic()
         wl = generate(self.params)
         lat = generate(self.latency_params)
@@ -596,10 +632,10 @@ class Run:
                 "id": self.unique,
                 "started": started.isoformat(timespec="seconds"),
                 "seconds": round(time.monotonic() - t0, 1),
-                "command": " ".join(["python -m bench", *sys.argv[1:]]) if sys.argv[0].endswith("bench") else None,
+                "command": command_line(sys.argv),
                 "profile": asdict(self.profile),
                 "workload": {"records": len(wl.records), "valid": len(wl.valid_events), "bad": wl.bad_count},
-                "machine": machine(),
+                "machine": machine() | {"load_avg_start": load_start},
                 "versions": versions(self.base),
                 "work_dir": str(self.work),
             },
@@ -607,6 +643,23 @@ class Run:
             "ratios": ratios(results),
         }
         return doc
+
+
+def preload_rate(settled: int, before_ready: int, seconds: float) -> tuple[float, int]:
+    """(events/s, events timed): only what settled between "every member Stable" and "drained" counts."""
+    timed = max(0, settled - before_ready)
+    return (round(timed / seconds, 1) if seconds > 0 else 0.0), timed
+
+
+def command_line(argv: Sequence[str]) -> str | None:
+    """``python -m bench …`` as typed, from ``sys.argv`` (whose first item is then bench/__main__.py)."""
+    if not argv or Path(argv[0]).parent.name != "bench" or Path(argv[0]).name != "__main__.py":
+        return None
+    return " ".join(["python -m bench", *argv[1:]])
+
+
+def _load_1m() -> float:
+    return round(os.getloadavg()[0], 2)
 
 
 def latency_of(paced: Offsets, visible: dict[Any, float], finished_epoch: float) -> tuple[list[float], int]:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from pyiceberg.exceptions import NoSuchTableError
@@ -244,3 +245,17 @@ def counter(texts: Iterable[str], name: str, label_filter: str = "") -> float:
             if m and m.group("name") == name and label_filter in (m.group("labels") or ""):
                 total += float(m.group("value"))
     return total
+
+
+# --- series ------------------------------------------------------------------------------------------
+
+
+def thin(series: Sequence[Any], points: int) -> list[Any]:
+    """At most ``points`` entries of ``series``, evenly spaced, the first and the last always kept
+    (a memory curve over a long drain is read for its shape, not every 0.2 s poll)."""
+    if len(series) <= points:
+        return list(series)
+    if points < 2:
+        return list(series[-points:]) if points == 1 else []
+    step = (len(series) - 1) / (points - 1)
+    return [series[round(i * step)] for i in range(points)]

@@ -202,14 +202,17 @@ class GroupWatch:
         alive: Callable[[], bool] | None = None,
         poll: float = 0.2,
         stall_after: float | None = None,
+        on_progress: Callable[[GroupProgress], None] | None = None,
     ) -> tuple[float, GroupProgress]:
         """Until the committed offsets reach every end, ``timeout`` passes, or nothing moved for
-        ``stall_after`` seconds; returns (time, last progress)."""
+        ``stall_after`` seconds; returns (time, last progress). ``on_progress`` sees every poll."""
         deadline = time.monotonic() + timeout
         progress = await self.progress()
         moved_at, done = time.monotonic(), progress.done
         while time.monotonic() < deadline:
             progress = await self.progress()
+            if on_progress is not None:
+                on_progress(progress)
             if progress.lag == 0:
                 return time.monotonic(), progress
             if progress.done != done:
@@ -238,8 +241,16 @@ class GroupWatch:
 # --- processes -----------------------------------------------------------------------------------
 
 
-def service_pids(run_dir: Path = ROOT / ".causeway" / "run") -> dict[str, int]:
+def services_run_dir(settings: Settings) -> Path:
+    """The folder of scripts/services.sh's pid files: the parent of the Prometheus discovery folder its
+    ``env`` exports — the services' checkout, also when the bench runs from another git worktree."""
+    sd = Path(settings.prometheus_sd_dir) if settings.prometheus_sd_dir else Path(".causeway/run/prometheus-sd")
+    return sd.parent if sd.is_absolute() else ROOT / sd.parent
+
+
+def service_pids(run_dir: Path | None = None) -> dict[str, int]:
     """Pids of the native services started by scripts/services.sh (for their CPU share), if readable."""
+    run_dir = run_dir or services_run_dir(Settings.from_env())
     out: dict[str, int] = {}
     for name in ("kafka", "nessie", "redis"):
         for candidate in (run_dir / f"{name}.server.pid", run_dir / f"{name}.pid"):
@@ -267,6 +278,7 @@ class Sampler:
     services: dict[str, int] = field(default_factory=dict)
     peak_rss: int = 0
     peak_rss_per_process: int = 0
+    last_rss_per_process: int = 0  # the largest process's RSS in the latest sample
     rss_series: list[tuple[float, int]] = field(default_factory=list)
     _cpu: dict[int, float] = field(default_factory=dict)
     _cpu0: dict[int, float] = field(default_factory=dict)
@@ -308,7 +320,7 @@ class Sampler:
             self.rss_series.append((round(time.monotonic() - t0, 2), total))
 
     def _sample(self) -> int:
-        total = 0
+        total = largest = 0
         with self._lock:
             pids = list(self.pids)
         for pid in pids:
@@ -320,10 +332,12 @@ class Sampler:
             except psutil.Error:
                 continue
             total += rss
+            largest = max(largest, rss)
             self.peak_rss_per_process = max(self.peak_rss_per_process, rss)
             self._cpu0.setdefault(pid, cpu)
             self._cpu[pid] = cpu
         self.peak_rss = max(self.peak_rss, total)
+        self.last_rss_per_process = largest
         return total
 
     def cpu_now(self) -> tuple[float, dict[str, float]]:

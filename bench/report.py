@@ -79,3 +79,92 @@ def markdown(doc: dict[str, Any]) -> str:
         parts = ", ".join(f"{k} {v}" for k, v in r.items())
         lines.append(f"- **{pair}**: {parts}")
     return "\n".join(lines) + "\n"
+
+
+# --- the scaling curve: one row per point of an axis -----------------------------------------------
+
+SCALE_HEAD = (
+    "| point | run | load 1m (start → end) | causeway events/s | ceiling events/s | **ratio** "
+    "| worker CPU s / 1k events (causeway / ceiling) | services CPU s / 1k (causeway run) "
+    "| worker CPU s, whole preload | peak RSS MiB (largest worker / all) | p99 e2e (s) at offered rate "
+    "(causeway / ceiling) | commit mean (s), commits / 1k | drained |"
+)
+
+
+def _num(value: Any, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def scale_row(point: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """The scaling figures of one point (a run's JSON): causeway against the ceiling of the same run."""
+    cs = doc["contenders"]
+    cw, cl = cs.get("causeway", {}), cs.get("ceiling", {})
+    loads = [c["load_avg_1m"] for c in cs.values() if c.get("load_avg_1m")]
+    machine = doc["run"].get("machine", {})
+    load = (
+        [loads[0][0], loads[-1][1]]
+        if loads
+        else [machine.get("load_avg_start", [None])[0], machine.get("load_avg", [None])[0]]
+    )
+    settled = cw.get("events_settled") or 0
+
+    def p99(fig: dict[str, Any]) -> float | None:
+        return fig.get("latency_s", {}).get("p99") if fig else None
+
+    return {
+        "point": point,
+        "run": doc["run"]["id"],
+        "load_1m": load,
+        "causeway_events_per_s": cw.get("events_per_s"),
+        "ceiling_events_per_s": cl.get("events_per_s"),
+        "ratio": doc.get("ratios", {}).get("causeway/ceiling", {}).get("events_per_s"),
+        "causeway_cpu_s_per_1k": cw.get("cpu_s_per_1k_events"),
+        "ceiling_cpu_s_per_1k": cl.get("cpu_s_per_1k_events"),
+        "services_cpu_s_per_1k": cw.get("services_cpu_s_per_1k_events", {}),
+        "causeway_cpu_s": round(cw["cpu_s_per_1k_events"] * settled / 1000, 1) if cw else None,
+        "worker_peak_rss_mb": cw.get("peak_rss_per_process_mb"),
+        "all_workers_peak_rss_mb": cw.get("peak_rss_mb"),
+        "offered_rate": cw.get("latency_offered_rate"),
+        "causeway_p99_s": p99(cw),
+        "ceiling_p99_s": p99(cl),
+        "commit_mean_s": cw.get("commit_s", {}).get("mean") if cw else None,
+        "commits_per_1k": cw.get("commits_per_1k_events"),
+        "drained": bool(cw) and not cw.get("capped") and not cw.get("stalled"),
+        "settled_before_ready": cw.get("events_settled_before_ready", 0),
+        "settled": settled,
+    }
+
+
+def scale_markdown(axis: str, rows: list[dict[str, Any]]) -> str:
+    """The axis's table, one row per point (what docs/benchmarks.md's scaling section shows)."""
+    lines = [f"Axis **{axis}**", "", SCALE_HEAD, "|" + " --- |" * (SCALE_HEAD.count(" | ") + 1)]
+    columns = SCALE_HEAD.count(" | ") + 1
+    for r in rows:
+        point = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in r["point"].items())
+        if "failed" in r:
+            lines.append(f"| {point} | **failed**: {r['failed']} |" + " |" * (columns - 2))
+            continue
+        svc = r["services_cpu_s_per_1k"]
+        cells = [
+            point,
+            f"`{r['run']}`",
+            " → ".join(_num(x, "{:.2f}") for x in r["load_1m"]),
+            _num(r["causeway_events_per_s"]),
+            _num(r["ceiling_events_per_s"]),
+            _num(r["ratio"], "**{:.2f}**"),
+            f"{_num(r['causeway_cpu_s_per_1k'], '{:.3f}')} / {_num(r['ceiling_cpu_s_per_1k'], '{:.3f}')}",
+            ", ".join(f"{k} {v:.3f}" for k, v in sorted(svc.items())) or "-",
+            _num(r["causeway_cpu_s"], "{:.1f}"),
+            f"{_num(r['worker_peak_rss_mb'])} / {_num(r['all_workers_peak_rss_mb'])}",
+            f"{_num(r['causeway_p99_s'], '{:.2f}')} / {_num(r['ceiling_p99_s'], '{:.2f}')}"
+            f" at {_num(r['offered_rate'])}/s",
+            f"{_num(r['commit_mean_s'], '{:.2f}')}, {_num(r['commits_per_1k'], '{}')}",
+            ("yes" if r["drained"] else "**no**")
+            + (
+                f" ({r['settled_before_ready']:,} settled before every worker was in: not timed)"
+                if r.get("settled_before_ready")
+                else ""
+            ),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
