@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pyiceberg.exceptions import NoSuchTableError
+
 from bench import measure
 from bench.harness import RESULTS, Run, machine, ratios, save, versions
 from bench.profiles import PROFILES
@@ -81,13 +83,72 @@ class Updates:
             yield Record(ev.kind, ev.key.encode(), ev.encode(), None)
 
 
+TABLES = (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE)
+
+
+def superseded(root: Path, catalog: NessieCatalog, branch: str, namespace: str) -> dict[str, dict[str, int]]:
+    """Per table, the Parquet bytes, rows and files on disk and those ``branch``'s snapshot still
+    references, for data and delete files (``delete-*.parquet``) apart: where rewrites come from."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, dict[str, int]] = {}
+    for table in TABLES:
+        row = {f"{kind}_{what}_{where}": 0 for kind in KINDS for what in MEASURES for where in ("disk", "live")}
+        for d in root.rglob(f"{table}_*"):
+            for f in d.rglob("*.parquet"):
+                kind = "deletes" if f.name.startswith("delete-") else "data"
+                row[f"{kind}_bytes_disk"] += f.stat().st_size
+                row[f"{kind}_rows_disk"] += pq.ParquetFile(f).metadata.num_rows
+                row[f"{kind}_files_disk"] += 1
+        try:
+            t = catalog.at(branch).load_table((namespace, table))
+        except NoSuchTableError:
+            out[table] = row
+            continue
+        deletes: dict[str, tuple[int, int]] = {}
+        for task in t.scan().plan_files():
+            row["data_bytes_live"] += task.file.file_size_in_bytes
+            row["data_rows_live"] += task.file.record_count
+            row["data_files_live"] += 1
+            for df in task.delete_files:
+                deletes[df.file_path] = (df.file_size_in_bytes, df.record_count)
+        row["deletes_bytes_live"] = sum(b for b, _ in deletes.values())
+        row["deletes_rows_live"] = sum(r for _, r in deletes.values())
+        row["deletes_files_live"] = len(deletes)
+        out[table] = row
+    return out
+
+
+KINDS = ("data", "deletes")
+MEASURES = ("bytes", "rows", "files")
+
+
+def superseded_since(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per table, what was written and what was superseded (on disk, no longer referenced) between two
+    :func:`superseded` readings."""
+    out = {}
+    for table, a in after.items():
+        b = before.get(table, {})
+        row: dict[str, int] = {}
+        for kind in KINDS:
+            for what in MEASURES:
+                disk, live = f"{kind}_{what}_disk", f"{kind}_{what}_live"
+                row[f"{kind}_{what}_written"] = a[disk] - b.get(disk, 0)
+                row[f"{kind}_{what}_superseded"] = (a[disk] - a[live]) - (b.get(disk, 0) - b.get(live, 0))
+        out[table] = row
+    return out
+
+
 class SeededRun(Run):
     """A run whose causeway world branch holds ``keys`` objects before its worker starts."""
 
-    def __init__(self, *args: Any, keys: int, seed_batch: int, layout: str = "default", **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, keys: int, seed_batch: int, layout: str = "default", buckets: int | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.keys, self.seed_batch, self.layout = keys, seed_batch, layout
+        self.keys, self.seed_batch, self.layout, self.buckets = keys, seed_batch, layout, buckets
         self.seed: dict[str, Any] = {}
+        self.seed_tables: dict[str, dict[str, int]] = {}
 
     def _branch_from_root(self, name: str) -> None:
         super()._branch_from_root(name)
@@ -95,7 +156,10 @@ class SeededRun(Run):
         if name != plan.settings.main_branch:
             return
         world = plan.settings.prod_world
-        committer = BatchCommitter(plan.settings, self.client)
+        # The seeding committer creates the tables, so its bucket count is the world's (the worker writes
+        # into tables that exist and keeps their spec).
+        settings = plan.settings if self.buckets is None else plan.settings.replace(projection_buckets=self.buckets)
+        committer = BatchCommitter(settings, self.client)
         started = time.monotonic()
         if self.layout == "none":
             # The layout before partitioning (unpartitioned, unsorted), for an A/B against the default:
@@ -126,6 +190,10 @@ class SeededRun(Run):
         live = measure.live_bytes(catalog, [name], self.base.namespace, (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE))
         self.seed = {"keys": self.keys, "seconds": round(time.monotonic() - started, 1)}
         self.seed |= {"data_bytes": wh.data_bytes, "live_bytes": live}
+        try:
+            self.seed_tables = superseded(measure.warehouse_path(plan.warehouse), catalog, name, self.base.namespace)
+        except Exception as exc:  # noqa: BLE001 - a breakdown is extra; the run goes on without it
+            self.log(f"[seed] no per-table breakdown: {exc!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,9 +210,17 @@ def main(argv: list[str] | None = None) -> int:
         default="default",
         help="causeway's table layout: the default, or unpartitioned and unsorted (the layout before issue 21)",
     )
+    ap.add_argument(
+        "--buckets",
+        type=int,
+        default=None,
+        help="buckets of a projection's key in the default layout (CAUSEWAY_PROJECTION_BUCKETS; 0: type only)",
+    )
     args = ap.parse_args(argv)
     profile = PROFILES["keys-1m"].with_(
-        name=f"keys-seeded-{args.keys}" + ("-unpartitioned" if args.layout == "none" else ""),
+        name=f"keys-seeded-{args.keys}"
+        + ("-unpartitioned" if args.layout == "none" else "")
+        + (f"-buckets{args.buckets}" if args.buckets is not None and args.layout == "default" else ""),
         events=args.updates,
         keys=args.keys,
         contenders=tuple(c.strip() for c in args.contenders.split(",") if c.strip()),
@@ -156,7 +232,13 @@ def main(argv: list[str] | None = None) -> int:
         update_share=1.0,
     )
     run = SeededRun(
-        profile, out_dir=args.out, keys=args.keys, seed_batch=args.seed_batch, layout=args.layout, log=print
+        profile,
+        out_dir=args.out,
+        keys=args.keys,
+        seed_batch=args.seed_batch,
+        layout=args.layout,
+        buckets=args.buckets,
+        log=print,
     )
     world = run.params.world_ids()[0]
     updates = Updates(world, args.keys, args.updates, profile.seed, f"{run.unique}-upd")
@@ -176,6 +258,21 @@ def main(argv: list[str] | None = None) -> int:
     if cw and run.seed and cw["bytes_ingested"]:
         since = max(0, cw["data_bytes_written"] - cw["live_bytes"] - (run.seed["data_bytes"] - run.seed["live_bytes"]))
         cw["rewrite_amplification_after_seed"] = round(since / cw["bytes_ingested"], 3)
+        plan = run.plan("causeway")
+        catalog = NessieCatalog.from_settings(plan.settings, plan.settings.main_branch, client=run.client)
+        try:
+            where = measure.warehouse_path(plan.warehouse)
+            end = superseded(where, catalog, plan.settings.main_branch, run.base.namespace)
+        except Exception as exc:  # noqa: BLE001 - the run's own figures still get saved
+            run.log(f"[causeway] no per-table breakdown: {exc!r}")
+        else:
+            per_table = superseded_since(run.seed_tables, end)
+            for row in per_table.values():
+                for kind in KINDS:
+                    row[f"{kind}_bytes_superseded_per_byte_ingested"] = round(
+                        row[f"{kind}_bytes_superseded"] / cw["bytes_ingested"], 4
+                    )
+            cw["superseded_after_seed_by_table"] = per_table
     doc = {
         "run": {
             "id": run.unique,
@@ -184,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": " ".join(["python -m bench.keys_seeded", *sys.argv[1:]]),
             "profile": {k: v for k, v in vars(profile).items()},
             "workload": {"records": args.updates, "valid": args.updates, "bad": 0},
-            "seed": run.seed | {"layout": args.layout},
+            "seed": run.seed | {"layout": args.layout, "buckets": args.buckets},
             "machine": machine(),
             "versions": versions(run.base),
             "work_dir": str(run.work),
@@ -195,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     json_path, md_path = save(doc, args.out)
     print(markdown(doc))
     print(json.dumps({"seed": run.seed, "rewrite_after_seed": cw and cw.get("rewrite_amplification_after_seed")}))
+    if cw:
+        print(json.dumps(cw.get("superseded_after_seed_by_table"), indent=1))
     print(f"results: {json_path}\n         {md_path}")
     return 0
 

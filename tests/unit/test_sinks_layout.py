@@ -280,3 +280,27 @@ def test_delete_files_are_merged_per_partition_not_across_them() -> None:
     # One partition at the limit: the smaller half of that partition only, never another's.
     files["d1-2"] = delete_file("d1-2", 1, 12)
     assert deletes_to_merge(files, files, 3) == ["d1-0", "d1-1"]
+
+
+def test_a_small_delete_file_carries_no_footer_overhead_and_reads_back(tmp_path: Path) -> None:
+    """A partitioned flush writes one delete file per partition: its fixed bytes count per partition."""
+    import pyarrow.parquet as pq
+    from pyiceberg.io import load_file_io
+    from pyiceberg.io.pyarrow import _read_deletes
+
+    from sinks.rowdelta import write_position_deletes
+
+    io = load_file_io({}, f"file://{tmp_path}")
+    data = [
+        f"file://{tmp_path}/data/object_type_id=person/object_pk_bucket_4={b}/{b:05d}-0-abc.parquet" for b in range(2)
+    ]
+    written = write_position_deletes(
+        io, f"file://{tmp_path}/delete-1.parquet", {data[0]: range(0, 550, 2), data[1]: [7]}
+    )
+    assert written is not None
+    meta = pq.ParquetFile(tmp_path / "delete-1.parquet").metadata
+    assert b"ARROW:schema" not in (meta.metadata or {})
+    assert meta.row_group(0).column(0).statistics is None  # file_path: the manifest holds its bounds
+    assert written.file_size_in_bytes < 1600  # 2,698 bytes with the Arrow schema and file_path statistics
+    back = _read_deletes(io, written)
+    assert back[data[0]].to_pylist() == list(range(0, 550, 2)) and back[data[1]].to_pylist() == [7]
