@@ -56,7 +56,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
-from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound
+from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound, TableUnreadable
 from sinks.nessie import IcebergTable, Namespace, Operation, SyncNessieClient
 
 if TYPE_CHECKING:
@@ -415,7 +415,14 @@ class NessieCatalog(MetastoreCatalog):
         metadata = self._pinned_metadata.get(location)  # metadata files are immutable
         if metadata is None:
             io = load_file_io(self.properties, location)
-            metadata = FromInputFile.table_metadata(io.new_input(location))
+            try:
+                metadata = FromInputFile.table_metadata(io.new_input(location))
+            except FileNotFoundError as exc:
+                # The branch points at a file that is gone (deleted, warehouse directory removed):
+                # not an outage, no retry brings it back (sinks.errors.TableUnreadable).
+                raise TableUnreadable(
+                    f"table {'.'.join(key)} on {self.read_ref}: metadata file missing: {location}", path=location
+                ) from exc
             if self.staging:
                 self._pinned_metadata[location] = metadata
         return metadata, location, content.id
