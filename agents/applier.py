@@ -394,7 +394,8 @@ class Applier:
         if self._recent_event_ids is None:
             return
         recent = self._recent_event_ids
-        read = partial(_readable, partial(recent, world), [])
+        none: list[str] = []
+        read = partial(_readable, partial(recent, world), none)
         ids = await self._retry(f"mark repair for world {world}", read, "nessie")
         # In slices: a branch whose newest commits are big (a bulk load, a rebuild) can hold a
         # million ids, and one call that size held the event loop and Redis long enough to lose
