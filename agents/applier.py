@@ -27,7 +27,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from agents import faults
 from agents.batching import BatchAccumulator
@@ -42,14 +42,24 @@ from models.events import EntityKind, Invalid, decode
 from monitoring.metrics import Dependency, Metrics
 from sinks.committed_offsets import PartitionId, Source
 from sinks.committer import Batch, CommitOutcome
-from sinks.errors import NessieAuthError, NessieConflict, NessieNotFound, NessieUnavailable, RetriesExhausted
+from sinks.errors import (
+    NessieAuthError,
+    NessieConflict,
+    NessieNotFound,
+    NessieUnavailable,
+    RetriesExhausted,
+    TableUnreadable,
+)
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 UNKNOWN_WORLD = "unknown-world"
 STALE_VERSION = "stale-version"
 COMMIT_FAILED = "commit-failed"
+#: The world's branch points at table files that are gone (``sinks.errors.TableUnreadable``).
+WORLD_UNREADABLE = "world-unreadable"
 
 #: Failures a flush waits out (retried with backoff for as long as they last): Nessie or the
 #: warehouse unreachable, an unknown outcome, OCC contention. Any other error is taken as a
@@ -59,6 +69,17 @@ TRANSIENT: tuple[type[BaseException], ...] = (NessieUnavailable, NessieConflict,
 
 #: While a dependency keeps failing, ``Applier._retry`` asks ``keep_trying`` at least this often.
 GIVE_UP_CHECK_S = 0.25
+
+
+async def _readable(read: Callable[[], Awaitable[T]], empty: T) -> T:
+    """A branch read (mark repair, cause lookup) of a world whose files are missing answers
+    ``empty``: its events are dead-lettered at commit (``world-unreadable``), and a
+    FileNotFoundError left to ``_retry`` (an OSError) would hold the lock until give-up."""
+    try:
+        return await read()
+    except (TableUnreadable, FileNotFoundError) as exc:
+        log.warning("branch read failed, a file is missing: %s", exc)
+        return empty
 
 
 class StepAbandoned(WorkerError):
@@ -154,6 +175,9 @@ class Applier:
         self._recent_event_ids = recent_event_ids
         self.commit_failure_attempts = commit_failure_attempts
         self._repaired: set[str] = set()
+        # Worlds whose last flush found their files missing: one commit attempt per flush, not
+        # ``commit_failure_attempts`` with backoff, until a commit succeeds (the world was repaired).
+        self._unreadable: set[str] = set()
         # The intake's last poll was not full: buffered batches are flushed without waiting.
         self.idle = False
         # Pipelined (the worker): due worlds commit in the background, the lock released meanwhile.
@@ -370,7 +394,9 @@ class Applier:
         if self._recent_event_ids is None:
             return
         recent = self._recent_event_ids
-        ids = await self._retry(f"mark repair for world {world}", lambda: recent(world), "nessie")
+        none: list[str] = []
+        read = partial(_readable, partial(recent, world), none)
+        ids = await self._retry(f"mark repair for world {world}", read, "nessie")
         # In slices: a branch whose newest commits are big (a bulk load, a rebuild) can hold a
         # million ids, and one call that size held the event loop and Redis long enough to lose
         # the consumer group's heartbeat (seen at 1M ids: the worker settled nothing for 60 s).
@@ -444,7 +470,8 @@ class Applier:
                 due[ref[0]].add(ref[1])
                 self._cause_checked[ref] = now
         for world, ids in due.items():
-            found = await self._retry(f"cause lookup in world {world}", partial(lookup, world, ids), "nessie")
+            read = partial(_readable, partial(lookup, world, ids), set())
+            found = await self._retry(f"cause lookup in world {world}", read, "nessie")
             if found:
                 refs = [(world, i) for i in found]
                 await self._retry("redis mark", partial(self.marks.mark, refs), "redis")
@@ -574,7 +601,7 @@ class Applier:
                 raise  # an outage or contention: wait it out, however long
             except Exception as exc:  # noqa: BLE001 - anything else fails the same way every time
                 failures.append(exc)
-                if len(failures) >= self.commit_failure_attempts:
+                if len(failures) >= (1 if world in self._unreadable else self.commit_failure_attempts):
                     return exc
                 raise
 
@@ -588,6 +615,10 @@ class Applier:
                 retries_exhausted=isinstance(exc, RetriesExhausted),
             ),
         )
+        if isinstance(outcome, TableUnreadable):
+            await self._dead_letter_unreadable(world, items, outcome, len(failures), failed)
+            return
+        self._unreadable.discard(world)
         if isinstance(outcome, Exception):
             if len(items) > 1:
                 half = len(items) // 2
@@ -666,6 +697,19 @@ class Applier:
             outcome.seconds,
         )
         await self._drain_gate()
+
+    async def _dead_letter_unreadable(
+        self, world: str, items: list[Arrival], exc: TableUnreadable, attempts: int, failed: set[tuple[str, str]]
+    ) -> None:
+        """Every event of a world whose files are missing is dead-lettered (no halving: none can
+        land), never marked; the other worlds' flushes go on. Redrive after repairing the world."""
+        if world not in self._unreadable:
+            log.error("world %s is unreadable (%s): dead-lettering its events (%s)", world, exc.path, exc)
+        self._unreadable.add(world)
+        detail = f"world {world!r} cannot be read: file missing: {exc.path} ({attempts} attempt(s))"
+        failed |= {a.ref for a in items}
+        await self._publish_dead([self._letter(a, WORLD_UNREADABLE, detail) for a in items])
+        self.gate.abandoned([a.ref for a in items])
 
     async def _retry(
         self,

@@ -47,7 +47,9 @@ EVENT_KEY_PREFIX = "causeway:dead-id:"
 
 #: Reasons that are decisions about a valid event (not about its bytes): recorded per event id too.
 #: The applier's own codes are literals here (it imports this module); a unit test keeps them equal.
-EVENT_REASONS = frozenset({CAUSE_MISSING, CAUSAL_CYCLE, SELF_CAUSED, "unknown-world", "stale-version", "commit-failed"})
+EVENT_REASONS = frozenset(
+    {CAUSE_MISSING, CAUSAL_CYCLE, SELF_CAUSED, "unknown-world", "stale-version", "commit-failed", "world-unreadable"}
+)
 
 #: Values of a decision key: written before the publish, then after the broker confirmed it.
 CONFIRMED = b"1"

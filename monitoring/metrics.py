@@ -64,7 +64,7 @@ DEAD_LETTER_REASONS = (
     "bad-characters", "bad-timestamp", "bad-world-id", "empty-field", "field-too-long", "malformed-json",
     "missing-after", "missing-field", "negative-number", "not-an-object", "number-too-large", "oversized",
     "self-caused", "tombstone", "wrong-topic", "wrong-type", "cause-missing", "causal-cycle",
-    "stale-version", "unknown-world", "commit-failed",
+    "stale-version", "unknown-world", "commit-failed", "world-unreadable",
 )  # fmt: skip
 _REASON = re.compile(r"[a-z0-9][a-z0-9_.-]{0,47}")
 

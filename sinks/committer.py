@@ -119,7 +119,7 @@ from sinks.committed_offsets import (
     tp_name,
 )
 from sinks.compaction import Compaction
-from sinks.errors import NessieError, RetriesExhausted
+from sinks.errors import NessieError, RetriesExhausted, TableUnreadable
 from sinks.flush_stats import FlushStats
 from sinks.logcompact import compact_log
 from sinks.nessie import SyncNessieClient
@@ -246,7 +246,8 @@ class BatchCommitter:
         """Commit ``batch`` to its world's branch exactly once, or raise (then ack nothing).
 
         Raises RetriesExhausted after ``commit_retries`` conflicts, NessieError for anything a
-        retry cannot fix (missing branch, bad request, unreachable Nessie).
+        retry cannot fix (missing branch, bad request, unreachable Nessie), TableUnreadable when a
+        file the branch points at is missing from the warehouse.
         """
         branch = self.naming.branch(batch.world_id)
         started = time.monotonic()
@@ -259,14 +260,20 @@ class BatchCommitter:
             return self._landed(batch, branch, found, attempts)
 
         on_retry = self.on_retry
-        outcome = self.occ.run(
-            branch,
-            attempt,
-            what=f"batch {batch.batch_id} for world {batch.world_id}",
-            commit_id=batch.batch_id,
-            landed=landed,
-            on_retry=None if on_retry is None else (lambda reason: on_retry(batch.world_id, reason)),
-        )
+        try:
+            outcome = self.occ.run(
+                branch,
+                attempt,
+                what=f"batch {batch.batch_id} for world {batch.world_id}",
+                commit_id=batch.batch_id,
+                landed=landed,
+                on_retry=None if on_retry is None else (lambda reason: on_retry(batch.world_id, reason)),
+            )
+        except FileNotFoundError as exc:
+            # A manifest list or manifest of the branch is gone (the metadata JSON is caught by the
+            # catalog): the world cannot be read, an OSError retry would spin until give-up.
+            path = exc.filename or str(exc)
+            raise TableUnreadable(f"world {batch.world_id} on {branch}: file missing: {path}", path=path) from exc
         return _finish(outcome, started)
 
     async def commit_batch_async(self, batch: Batch) -> CommitOutcome:

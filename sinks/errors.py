@@ -99,6 +99,16 @@ class BranchMissing(NessieNotFound, CommitError):
     """The branch a commit was to go to does not exist (the world was never created or was deleted)."""
 
 
+class TableUnreadable(StorageError):
+    """A file the branch's tables point at (metadata JSON, manifest list, manifest) is missing from
+    the warehouse: deleted files, a removed warehouse directory. No retry brings it back; the world
+    must be repaired (files restored, or the branch rolled back or re-created). ``path``: the file."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 _BY_STATUS: dict[int, type[NessieError]] = {
     400: NessieBadRequest,
     401: NessieAuthError,

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from sinks.committer import BatchCommitter
+from sinks.nessie import SyncNessieClient
 from sinks.readback import read_world
 from streams.settings import Settings
 from tests.fakes import FakeMarks as Marks
@@ -78,22 +79,29 @@ async def test_a_producer_retry_of_an_applied_event_with_its_mark_lost_is_a_dupl
     assert read_world(eo_settings, world).event_ids["A"] == 1
 
 
+@pytest.mark.parametrize("how", ["mark-lost", "fork"])
 async def test_a_cause_applied_on_the_branch_but_unknown_to_redis_releases_its_effect(
-    world: str, eo_settings: Settings
+    how: str, world: str, eo_settings: Settings, client: SyncNessieClient
 ) -> None:
-    """Case 5: the cause's mark expired or was lost (or the world is a fork): the log decides."""
+    """Case 5: the cause's mark expired or was lost, or the effect's world is a fork made after the
+    cause landed (a fork inherits history, not marks): the log decides."""
     marks, dlq, clock = Marks(), Dlq(), Clock()
     first = applier(eo_settings, marks, dlq, clock)
     await first.process([rec(world, 0, "C", "c")])
-    marks.marked.clear()  # TTL expiry or Redis data loss
+    target = world
+    if how == "mark-lost":
+        marks.marked.clear()  # TTL expiry or Redis data loss
+    else:
+        target = f"{world}f"
+        client.create_branch(f"world-{target}", client.get_reference(f"world-{world}"))
     second = applier(eo_settings, marks, dlq, clock)
-    await second.process([rec(world, 1, "E", "e", caused_by="C")])
-    assert second.gate.is_parked((world, "E"))
+    await second.process([rec(target, 1, "E", "e", caused_by="C")])
+    assert second.gate.is_parked((target, "E"))
     clock.now += 1.5  # past the lookup grace, far from the causal timeout
     acks = await second.tick()
     assert not dlq.letters and acks == ["h1"]
-    assert (world, "C") in marks.marked  # the mark is repaired
-    assert set(read_world(eo_settings, world).event_ids) == {"C", "E"}
+    assert (target, "C") in marks.marked  # the mark is repaired
+    assert set(read_world(eo_settings, target).event_ids) == {"C", "E"}
 
 
 async def test_a_near_limit_bad_record_is_dead_lettered_without_its_value_and_the_worker_goes_on(

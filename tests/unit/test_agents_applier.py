@@ -7,7 +7,7 @@ import time
 from agents.applier import RawRecord
 from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
 from sinks.committer import Batch, CommitOutcome
-from tests.fakes import FakeCommitter, event, make, rec
+from tests.fakes import FakeCommitter, FakeWorlds, event, make, rec
 
 
 async def test_good_bad_and_waiting_events_ack_in_offset_order() -> None:
@@ -194,3 +194,53 @@ async def test_an_exhausted_commit_is_counted_by_type_whatever_the_subclass() ->
     fail_first(committer, MergeGaveUp("gave up after 9 attempts"))
     assert await applier.process([rec(0, event(1))]) == ["h0"]
     assert seen == [True]  # before: the class-name check saw "MergeGaveUp" and counted a plain failure
+
+
+async def test_a_world_whose_files_are_missing_is_dead_lettered_and_other_worlds_flow() -> None:
+    """A world whose branch points at deleted metadata: its events go to the DLQ (world-unreadable,
+    the path in the detail), never marked; the other world lands. Before: FileNotFoundError is an
+    OSError, retried as an outage until give-up, holding every world (here: the timeout)."""
+    import asyncio
+
+    from sinks.errors import TableUnreadable
+
+    applier, committer, dlq, marks = make()
+    real_commit = committer.commit_batch_async
+    gone = "file:///wh/broken/metadata/00001.metadata.json"
+    attempts: list[str] = []
+
+    async def unreadable_broken(batch: Batch) -> CommitOutcome:
+        attempts.append(batch.world_id)
+        if batch.world_id == "broken":
+            raise TableUnreadable(f"metadata file missing: {gone}", path=gone)
+        return await real_commit(batch)
+
+    async def recent_ids(world: str) -> list[str]:
+        if world == "broken":  # mark repair reads the branch first; pyiceberg's own error
+            raise FileNotFoundError(f"Cannot open file, does not exist: {gone}")
+        return []
+
+    class TwoWorlds(FakeWorlds):
+        async def exists(self, world_id: str) -> bool:
+            return world_id in ("prod", "broken")
+
+    committer.commit_batch_async = unreadable_broken  # type: ignore[method-assign]
+    applier._recent_event_ids = recent_ids
+    applier.worlds = TwoWorlds()
+    records = [rec(0, event(0, "broken")), rec(1, event(1)), rec(2, event(2, "broken", caused_by="e0"))]
+    acks = await asyncio.wait_for(applier.process(records), timeout=10)
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e1"]
+    # e2 was released behind e0 into the same batch: the same world, the same reason.
+    assert sorted((d.event_id, d.reason) for d in dlq.letters) == [
+        ("e0", "world-unreadable"),
+        ("e2", "world-unreadable"),
+    ]
+    assert gone in next(d.detail for d in dlq.letters if d.event_id == "e0")
+    assert marks.marked == {("prod", "e1")}
+    assert acks == ["h0", "h1", "h2"]
+    # Known unreadable: the next batch costs one attempt, not commit_failure_attempts with backoff.
+    before = attempts.count("broken")
+    await asyncio.wait_for(applier.process([rec(3, event(3, "broken"))]), timeout=10)
+    assert attempts.count("broken") == before + 1
+    assert [d.reason for d in dlq.letters if d.event_id == "e3"] == ["world-unreadable"]
+    assert ("broken", "e3") not in marks.marked

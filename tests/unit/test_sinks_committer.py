@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from models.events import ChangeEvent, ChangeType
@@ -217,3 +219,22 @@ def test_truncate_then_toast_unchanged_update_in_one_batch_does_not_copy_pre_tru
     p = projection.plan([ev("t", "*", "TRUNCATE", 0, typ="T"), update], {("T", "k"): projection.Stored(4)})
     assert ("T", "k") in p.rows and ("T", "k") in p.remove
     assert projection.needs_stored_properties(p) == set()  # the stored row was truncated away
+
+
+def test_a_table_whose_metadata_file_is_gone_is_unreadable_not_an_os_error(tmp_path: Path) -> None:
+    """The branch points at a deleted metadata JSON: TableUnreadable with the path (never retried
+    as an outage). Before: pyiceberg's FileNotFoundError, an OSError the applier retried forever."""
+    from sinks.catalog import NessieCatalog
+    from sinks.errors import TableUnreadable
+    from sinks.nessie import IcebergTable
+
+    gone = f"file://{tmp_path}/onto/entity_events/metadata/00001.metadata.json"
+
+    class Contents:
+        def get_contents(self, ref: str, keys: list[tuple[str, ...]]) -> dict[tuple[str, ...], IcebergTable]:
+            return {k: IcebergTable(gone, id="c1") for k in keys}
+
+    cat = NessieCatalog(client=Contents(), ref="world-broken", warehouse=f"file://{tmp_path}")  # type: ignore[arg-type]
+    with pytest.raises(TableUnreadable) as err:
+        cat.load_table(("onto", "entity_events"))
+    assert err.value.path == gone and not isinstance(err.value, OSError)
