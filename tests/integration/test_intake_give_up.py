@@ -10,43 +10,20 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from agents.applier import Applier
-from agents.intake import ChangeIntake
 from cli.workload import generate
-from monitoring.metrics import Metrics
 from streams.settings import Settings
 from streams.topics import ensure_topics
-from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, NessieDown, event
+from tests.fakes import FakeCommitter, NessieDown, event
+from tests.integration.intake_fixtures import intake, until
 from tests.integration.pipeline import Pipeline, assert_matches_model
 from tests.integration.proxy import proxied
 
 pytestmark = pytest.mark.integration
-
-
-def intake(settings: Settings, committer: FakeCommitter | NessieDown) -> ChangeIntake:
-    applier = Applier(
-        settings,
-        marks=FakeMarks(),
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=FakeWorlds(),
-        metrics=Metrics(),
-        pipelined=True,
-    )
-    return ChangeIntake(settings, applier)
-
-
-async def until(check: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not reached in time"
-        await asyncio.sleep(0.1)
 
 
 async def test_a_worker_stuck_on_a_failing_commit_lets_a_rebalance_and_its_stop_through(

@@ -10,41 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 
-from agents.applier import Applier
-from agents.intake import ChangeIntake
 from agents.kafka_loop import KafkaLoop
-from monitoring.metrics import Metrics
 from streams.settings import Settings
 from streams.topics import ensure_topics
-from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event
+from tests.fakes import FakeCommitter, event
+from tests.integration.intake_fixtures import intake, until
 
 pytestmark = pytest.mark.integration
-
-
-def intake(settings: Settings, committer: FakeCommitter) -> ChangeIntake:
-    applier = Applier(
-        settings,
-        marks=FakeMarks(),
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=FakeWorlds(),
-        metrics=Metrics(),
-        pipelined=True,
-    )
-    return ChangeIntake(settings, applier)
-
-
-async def until(check: Callable[[], bool], seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_a_stop_while_the_assign_listener_runs_does_not_wait_for_the_shutdown_timeout(
