@@ -282,8 +282,13 @@ class Applier:
 
     @property
     def backpressure(self) -> bool:
-        # Batches keep growing while their world's commit is in flight: bound them too.
-        return self.gate.full or self.batches.size() >= 3 * self.settings.batch_max_events
+        # Batches keep growing while their world's commit is in flight: bound them too. Records wait
+        # for their ack behind the oldest unsettled offset of their partition: bound those as well.
+        return (
+            self.gate.full
+            or self.batches.size() >= 3 * self.settings.batch_max_events
+            or sum(map(len, self._handles.values())) >= self.settings.max_unacked_records
+        )
 
     # --- steps ----------------------------------------------------------------------------------
 

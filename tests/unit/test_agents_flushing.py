@@ -144,6 +144,16 @@ def test_backpressure_bounds_buffered_batches() -> None:
     assert applier.backpressure
 
 
+async def test_backpressure_bounds_records_held_until_their_ack() -> None:
+    # Records parked behind a cause hold back every later record of their partition: the intake
+    # kept reading (a 5,000/s soak held 289k records, 1.76 GiB RSS). Failed before: no backpressure.
+    applier, _ = pipelined()
+    applier.settings = applier.settings.replace(max_unacked_records=3)
+    await applier.process([rec(i, "wa", i, caused_by="not-yet-seen") for i in range(3)])
+    assert applier.tracker.in_flight() == 3
+    assert applier.backpressure
+
+
 # --- the commit budget ----------------------------------------------------------------------------
 
 
