@@ -390,7 +390,9 @@ class Run:
                 a.ready = await watch.wait_ready(members, 120, lambda: all(pr.poll() is None for pr in procs))
                 # A member that joined early may have consumed while the others started (under load, for
                 # minutes): the clock starts at "every member Stable", so only what settles after counts.
-                a.before_ready = (await watch.progress()).done
+                # One member has no one to wait for: what it settled while the group formed counts (a
+                # small preload may be drained by then, which would leave nothing timed).
+                a.before_ready = (await watch.progress()).done if members > 1 else 0
                 a.cpu, a.services_cpu = sampler.cpu_now()
                 if self.py_spy and name == "causeway":
                     spies = [s for s in (self._attach_py_spy(pr.pid, name) for pr in procs) if s]
