@@ -112,6 +112,16 @@ class IdempotentExecutor:
             fence = int(await self.redis.incr(f"{self.prefix}:idem:fence"))
             token = f"{fence}|{fp}"
             if await self.redis.set(lock_key, token, nx=True, px=self.lease_ms):
+                # Looked again under the lock: a holder may have stored its outcome and released the
+                # lock between our first look and our lock (it stores before it releases).
+                try:
+                    found = await self._answer(result_key, fp)
+                except BaseException:
+                    await self.redis.eval(_RELEASE, 1, lock_key, token)
+                    raise
+                if found is not None:
+                    await self.redis.eval(_RELEASE, 1, lock_key, token)
+                    return found
                 return await self._hold(lock_key, result_key, token, fp, fence, action)
             holder = await self.redis.get(lock_key)
             if holder is not None and _text(holder).partition("|")[2] != fp:

@@ -103,3 +103,38 @@ async def test_a_concurrent_caller_waits_then_gets_in_flight(executor: Idempoten
     with pytest.raises(KeyReused):
         await executor.run("who", "k", "fp-other", slow)
     assert (await holder).response == b"done"
+
+
+async def test_a_result_stored_between_a_callers_look_and_its_lock_is_returned_not_run_again(
+    executor: IdempotentExecutor, redis_url: str
+) -> None:
+    """B looks for a stored result (none yet); A finishes, stores and releases the lock; B then takes
+    the lock. Before, B ran the action a second time (seen in CI as two different answers to one
+    MergeWorld key: "merged", then "nothing-to-merge"); now B answers with A's stored outcome."""
+    r = aioredis.Redis.from_url(redis_url)
+    other = IdempotentExecutor(r, executor.prefix, ttl_s=60, lease_s=0.3, wait_s=5.0)
+    runs: list[str] = []
+
+    async def act(name: str) -> bytes:
+        runs.append(name)
+        return name.encode()
+
+    looked = executor._answer  # noqa: SLF001
+    first = True
+
+    async def look_then_a_finishes(result_key: str, fp: str) -> object:
+        nonlocal first
+        found = await looked(result_key, fp)
+        if first:
+            first = False
+            assert found is None
+            await other.run("who", "race", "fp", lambda: act("A"))  # A runs, stores, releases
+        return found
+
+    executor._answer = look_then_a_finishes  # type: ignore[method-assign]  # noqa: SLF001
+    try:
+        b = await executor.run("who", "race", "fp", lambda: act("B"))
+    finally:
+        await r.aclose()
+    assert runs == ["A"], runs
+    assert b.replayed and b.response == b"A"
