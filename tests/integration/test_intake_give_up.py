@@ -13,13 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from cli.workload import generate
 from streams.settings import Settings
-from streams.topics import ensure_topics
-from tests.fakes import FakeCommitter, NessieDown, event
-from tests.integration.intake_fixtures import intake, until
+from tests.fakes import FakeCommitter, NessieDown
+from tests.integration.intake_fixtures import intake, one_partition_group, until
 from tests.integration.pipeline import Pipeline, assert_matches_model
 from tests.integration.proxy import proxied
 
@@ -34,24 +32,7 @@ async def test_a_worker_stuck_on_a_failing_commit_lets_a_rebalance_and_its_stop_
     so the group's rebalance stalled until the broker evicted A (its poll interval, 5 minutes).
     Now A's step gives up, the rebalance completes, A stops long before its shutdown timeout, and B
     commits both events from offset 0: A acked nothing."""
-    s = settings.replace(
-        app_id=f"giveup-{unique}",
-        objects_topic=f"objects-giveup-{unique}",
-        links_topic=f"links-giveup-{unique}",
-        dlq_topic=f"dlq-giveup-{unique}",
-        topic_partitions=1,
-        batch_max_events=100,
-        batch_max_seconds=0.0,
-        shutdown_timeout_s=120.0,
-    )
-    await ensure_topics(s)
-    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
-    await producer.start()
-    try:
-        for n in (0, 1):
-            await producer.send_and_wait(s.objects_topic, event(n), key=f"prod::p{n}".encode(), partition=0)
-    finally:
-        await producer.stop()
+    s = await one_partition_group(settings, "giveup", unique, events=2)
     down, healthy = NessieDown(), FakeCommitter()
     a, b = intake(s, down), intake(s, healthy)
     await a.start()

@@ -13,13 +13,13 @@ import time
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
 from agents.kafka_loop import KafkaLoop
 from streams.settings import Settings
 from streams.topics import ensure_topics
-from tests.fakes import FakeCommitter, event
-from tests.integration.intake_fixtures import intake, until
+from tests.fakes import FakeCommitter
+from tests.integration.intake_fixtures import intake, one_partition_group, until
 
 pytestmark = pytest.mark.integration
 
@@ -31,23 +31,7 @@ async def test_a_stop_while_the_assign_listener_runs_does_not_wait_for_the_shutd
     Before, A closed its consumer while holding its lock, and the close waited for the coordination
     task, itself waiting for that lock in the listener: the stop hung until the shutdown timeout
     (120 s here). Now it takes seconds, and A acked the event it committed before leaving."""
-    s = settings.replace(
-        app_id=f"stopreb-{unique}",
-        objects_topic=f"objects-stopreb-{unique}",
-        links_topic=f"links-stopreb-{unique}",
-        dlq_topic=f"dlq-stopreb-{unique}",
-        topic_partitions=1,
-        batch_max_events=100,
-        batch_max_seconds=0.0,
-        shutdown_timeout_s=120.0,
-    )
-    await ensure_topics(s)
-    producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap)
-    await producer.start()
-    try:
-        await producer.send_and_wait(s.objects_topic, event(0), key=b"prod::p0", partition=0)
-    finally:
-        await producer.stop()
+    s = await one_partition_group(settings, "stopreb", unique, events=1)
     a_commits, b_commits = FakeCommitter(), FakeCommitter()
     a, b = intake(s, a_commits), intake(s, b_commits)
     assigning, go_on = asyncio.Event(), asyncio.Event()
