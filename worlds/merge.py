@@ -25,7 +25,9 @@ both                  all live, S != T            MODIFY_MODIFY; FIELD_LEVEL mer
                                                   property and only the properties both sides
                                                   set to different values conflict
 link live in result   an endpoint pk deleted by   ORPHAN_LINK
-                      the other side
+                      the other side (for a link
+                      both sides changed, the
+                      same or merged: either)
 ====================  ==========================  =========================================
 
 The first word of a conflict type is the source's change, the second the target's, so merging B
@@ -497,18 +499,21 @@ def merge(
     # restores the endpoints) or deletes it.
     settle: dict[Key, State] = {}
     orphan_conflicts: list[tuple[Conflict, bool]] = []
+    # A link both sides hold can be orphaned from both sides (each deleted another endpoint): it
+    # is kept only if every one of its orphan conflicts keeps it, and only then are endpoints restored.
+    dropped: set[Key] = set()
+    restore: dict[Key, dict[Key, State]] = {}
     for link_key, endpoints, link_side, obj_keys in _find_orphans(joined, in_s, in_t, decided, rows):
         link = rows[link_key]
         conflict = Conflict(
             *link_key, ConflictType.ORPHAN_LINK, link.base, link.source, link.target, (), endpoints, link_side
         )
-        link_state = link.source if link_side == SOURCE else link.target
         own = decided.get(link_key)
         if own is not None and own.open:
             orphan_conflicts.append((conflict, True))  # decided after the link's own conflict
             continue
-        if own is not None and not own.result.same(link_state):
-            continue  # the link's own resolution already took the other side
+        # The link's own decision (one side's state, or merged property-wise) is what is kept.
+        link_state = own.result if own is not None else link.source if link_side == SOURCE else link.target
         how = resolutions.get((link_key, ConflictType.ORPHAN_LINK.value))
         if how is None:
             resolve = strategies.for_type(link_key[1]).resolve
@@ -528,9 +533,14 @@ def merge(
             settle[link_key] = how if isinstance(how, State) else link_state
             for obj_key in obj_keys:  # undo the endpoints' deletion: they keep the link side's state
                 obj = rows[obj_key]
-                settle[obj_key] = obj.source if link_side == SOURCE else obj.target
+                restore.setdefault(link_key, {})[obj_key] = obj.source if link_side == SOURCE else obj.target
         else:
-            settle[link_key] = ABSENT
+            dropped.add(link_key)
+    for link_key in dropped:
+        settle[link_key] = ABSENT
+    for link_key, objs in restore.items():
+        if link_key not in dropped:
+            settle.update(objs)
 
     for _, d in sorted(decided.items()):
         if d.conflict is not None:
@@ -634,14 +644,23 @@ def _find_orphans(
         if key[0] != "link":
             continue
         row = rows[key]
-        # Each side whose link state may be the result: the decided one, or both while open.
-        sides = (SOURCE, TARGET) if d.open else (d.taken,) if d.taken in (SOURCE, TARGET) else ()
+        if d.open:  # either side's link state may be the result: the first orphaned one is flagged
+            for side in (SOURCE, TARGET):
+                st = row.source if side == SOURCE else row.target
+                other = TARGET if side == SOURCE else SOURCE
+                if st.live and (st.from_pk in deleted[other] or st.to_pk in deleted[other]):
+                    found.append(_orphan(key, st, side, deleted[other]))
+                    break
+            continue
+        # A link taken from one side is orphaned by the other's deletions; a link both sides hold
+        # (the same change, or merged property-wise) by either side's: the side that deleted an
+        # endpoint still links to it in the result, so the other side is the link's side.
+        sides = (d.taken,) if d.taken in (SOURCE, TARGET) else (SOURCE, TARGET)
         for side in sides:
-            st = row.source if side == SOURCE else row.target
             other = TARGET if side == SOURCE else SOURCE
+            st = d.result
             if st.live and (st.from_pk in deleted[other] or st.to_pk in deleted[other]):
                 found.append(_orphan(key, st, side, deleted[other]))
-                break
     need = {obj for *_, objs in found for obj in objs if obj not in rows}
     if need:
         pks = pa.array(sorted({k[2] for k in need}), pa.string())

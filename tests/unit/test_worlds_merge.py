@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
@@ -159,6 +159,74 @@ def test_orphan_link_target_modifies_link_source_deletes_endpoint() -> None:
     assert lk in out and p2 in out
 
 
+P2 = ("object", "person", "p2")
+K2 = ("link", "knows", "k2")
+
+
+def _dangling(out: dict[Key, State]) -> list[tuple[Key, str]]:
+    """Live links of a merge result with an endpoint pk no live object of the result has."""
+    pks = {k[2] for k in out if k[0] == "object"}
+    return [(k, e) for k, v in out.items() if k[0] == "link" for e in (v.from_pk, v.to_pk) if e not in pks]
+
+
+@pytest.mark.parametrize("deleter", ["source", "target"])
+def test_orphan_link_both_sides_add_the_same_link_one_side_deletes_its_endpoint(deleter: str) -> None:
+    # Both sides made the same link change (no conflict on the link itself); one of them also
+    # deleted the link's endpoint p2. The link is live in the result, so the deletion orphans it.
+    base = {P: A1, P2: A1}
+    linked = {P: A1, P2: A1, K2: link("p1", "p2", ts=5, ev="s")}
+    deleting = {P: A1, K2: link("p1", "p2", ts=5, ev="s")}
+    source, target = (deleting, linked) if deleter == "source" else (linked, deleting)
+    keeper = "target" if deleter == "source" else "source"
+    for strategy in ("NORMAL", "FIELD_LEVEL", "MANUAL"):
+        res, _ = run(base, source, target, strategy)
+        assert [(c.type, c.key, c.endpoints, c.link_side) for c in res.conflicts] == [
+            (ConflictType.ORPHAN_LINK, K2, ("p2",), keeper)
+        ], strategy
+    for strategy, side in (("THEIRS", "source"), ("OURS", "target"), ("TIMESTAMP_WINS", None)):
+        res, out = run(base, source, target, strategy)
+        assert not res.conflicts and [c.type for c in res.resolved] == [ConflictType.ORPHAN_LINK], strategy
+        assert not _dangling(out), strategy
+        if side is not None:  # the link's side keeps the link (p2 restored), the deleting side neither
+            assert (K2 in out and P2 in out) == (side == keeper), strategy
+            assert (K2 in out) or (P2 not in out), strategy
+
+
+def test_orphan_link_merged_property_wise_points_at_an_endpoint_the_other_side_deleted() -> None:
+    # FIELD_LEVEL merges the link: its new endpoint p2 from the source, its property from the
+    # target; the target deleted p2, so the merged link is orphaned.
+    p3 = ("object", "person", "p3")
+    base = {P: A1, P2: A1, p3: A1, K2: link("p1", "p3", {"w": 0})}
+    source = {P: A1, P2: A1, p3: A1, K2: link("p1", "p2", {"w": 0}, ts=5, ev="s")}
+    target = {P: A1, p3: A1, K2: link("p1", "p3", {"w": 1}, ts=7, ev="t")}
+    res, _ = run(base, source, target, "FIELD_LEVEL")
+    assert [(c.type, c.endpoints, c.link_side) for c in res.conflicts] == [
+        (ConflictType.ORPHAN_LINK, ("p2",), "source")
+    ]
+    res, out = run(base, source, target, "FIELD_LEVEL+THEIRS")  # the link's side: kept, p2 restored
+    assert not res.conflicts and not _dangling(out)
+    assert (out[K2].to_pk, out[K2].props) == ("p2", {"w": 1}) and P2 in out
+    res, out = run(base, source, target, "FIELD_LEVEL+OURS")  # the deleting side: no link, no p2
+    assert not res.conflicts and not _dangling(out)
+    assert K2 not in out and P2 not in out
+
+
+def test_orphan_link_shared_by_both_sides_each_deleting_one_endpoint() -> None:
+    # The same new link on both sides; the source deleted p1, the target p2. Whatever the
+    # strategy, the result never holds the link with a missing endpoint.
+    base = {P: A1, P2: A1}
+    source = {P2: A1, K2: link("p1", "p2", ts=5, ev="s")}
+    target = {P: A1, K2: link("p1", "p2", ts=5, ev="s")}
+    res, _ = run(base, source, target)
+    assert {(c.type, c.endpoints, c.link_side) for c in res.conflicts} == {
+        (ConflictType.ORPHAN_LINK, ("p2",), "source"),
+        (ConflictType.ORPHAN_LINK, ("p1",), "target"),
+    }
+    for strategy in ("THEIRS", "OURS", "TIMESTAMP_WINS", "FIELD_LEVEL+THEIRS"):
+        res, out = run(base, source, target, strategy)
+        assert not res.conflicts and not _dangling(out), (strategy, out)
+
+
 def test_manual_resolutions() -> None:
     base = {P: A1}
     res, _ = run(base, {P: A2}, {P: A3}, "MANUAL")
@@ -265,8 +333,20 @@ PROPS = settings(
 )
 
 
+# The shape that failed once from a saved example: both sides add the same link k2 to p2, one side
+# also deletes p2; THEIRS took the deletion and kept the link, unreported.
+_P2_KEPT = {("object", "person", "p2"): State({}, None, None, 1, 1, "e1")}
+_K2_ADDED = {("link", "knows", "k2"): State({}, "p1", "p2", 1, 2, "e2")}
+_SOURCE_DELETES_P2 = (_P2_KEPT, _K2_ADDED, _P2_KEPT | _K2_ADDED)
+_TARGET_DELETES_P2 = (_P2_KEPT, _P2_KEPT | _K2_ADDED, _K2_ADDED)
+
+
 @PROPS
 @given(worlds3(), st.sampled_from(["NORMAL", "FIELD_LEVEL", "THEIRS", "OURS", "TIMESTAMP_WINS"]))
+@example(_SOURCE_DELETES_P2, "THEIRS")
+@example(_TARGET_DELETES_P2, "THEIRS")
+@example(_SOURCE_DELETES_P2, "OURS")
+@example(_TARGET_DELETES_P2, "NORMAL")
 def test_result_is_both_sides_non_conflicting_changes(w, strategy: str) -> None:
     base, source, target = w
     res, out = run(base, source, target, strategy)
@@ -286,15 +366,20 @@ def test_result_is_both_sides_non_conflicting_changes(w, strategy: str) -> None:
             assert out.get(c.key, ABSENT).same(target.get(c.key, ABSENT))
     else:
         assert not res.conflicts
-        # No resolution leaves a link taken from a side pointing at an endpoint that side still had
-        # but the merge deleted (the other side's deletion was taken without its link conflict).
+    if not res.conflicts:
+        # A merge that commits leaves no link pointing at an endpoint that a side which changed the
+        # link to point there still had (the other side's deletion taken without settling the
+        # orphan), whether the link comes from one side, both, or property-wise from each. A side's
+        # own dangling link is its own (taken as it is); a link no side changed is not checked
+        # (docs/worlds.md, Limits).
         for k, v in out.items():
-            if k[0] != "link" or v.same(base.get(k, ABSENT)):
+            if k[0] != "link":
                 continue
-            for side in (source, target):
-                if not v.same(side.get(k, ABSENT)):
-                    continue
-                for end in (v.from_pk, v.to_pk):
+            for end in (v.from_pk, v.to_pk):
+                for side in (source, target):
+                    linked = side.get(k, ABSENT)
+                    if linked.same(base.get(k, ABSENT)) or not linked.live or end not in (linked.from_pk, linked.to_pk):
+                        continue
                     had = [o for o in OBJ_KEYS if o[2] == end and o in side]
                     assert not had or any(o in out for o in had), (k, end, strategy)
 
