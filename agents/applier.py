@@ -73,11 +73,12 @@ GIVE_UP_CHECK_S = 0.25
 
 async def _readable(read: Callable[[], Awaitable[T]], empty: T) -> T:
     """A branch read (mark repair, cause lookup) of a world whose files are missing answers
-    ``empty``: its events are dead-lettered at commit (``world-unreadable``), and a
-    FileNotFoundError left to ``_retry`` (an OSError) would hold the lock until give-up."""
+    ``empty``: its events are dead-lettered at commit (``world-unreadable``). The sinks' reads
+    raise ``TableUnreadable`` for a missing file, never pyiceberg's FileNotFoundError (an OSError,
+    which ``_retry`` would wait out as an outage until give-up)."""
     try:
         return await read()
-    except (TableUnreadable, FileNotFoundError) as exc:
+    except TableUnreadable as exc:
         log.warning("branch read failed, a file is missing: %s", exc)
         return empty
 

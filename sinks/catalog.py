@@ -57,7 +57,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from sinks import table_metadata
-from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound, TableUnreadable
+from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound, unreadable_if_missing
 from sinks.nessie import IcebergTable, Namespace, Operation, SyncNessieClient
 
 if TYPE_CHECKING:
@@ -383,16 +383,12 @@ class NessieCatalog(MetastoreCatalog):
         if not isinstance(content, IcebergTable):
             raise NoSuchTableError(f"table does not exist on {self.read_ref}: {'.'.join(key)}")
         location = content.metadata_location
-        try:
+        # The branch may point at a file that is gone (deleted, warehouse directory removed): not an
+        # outage, no retry brings it back.
+        with unreadable_if_missing(f"table {'.'.join(key)} on {self.read_ref}: metadata", path=location):
             metadata = table_metadata.CACHE.read(  # metadata files are immutable
                 (self.spec.name, key), load_file_io(self.properties, location), location
             )
-        except FileNotFoundError as exc:
-            # The branch points at a file that is gone (deleted, warehouse directory removed): not an
-            # outage, no retry brings it back (sinks.errors.TableUnreadable).
-            raise TableUnreadable(
-                f"table {'.'.join(key)} on {self.read_ref}: metadata file missing: {location}", path=location
-            ) from exc
         return metadata, location, content.id
 
     def _identifier(self, identifier: str | Identifier) -> Identifier:

@@ -119,7 +119,7 @@ from sinks.committed_offsets import (
     tp_name,
 )
 from sinks.compaction import Compaction
-from sinks.errors import NessieError, RetriesExhausted, TableUnreadable
+from sinks.errors import NessieError, RetriesExhausted, unreadable_if_missing
 from sinks.flush_stats import FlushStats
 from sinks.logcompact import compact_log
 from sinks.nessie import SyncNessieClient
@@ -260,7 +260,9 @@ class BatchCommitter:
             return self._landed(batch, branch, found, attempts)
 
         on_retry = self.on_retry
-        try:
+        # A manifest list or manifest of the branch may be gone (the metadata JSON is caught by the
+        # catalog): the world cannot be read, an OSError retry would spin until give-up.
+        with unreadable_if_missing(f"world {batch.world_id} on {branch}"):
             outcome = self.occ.run(
                 branch,
                 attempt,
@@ -269,11 +271,6 @@ class BatchCommitter:
                 landed=landed,
                 on_retry=None if on_retry is None else (lambda reason: on_retry(batch.world_id, reason)),
             )
-        except FileNotFoundError as exc:
-            # A manifest list or manifest of the branch is gone (the metadata JSON is caught by the
-            # catalog): the world cannot be read, an OSError retry would spin until give-up.
-            path = exc.filename or str(exc)
-            raise TableUnreadable(f"world {batch.world_id} on {branch}: file missing: {path}", path=path) from exc
         return _finish(outcome, started)
 
     async def commit_batch_async(self, batch: Batch) -> CommitOutcome:
@@ -284,14 +281,17 @@ class BatchCommitter:
         """Those of ``ids`` that took effect on the world's branch (its event log, applied=true).
 
         The source of truth for "was this cause applied?" when Redis has no mark (expired, lost,
-        or inherited by a fork). Empty when the branch has no tables yet.
+        or inherited by a fork). Empty when the branch has no tables yet; ``TableUnreadable`` when
+        a file its log points at is gone.
         """
-        cat = self.catalog(self.naming.branch(world_id))
-        try:
-            table = cat.load_table((self.settings.namespace, EVENTS.name))
-        except NoSuchTableError:
-            return set()
-        return {i for i, applied in logged_events(table, ids).items() if applied}
+        branch = self.naming.branch(world_id)
+        cat = self.catalog(branch)
+        with unreadable_if_missing(f"world {world_id} on {branch}: applied events"):
+            try:
+                table = cat.load_table((self.settings.namespace, EVENTS.name))
+            except NoSuchTableError:
+                return set()
+            return {i for i, applied in logged_events(table, ids).items() if applied}
 
     async def applied_events_async(self, world_id: str, ids: set[str]) -> set[str]:
         """``applied_events`` in a worker thread."""

@@ -7,6 +7,8 @@ whether the commit landed before retrying; ``NessieBadRequest`` / ``NessieNotFou
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +109,22 @@ class TableUnreadable(StorageError):
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+@contextmanager
+def unreadable_if_missing(what: str, *, path: str | None = None) -> Iterator[None]:
+    """Reads of a branch's tables inside raise ``TableUnreadable`` for a missing warehouse file.
+
+    pyiceberg answers a missing metadata JSON, manifest list or manifest with FileNotFoundError, an
+    OSError its callers would retry as an outage until they give up; translated here, once, so a
+    caller outside ``sinks/`` catches only ``TableUnreadable``. ``path``: the file when the caller
+    knows it (else the error's filename or message).
+    """
+    try:
+        yield
+    except FileNotFoundError as exc:
+        missing = path or exc.filename or str(exc)
+        raise TableUnreadable(f"{what}: file missing: {missing}", path=missing) from exc
 
 
 _BY_STATUS: dict[int, type[NessieError]] = {

@@ -20,6 +20,7 @@ from pyiceberg.table import Table
 
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
+from sinks.errors import unreadable_if_missing
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 from streams.settings import Settings
 
@@ -151,7 +152,8 @@ def recent_event_ids(
     """Event ids of the branch's newest ``max_commits`` batch commits (for Redis mark repair).
 
     A crash between a Nessie commit and its Redis marks leaves only the newest batches unmarked,
-    so re-marking these makes a redelivered copy of their events a plain duplicate again.
+    so re-marking these makes a redelivered copy of their events a plain duplicate again. Raises
+    ``TableUnreadable`` when a file the branch's log points at is gone.
     """
     from pyiceberg.expressions import In
 
@@ -167,10 +169,11 @@ def recent_event_ids(
     batch_ids = batch_ids[:max_commits]
     if not batch_ids:
         return []
-    try:
-        tbl = cat.load_table((settings.namespace, ENTITY_EVENTS))
-    except NoSuchTableError:
-        return []
-    wanted = In("batch_id", batch_ids)  # type: ignore[call-arg, arg-type]
-    rows = tbl.scan(row_filter=wanted, selected_fields=("event_id",)).to_arrow()
+    with unreadable_if_missing(f"{branch}: recent event ids"):
+        try:
+            tbl = cat.load_table((settings.namespace, ENTITY_EVENTS))
+        except NoSuchTableError:
+            return []
+        wanted = In("batch_id", batch_ids)  # type: ignore[call-arg, arg-type]
+        rows = tbl.scan(row_filter=wanted, selected_fields=("event_id",)).to_arrow()
     return rows.column("event_id").to_pylist()

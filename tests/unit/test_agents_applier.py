@@ -216,8 +216,8 @@ async def test_a_world_whose_files_are_missing_is_dead_lettered_and_other_worlds
         return await real_commit(batch)
 
     async def recent_ids(world: str) -> list[str]:
-        if world == "broken":  # mark repair reads the branch first; pyiceberg's own error
-            raise FileNotFoundError(f"Cannot open file, does not exist: {gone}")
+        if world == "broken":  # mark repair reads the branch first (sinks.readback translates)
+            raise TableUnreadable(f"{gone}: file missing", path=gone)
         return []
 
     class TwoWorlds(FakeWorlds):

@@ -238,3 +238,19 @@ def test_a_table_whose_metadata_file_is_gone_is_unreadable_not_an_os_error(tmp_p
     with pytest.raises(TableUnreadable) as err:
         cat.load_table(("onto", "entity_events"))
     assert err.value.path == gone and not isinstance(err.value, OSError)
+
+
+def test_applied_events_of_a_log_whose_manifest_list_is_gone_raise_table_unreadable(tmp_path: Path) -> None:
+    """The applier's cause lookup on a broken branch: TableUnreadable with the path, never
+    pyiceberg's FileNotFoundError (an OSError). Before: the raw error escaped the committer."""
+    from sinks.committer import BatchCommitter
+    from sinks.errors import TableUnreadable
+    from streams.settings import Settings
+    from tests.missing_files import missing_manifest_list
+
+    broken = missing_manifest_list(tmp_path)
+    committer = BatchCommitter(Settings(warehouse=broken.warehouse), client=broken)  # type: ignore[arg-type]
+    with pytest.raises(TableUnreadable) as err:
+        committer.applied_events("broken", {"e1"})
+    assert broken.manifest_list.removeprefix("file://") in err.value.path
+    assert not isinstance(err.value, OSError)
