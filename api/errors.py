@@ -1,8 +1,9 @@
 """Errors of the API and the one place where any error becomes a gRPC status code and message.
 
 Lower layers raise their own errors (``sinks.errors``, ``worlds.errors``, ``worlds.manager``,
-``models.worlds``); :func:`status_for` maps each to a code a client can act on. The worlds API has a
-single ``WorldsError`` for every refusal, so its kind is read from its message (see docs/api.md).
+``models.worlds``); :func:`status_for` maps each to a code a client can act on, by type only: a
+worlds refusal's kind is its class (``worlds.errors``: not found, invalid request, exists, moved;
+see docs/api.md), never its message text.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from sinks.errors import (
     NessieReferenceAlreadyExists,
     NessieUnavailable,
 )
-from worlds.errors import WorldsError
-from worlds.manager import WorldError
+from worlds.errors import InvalidWorldRequest, WorldExists, WorldMoved, WorldNotFound, WorldsError
 from worlds.refs import InvalidRef
 
 
@@ -91,29 +91,13 @@ DEFINITIVE = frozenset(
     }
 )
 
-_WORLDS_MESSAGE = (
-    ("does not exist", grpc.StatusCode.NOT_FOUND),
-    ("is not on world", grpc.StatusCode.NOT_FOUND),
-    ("is not on branch", grpc.StatusCode.NOT_FOUND),
-    ("has no commit", grpc.StatusCode.NOT_FOUND),
-    ("is not in the history", grpc.StatusCode.NOT_FOUND),
-    ("invalid world id", grpc.StatusCode.INVALID_ARGUMENT),
-    ("invalid release name", grpc.StatusCode.INVALID_ARGUMENT),
-    ("not a world ref", grpc.StatusCode.INVALID_ARGUMENT),
-    ("not a time", grpc.StatusCode.INVALID_ARGUMENT),
-    ("releases are immutable", grpc.StatusCode.ALREADY_EXISTS),
-    ("moved", grpc.StatusCode.FAILED_PRECONDITION),
-    ("no pending merge", grpc.StatusCode.NOT_FOUND),
-    ("no conflict ", grpc.StatusCode.NOT_FOUND),
-    ("unknown plan", grpc.StatusCode.NOT_FOUND),
-    ("are the same world", grpc.StatusCode.INVALID_ARGUMENT),
-    ("must differ", grpc.StatusCode.INVALID_ARGUMENT),
-    ("unknown merge strategy", grpc.StatusCode.INVALID_ARGUMENT),
-    ("--take wants", grpc.StatusCode.INVALID_ARGUMENT),
-    ("--strategy-for wants", grpc.StatusCode.INVALID_ARGUMENT),
-    ("value is not json", grpc.StatusCode.INVALID_ARGUMENT),
-    ("value must be a json object", grpc.StatusCode.INVALID_ARGUMENT),
-    ("thresholds:", grpc.StatusCode.INVALID_ARGUMENT),
+#: A refusal of the worlds area answers by its kind (its type, ``worlds.errors``); any other
+#: ``WorldsError`` is a precondition the world does not meet.
+_WORLDS_KINDS: tuple[tuple[type[WorldsError], grpc.StatusCode], ...] = (
+    (WorldNotFound, grpc.StatusCode.NOT_FOUND),
+    (InvalidWorldRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (WorldExists, grpc.StatusCode.ALREADY_EXISTS),
+    (WorldMoved, grpc.StatusCode.FAILED_PRECONDITION),
 )
 
 
@@ -124,10 +108,9 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code, message
     if isinstance(exc, InvalidWorldId | InvalidRef):
         return grpc.StatusCode.INVALID_ARGUMENT, message
-    if isinstance(exc, WorldsError | WorldError):
-        low = message.lower()
-        for needle, code in _WORLDS_MESSAGE:
-            if needle in low:
+    if isinstance(exc, WorldsError):
+        for kind, code in _WORLDS_KINDS:
+            if isinstance(exc, kind):
                 return code, message
         return grpc.StatusCode.FAILED_PRECONDITION, message
     if isinstance(exc, NessieReferenceAlreadyExists):

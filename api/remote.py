@@ -17,7 +17,7 @@ from api.world_manager_pb2 import WorldResponse
 from sinks.nessie import Reference
 from streams.settings import Settings
 from worlds.errors import WorldsError
-from worlds.manager import ForkSource, World, WorldError
+from worlds.manager import ForkSource, InvalidWorld, World, WorldError
 from worlds.refs import parse_release_tag
 
 T = TypeVar("T")
@@ -77,7 +77,7 @@ class RemoteWorldManager(Remote):
             if source.tag:
                 parsed = parse_release_tag(source.tag)
                 if parsed is None:
-                    raise WorldError(
+                    raise InvalidWorld(
                         f"over the API --from-tag takes a release tag release/WORLD/NAME, not {source.tag!r}"
                     )
                 return self.client.fork_world(parsed[0], world_id, release=parsed[1], dry_run=dry_run)

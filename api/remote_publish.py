@@ -21,7 +21,7 @@ from api import world_manager_pb2 as pb
 from api.client import WorldClient
 from api.remote import Remote
 from worlds.errors import WorldsError
-from worlds.publish import AuditRecord, BranchState, PublishError
+from worlds.publish import AuditRecord, BranchState, PlanNotFound
 from worlds.publish_run import RunOutcome
 
 _RUN_FIELDS = ("plan_id", "action", "outcome", "reason", "executed", "commit", "path", "verified", "source_deleted")
@@ -60,7 +60,7 @@ class RemotePublisher(Remote):
             entry = orjson.loads(raw)
             if entry.get("kind") == "audit":
                 return str(entry["record"]["target"])
-        raise PublishError(f"unknown plan {plan_id}: run `causeway publish audit` first")
+        raise PlanNotFound(f"unknown plan {plan_id}: run `causeway publish audit` first")
 
     def audit(
         self,

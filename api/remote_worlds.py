@@ -24,7 +24,7 @@ from worlds.api import Snapshot, WorldDiff
 from worlds.audit import AuditEntry
 from worlds.diff import EntityChange, PropertyChange, SchemaChange
 from worlds.diff_read import TableDiff
-from worlds.errors import WorldsError
+from worlds.errors import WorldNotFound, WorldsError
 from worlds.history import CommitRecord, TableCounts
 from worlds.merge import Strategies
 from worlds.refs import Resolved, WorldRef
@@ -168,12 +168,12 @@ class RemoteWorlds(Remote):
         for r in self.list_releases(world):
             if r.name == name:
                 return r
-        raise WorldsError(f"release {world}/{name} does not exist")
+        raise WorldNotFound(f"release {world}/{name} does not exist")
 
     def delete_release(self, world: str, name: str) -> Release:
         resp = self._call(lambda: self.client.delete_release(world, name))
         if not resp.deleted:  # what the local path says for a release that is not there
-            raise WorldsError(f"release {world}/{name} does not exist")
+            raise WorldNotFound(f"release {world}/{name} does not exist")
         return _release(resp.release)
 
     # --- time travel and audit --------------------------------------------------------------------

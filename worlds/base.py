@@ -16,7 +16,7 @@ from sinks.catalog import NessieCatalog
 from sinks.errors import NessieNotFound
 from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Settings
-from worlds.errors import WorldsError
+from worlds.errors import InvalidWorldRequest, WorldNotFound
 from worlds.refs import InvalidRef, Resolved, WorldRef, release_tag
 
 
@@ -51,13 +51,13 @@ class WorldsBase:
         try:
             return self.naming.branch(world)
         except InvalidWorldId as exc:
-            raise WorldsError(str(exc)) from exc
+            raise InvalidWorldRequest(str(exc)) from exc
 
     def head(self, world: str) -> Reference:
         try:
             return self.client.get_reference(self.branch(world))
         except NessieNotFound as exc:
-            raise WorldsError(f"world {world!r} does not exist (no branch {self.branch(world)})") from exc
+            raise WorldNotFound(f"world {world!r} does not exist (no branch {self.branch(world)})") from exc
 
     def resolve(self, ref: WorldRef | str) -> Resolved:
         """One commit for a world ref: the head, a hash on the branch, the last commit at a time, a release."""
@@ -67,16 +67,16 @@ class WorldsBase:
             try:
                 found = self.client.get_reference(tag)
             except NessieNotFound as exc:
-                raise WorldsError(f"release {wref} does not exist") from exc
+                raise WorldNotFound(f"release {wref} does not exist") from exc
             return Resolved(wref, tag, found.hash, self._commit_time(f"{tag}@{found.hash}"))
         branch = self.head(wref.world).name
         if wref.hash:
             try:
                 entry = self._first(f"{branch}@{self._expand(branch, wref.hash)}")
             except NessieNotFound as exc:
-                raise WorldsError(f"commit {wref.hash} is not on world {wref.world!r}") from exc
+                raise WorldNotFound(f"commit {wref.hash} is not on world {wref.world!r}") from exc
             if entry is None:
-                raise WorldsError(f"commit {wref.hash} is not on world {wref.world!r}")
+                raise WorldNotFound(f"commit {wref.hash} is not on world {wref.world!r}")
             return Resolved(wref, branch, entry.hash, entry.commit_time)
         if wref.at:
             ms = int(wref.at.timestamp() * 1000)
@@ -85,11 +85,11 @@ class WorldsBase:
             except NessieNotFound:
                 entry = None
             if entry is None:
-                raise WorldsError(f"world {wref.world!r} has no commit at or before {wref.at.isoformat()}")
+                raise WorldNotFound(f"world {wref.world!r} has no commit at or before {wref.at.isoformat()}")
             return Resolved(wref, branch, entry.hash, entry.commit_time)
         entry = self._first(branch)
         if entry is None:
-            raise WorldsError(f"world {wref.world!r} has no commit")
+            raise WorldNotFound(f"world {wref.world!r} has no commit")
         return Resolved(wref, branch, entry.hash, entry.commit_time)
 
     def _expand(self, branch: str, prefix: str, max_commits: int = 100_000) -> str:
@@ -101,7 +101,7 @@ class WorldsBase:
                 return entry.hash
             if n >= max_commits:
                 break
-        raise WorldsError(f"commit {prefix} is not on branch {branch} (within {max_commits:,} commits)")
+        raise WorldNotFound(f"commit {prefix} is not on branch {branch} (within {max_commits:,} commits)")
 
     def _first(self, ref: str) -> Any:
         for page in self.client.history(ref, max_records=1):
@@ -142,4 +142,4 @@ def _parse(ref: WorldRef | str) -> WorldRef:
     try:
         return WorldRef.parse(ref)
     except InvalidRef as exc:
-        raise WorldsError(str(exc)) from exc
+        raise InvalidWorldRequest(str(exc)) from exc

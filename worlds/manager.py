@@ -12,10 +12,23 @@ from models.errors import WorldsError
 from models.worlds import WorldNaming, validate_world_id
 from sinks.errors import NessieConflict, NessieNotFound
 from sinks.nessie import NessieClient, Reference
+from worlds.errors import InvalidWorldRequest, WorldMoved, WorldNotFound
 
 
 class WorldError(WorldsError):
     """A world operation that cannot be done; the message says why and what to do."""
+
+
+class ForkSourceNotFound(WorldError, WorldNotFound):
+    """The branch, tag or commit a new world was to fork from does not exist."""
+
+
+class InvalidWorld(WorldError, InvalidWorldRequest):
+    """A world request that is wrong as asked (a fork source of the wrong form)."""
+
+
+class DeleteMoved(WorldError, WorldMoved):
+    """The world moved while it was being deleted; nothing was deleted."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,7 @@ class WorldManager:
             return await self.nessie.get_reference(self.naming.branch(src_world))
         except NessieNotFound as exc:
             hint = " (give the full 64-hex hash)" if source.commit and len(source.commit) < 64 else ""
-            raise WorldError(f"fork source {source.describe()} does not exist{hint}") from exc
+            raise ForkSourceNotFound(f"fork source {source.describe()} does not exist{hint}") from exc
 
     async def plan_create(self, world_id: str, source: ForkSource | None = None) -> tuple[World | None, Reference]:
         """Every check ``create`` makes, changing nothing: (the existing world or None, the fork point).
@@ -108,7 +121,7 @@ class WorldManager:
                 raise
             return again, False
         except NessieNotFound as exc:
-            raise WorldError(f"fork source {source.describe()} does not exist") from exc
+            raise ForkSourceNotFound(f"fork source {source.describe()} does not exist") from exc
         return World(world_id, branch, created.hash), True
 
     async def plan_delete(self, world_id: str) -> World | None:
@@ -129,7 +142,7 @@ class WorldManager:
         try:
             await self.nessie.delete_reference(world.branch, expected_hash or world.hash, "BRANCH")
         except NessieConflict as exc:
-            raise WorldError(
+            raise DeleteMoved(
                 f"world {world_id!r} moved while deleting (now past {world.hash[:12]}); check its history and retry"
             ) from exc
         return True

@@ -57,7 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.schema import Schema
 
-from worlds.errors import WorldsError
+from worlds.errors import InvalidWorldRequest, WorldMoved, WorldNotFound, WorldsError
 
 KEY = ("kind", "type", "pk")
 STATE = ("live", "props", "from", "to", "version", "ts", "event")
@@ -75,6 +75,18 @@ SOURCE, TARGET = "source", "target"
 
 class MergeError(WorldsError):
     """A merge that cannot be done (bad strategy, conflicts under NORMAL, a moved target, ...)."""
+
+
+class InvalidMerge(MergeError, InvalidWorldRequest):
+    """A merge request that is wrong as asked (strategy, ``--take``, the same world on both sides)."""
+
+
+class MergeNotFound(MergeError, WorldNotFound):
+    """No pending merge into the world, or no such conflict in it."""
+
+
+class MergeMoved(MergeError, WorldMoved):
+    """The target moved since the merge was planned (or kept moving)."""
 
 
 class ConflictType(StrEnum):
@@ -129,7 +141,7 @@ class Strategy:
         rest = [p for p in parts if p != "FIELD_LEVEL"]
         if not parts or len(rest) > 1 or (rest and rest[0] not in _ALIASES):
             names = ", ".join([*_ALIASES, "FIELD_LEVEL", "FIELD_LEVEL+<strategy>"])
-            raise MergeError(f"unknown merge strategy {text!r}; use one of {names}")
+            raise InvalidMerge(f"unknown merge strategy {text!r}; use one of {names}")
         return cls(_ALIASES[rest[0]] if rest else Resolve.NORMAL, field_level)
 
     def __str__(self) -> str:
@@ -155,7 +167,7 @@ class Strategies:
         for item in overrides:
             name, sep, value = item.partition("=")
             if not sep or not name.strip():
-                raise MergeError(f"--strategy-for wants TYPE=STRATEGY, got {item!r}")
+                raise InvalidMerge(f"--strategy-for wants TYPE=STRATEGY, got {item!r}")
             per[name.strip()] = Strategy.parse(value)
         return cls(Strategy.parse(default), per)
 

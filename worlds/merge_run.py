@@ -39,8 +39,11 @@ from worlds.base import WorldsBase
 from worlds.merge import (
     Conflict,
     ConflictType,
+    InvalidMerge,
     Key,
     MergeError,
+    MergeMoved,
+    MergeNotFound,
     MergeResult,
     Resolve,
     State,
@@ -159,7 +162,7 @@ class MergeOps(WorldsBase):
     ) -> MergeOutcome:
         """Decide the merge of ``source`` into ``target`` at their heads (or at ``at`` = hashes)."""
         if source == target:
-            raise MergeError("source and target are the same world")
+            raise InvalidMerge("source and target are the same world")
         sb, tb = self.branch(source), self.branch(target)
         s_hash = at[0] if at else self.head(source).hash
         t_hash = at[1] if at else self.head(target).hash
@@ -248,11 +251,11 @@ class MergeOps(WorldsBase):
                 return out
             except NessieConflict:
                 if at is not None:
-                    raise MergeError(
+                    raise MergeMoved(
                         f"world {target} moved since the pending merge was planned; run the merge again"
                     ) from None
                 continue
-        raise MergeError(f"world {target} kept moving: gave up after {self.retries + 1} attempts")
+        raise MergeMoved(f"world {target} kept moving: gave up after {self.retries + 1} attempts")
 
     def _commit(self, out: MergeOutcome, message: str | None) -> str:
         merge_id = hashlib.sha1(f"{out.source_hash}:{out.target_head}".encode()).hexdigest()[:12]
@@ -407,7 +410,7 @@ class PendingStore:
     def load(self, target: str) -> dict[str, Any]:
         p = self.path(target)
         if not p.exists():
-            raise MergeError(f"no pending merge into {target}")
+            raise MergeNotFound(f"no pending merge into {target}")
         return orjson.loads(p.read_bytes())
 
     def drop(self, target: str) -> None:
@@ -419,16 +422,16 @@ class PendingStore:
         doc = self.load(target)
         found = [c for c in doc["conflicts"] if c["id"] == conflict_id]
         if not found:
-            raise MergeError(f"no conflict {conflict_id} in the pending merge into {target}")
+            raise MergeNotFound(f"no conflict {conflict_id} in the pending merge into {target}")
         if take not in ("source", "target"):
             if not take.startswith("value="):
-                raise MergeError("--take wants source, target or value=JSON")
+                raise InvalidMerge("--take wants source, target or value=JSON")
             try:
                 value = orjson.loads(take[len("value=") :])
             except orjson.JSONDecodeError as exc:
-                raise MergeError(f"value is not JSON: {exc}") from None
+                raise InvalidMerge(f"value is not JSON: {exc}") from None
             if value is not None and not isinstance(value, dict):
-                raise MergeError("value must be a JSON object of properties (or null to delete)")
+                raise InvalidMerge("value must be a JSON object of properties (or null to delete)")
         c = found[0]
         doc["resolutions"][_rkey(c)] = take
         self._write(target, doc)

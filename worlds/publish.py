@@ -28,11 +28,23 @@ from typing import Any
 
 import orjson
 
-from worlds.errors import WorldsError
+from worlds.errors import InvalidWorldRequest, WorldMoved, WorldNotFound, WorldsError
 
 
 class PublishError(WorldsError):
     """A publish that cannot be done (unknown plan, not approved, blocked, moved heads, ...)."""
+
+
+class InvalidPublish(PublishError, InvalidWorldRequest):
+    """A publish request that is wrong as asked (thresholds, worlds, a missing approver)."""
+
+
+class PlanNotFound(PublishError, WorldNotFound):
+    """No audit record of that plan id."""
+
+
+class PublishMoved(PublishError, WorldMoved):
+    """The target moved since the audit: re-audit."""
 
 
 class Verdict(StrEnum):
@@ -58,9 +70,9 @@ class Thresholds:
 
     def validate(self) -> None:
         if self.max_drift < 0 or self.max_tables < 1:
-            raise PublishError("thresholds: --max-drift must be >= 0 and --max-tables >= 1")
+            raise InvalidPublish("thresholds: --max-drift must be >= 0 and --max-tables >= 1")
         if self.max_changed_entities is not None and self.max_changed_entities < 0:
-            raise PublishError("thresholds: --max-changed-entities must be >= 0")
+            raise InvalidPublish("thresholds: --max-changed-entities must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -75,9 +87,9 @@ class Heads:
 
     def validate(self) -> None:
         if not self.source or not self.target:
-            raise PublishError("source and target worlds are required")
+            raise InvalidPublish("source and target worlds are required")
         if self.source == self.target:
-            raise PublishError("source and target must differ")
+            raise InvalidPublish("source and target must differ")
 
 
 @dataclass(frozen=True)

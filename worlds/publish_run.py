@@ -33,8 +33,11 @@ from worlds.publish import (
     AuditRecord,
     BranchState,
     Heads,
+    InvalidPublish,
     Observed,
+    PlanNotFound,
     PublishError,
+    PublishMoved,
     Thresholds,
     Verdict,
     audit,
@@ -119,7 +122,7 @@ class Publisher:
         target = target or self.settings.prod_world
         thresholds = thresholds or self.thresholds()
         if source == target:
-            raise PublishError("source and target must differ")
+            raise InvalidPublish("source and target must differ")
         w = self.worlds
         sref, tref = w.head(source), w.head(target)
         sb, tb = sref.name, tref.name
@@ -198,12 +201,12 @@ class Publisher:
         entries = self.log.entries(plan_id)
         rec, _, _, _ = plan_status(entries, plan_id)
         if rec is None:
-            raise PublishError(f"unknown plan {plan_id}: run `causeway publish audit` first")
+            raise PlanNotFound(f"unknown plan {plan_id}: run `causeway publish audit` first")
         return AuditRecord.from_json(rec), entries
 
     def approve(self, plan_id: str, by: str, *, decline: bool = False) -> dict[str, Any]:
         if not by.strip():
-            raise PublishError("--by NAME is required")
+            raise InvalidPublish("--by NAME is required")
         record, _ = self.record(plan_id)
         if record.verdict is not Verdict.ELIGIBLE and not decline:
             raise PublishError(
@@ -319,7 +322,7 @@ class Publisher:
         try:
             new = self.client.assign_reference(self.worlds.branch(h.target), h.target_hash, to)
         except NessieConflict:
-            raise PublishError(f"target {h.target} moved since the audit: re-audit") from None
+            raise PublishMoved(f"target {h.target} moved since the audit: re-audit") from None
         return new.hash
 
     def _merge(self, record: AuditRecord, strategy: str, out: RunOutcome) -> str | None:

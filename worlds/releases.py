@@ -18,7 +18,7 @@ from sinks.nessie import Namespace, Operation, Reference
 from sinks.occ import Committed, Prepared, RetryPolicy, commit_operations
 from worlds import history as hist
 from worlds.base import WorldsBase
-from worlds.errors import WorldsError
+from worlds.errors import InvalidWorldRequest, WorldExists, WorldNotFound, WorldsError
 from worlds.refs import InvalidRef, parse_release_tag, release_tag
 
 #: The key a release commit marks as UNCHANGED in a world that has no namespace yet.
@@ -66,7 +66,7 @@ class ReleaseOps(WorldsBase):
             release = self._release(tag, existing.hash)
             if head.hash in (release.hash, release.released_hash):
                 return release, False
-            raise WorldsError(
+            raise WorldExists(
                 f"release {world}/{name} exists at {release.released_hash[:16]}; releases are immutable "
                 f"(the world is now at {head.hash[:16]}): pick another name"
             )
@@ -106,7 +106,7 @@ class ReleaseOps(WorldsBase):
                 self.client, head.name, prepare, policy=policy, what=text, author=self.settings.commit_author
             )
         except BranchMissing as exc:
-            raise WorldsError(f"world {world!r} does not exist (no branch {head.name})") from exc
+            raise WorldNotFound(f"world {world!r} does not exist (no branch {head.name})") from exc
 
     def list_releases(self, world: str | None = None) -> list[Release]:
         out = []
@@ -120,7 +120,7 @@ class ReleaseOps(WorldsBase):
         tag = self._release_tag(world, name)
         found = self._get_tag(tag)
         if found is None:
-            raise WorldsError(f"release {world}/{name} does not exist")
+            raise WorldNotFound(f"release {world}/{name} does not exist")
         return self._release(tag, found.hash)
 
     def delete_release(self, world: str, name: str) -> Release:
@@ -133,7 +133,7 @@ class ReleaseOps(WorldsBase):
             self.branch(world)
             return release_tag(world, name)
         except (InvalidRef, InvalidWorldId) as exc:
-            raise WorldsError(str(exc)) from exc
+            raise InvalidWorldRequest(str(exc)) from exc
 
     def _get_tag(self, tag: str) -> Reference | None:
         try:

@@ -25,7 +25,7 @@ from sinks.occ import Prepared, RetryPolicy, commit_operations
 from sinks.pointers import TablePointer, pointer_operations
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 from worlds.base import WorldsBase
-from worlds.errors import WorldsError
+from worlds.errors import InvalidWorldRequest, WorldMoved, WorldNotFound, WorldsError
 from worlds.refs import WorldRef
 from worlds.rollback import DROP, KEEP, RollbackPlan, plan_actions, restored_metadata, rolled_range
 
@@ -54,12 +54,12 @@ class RollbackOps(WorldsBase):
         head_ref = Reference(self.branch(world), "BRANCH", head) if head else self.head(world)
         target = self.resolve(to)
         if target.ref.world != world:
-            raise WorldsError(f"the rollback target {target.ref} is not a state of world {world!r}")
+            raise InvalidWorldRequest(f"the rollback target {target.ref} is not a state of world {world!r}")
         entries = self.client.history_entries(head_ref.name + "@" + head_ref.hash, max_records=200)
         walked = ((e.hash, e.properties) for _, e in zip(range(max_commits + 1), entries, strict=False))
         found = rolled_range(list(walked), target.hash)
         if found is None:
-            raise WorldsError(
+            raise WorldNotFound(
                 f"{target.describe()} is not in the history of world {world!r} (within {max_commits:,} commits)"
             )
         hashes, batches = found
@@ -95,7 +95,7 @@ class RollbackOps(WorldsBase):
                 author=self.settings.commit_author,
             )
         except BranchMissing as exc:
-            raise WorldsError(f"world {world!r} does not exist (no branch {self.branch(world)})") from exc
+            raise WorldNotFound(f"world {world!r} does not exist (no branch {self.branch(world)})") from exc
         except RetriesExhausted as exc:
             if not isinstance(exc.__cause__, NessieConflict):
                 raise WorldsError(
@@ -103,7 +103,7 @@ class RollbackOps(WorldsBase):
                     f"{exc.__cause__}; check `causeway worlds history {world}` before running it again"
                 ) from exc
             head = plans[-1].head[:16] if plans else "?"
-            raise WorldsError(
+            raise WorldMoved(
                 f"world {world!r} moved during the rollback (head was {head}); nothing changed. "
                 "Run it again, or pass --force to retry once from the new head"
             ) from exc

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import grpc
 import orjson
@@ -16,8 +18,17 @@ from api.errors import ApiError, HeadMoved, InvalidRequest, PermissionDenied, st
 from api.merge_rpcs import DETAILS_BUDGET, conflict_message, conflict_status, pending_response
 from api.publish_rpcs import log_page, run_response, status_page
 from api.remote_publish import branch_state, run_outcome
-from worlds.merge import MergeError
-from worlds.publish import BranchState, PublishError
+from worlds.merge import InvalidMerge, MergeError, MergeMoved, MergeNotFound, Strategies, Strategy
+from worlds.merge_run import PendingStore
+from worlds.publish import (
+    BranchState,
+    Heads,
+    InvalidPublish,
+    PlanNotFound,
+    PublishError,
+    PublishMoved,
+    Thresholds,
+)
 from worlds.publish_run import RunOutcome
 
 
@@ -34,24 +45,49 @@ def test_merge_and_publish_roles_follow_the_target_world() -> None:
     authorize(operator, "PublishAudit", "etl-1", "prod")
 
 
+def _raised(fn: Callable[[], object]) -> Exception:
+    try:
+        fn()
+    except Exception as exc:  # the error under test, whatever it is
+        return exc
+    raise AssertionError("nothing raised")
+
+
+@pytest.mark.parametrize(
+    ("make", "code"),
+    [
+        # Raised by the real code paths: the kind travels with the type.
+        (lambda tmp: PendingStore(tmp).load("w1"), grpc.StatusCode.NOT_FOUND),
+        (lambda tmp: Strategy.parse("SOMETIMES"), grpc.StatusCode.INVALID_ARGUMENT),
+        (lambda tmp: Strategies.parse("NORMAL", ["person"]), grpc.StatusCode.INVALID_ARGUMENT),
+        (lambda tmp: Thresholds(max_drift=-1).validate(), grpc.StatusCode.INVALID_ARGUMENT),
+        (lambda tmp: Heads("w1", "w1", "a", "b", "c").validate(), grpc.StatusCode.INVALID_ARGUMENT),
+    ],
+)
+def test_merge_and_publish_refusals_raised_by_the_code_map_to_status_codes(
+    make: Callable[[Path], object], code: grpc.StatusCode, tmp_path: Path
+) -> None:
+    error = _raised(lambda: make(tmp_path))
+    assert status_for(error) == (code, str(error))
+
+
 @pytest.mark.parametrize(
     ("error", "code"),
     [
-        (MergeError("no pending merge into w1"), grpc.StatusCode.NOT_FOUND),
-        (MergeError("no conflict 9 in the pending merge into w1"), grpc.StatusCode.NOT_FOUND),
-        (MergeError("source and target are the same world"), grpc.StatusCode.INVALID_ARGUMENT),
-        (MergeError("unknown merge strategy 'X'; use one of NORMAL"), grpc.StatusCode.INVALID_ARGUMENT),
-        (
-            MergeError("world w1 moved since the pending merge was planned; run the merge again"),
-            grpc.StatusCode.FAILED_PRECONDITION,
-        ),
+        (MergeNotFound("no conflict 9 in the pending merge into w1"), grpc.StatusCode.NOT_FOUND),
+        (InvalidMerge("source and target are the same world"), grpc.StatusCode.INVALID_ARGUMENT),
+        (MergeMoved("world w1 moved since the pending merge was planned"), grpc.StatusCode.FAILED_PRECONDITION),
         (MergeError("worlds a and b share no history: no merge base"), grpc.StatusCode.FAILED_PRECONDITION),
-        (PublishError("unknown plan pl-1: run `causeway publish audit` first"), grpc.StatusCode.NOT_FOUND),
-        (PublishError("source and target must differ"), grpc.StatusCode.INVALID_ARGUMENT),
-        (PublishError("thresholds: --max-drift must be >= 0 and --max-tables >= 1"), grpc.StatusCode.INVALID_ARGUMENT),
+        (PlanNotFound("unknown plan pl-1: run `causeway publish audit` first"), grpc.StatusCode.NOT_FOUND),
+        (InvalidPublish("--by NAME is required"), grpc.StatusCode.INVALID_ARGUMENT),
+        (PublishMoved("target w1 moved since the audit: re-audit"), grpc.StatusCode.FAILED_PRECONDITION),
+        (PublishError("plan pl-1 is blocked (drift): cannot approve"), grpc.StatusCode.FAILED_PRECONDITION),
+        # The message is never read: a plain area error saying "does not exist" is a precondition.
+        (MergeError("no pending merge into w1"), grpc.StatusCode.FAILED_PRECONDITION),
+        (PublishError("unknown plan pl-1"), grpc.StatusCode.FAILED_PRECONDITION),
     ],
 )
-def test_merge_and_publish_errors_map_to_status_codes(error: Exception, code: grpc.StatusCode) -> None:
+def test_merge_and_publish_errors_map_to_status_codes_by_type(error: Exception, code: grpc.StatusCode) -> None:
     assert status_for(error) == (code, str(error))
 
 

@@ -26,7 +26,8 @@ from api.saga import SagaRefused, check_schema, compensation, compensations, und
 from models.events import ChangeType, EntityKind
 from models.schema import Property, PropType, TypeSchema
 from sinks.errors import NessieConflict, NessieNotFound, NessieUnavailable
-from worlds.errors import WorldsError
+from worlds.errors import InvalidWorldRequest, WorldExists, WorldMoved, WorldNotFound, WorldsError
+from worlds.manager import DeleteMoved, ForkSourceNotFound, WorldError
 
 
 def test_token_file_stores_hashes_and_authenticates_by_them() -> None:
@@ -82,12 +83,39 @@ def test_page_tokens_round_trip_and_refuse_other_listings() -> None:
     assert list(paging.chunks(range(5), 2)) == [[0, 1], [2, 3], [4]]
 
 
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (WorldNotFound("world 'x' does not exist (no branch world-x)"), grpc.StatusCode.NOT_FOUND),
+        (InvalidWorldRequest("invalid world id 'X!': use lower-case letters"), grpc.StatusCode.INVALID_ARGUMENT),
+        (WorldExists("release x/y exists at ab; releases are immutable"), grpc.StatusCode.ALREADY_EXISTS),
+        (WorldMoved("world 'x' moved during the rollback"), grpc.StatusCode.FAILED_PRECONDITION),
+        (ForkSourceNotFound("fork source tag t does not exist"), grpc.StatusCode.NOT_FOUND),
+        (DeleteMoved("world 'x' moved while deleting"), grpc.StatusCode.FAILED_PRECONDITION),
+        (
+            WorldError("world 'prod' is the production world (main); it cannot be deleted"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+        ),
+        # By type only: the words of a message decide nothing.
+        (WorldsError("release x/y does not exist"), grpc.StatusCode.FAILED_PRECONDITION),
+        (WorldNotFound("releases are immutable"), grpc.StatusCode.NOT_FOUND),
+    ],
+)
+def test_worlds_errors_map_to_status_codes_by_type(error: Exception, code: grpc.StatusCode) -> None:
+    assert status_for(error) == (code, str(error))
+
+
+def test_worlds_refusals_raised_by_the_code_map_to_status_codes() -> None:
+    """The worlds API's own raise sites for refs and world ids (pure: no Nessie call)."""
+    from worlds.base import _parse
+
+    for bad in ("x@", "Bad!", "w@not-a-time-zz"):
+        with pytest.raises(WorldsError) as info:
+            _parse(bad)
+        assert status_for(info.value)[0] == grpc.StatusCode.INVALID_ARGUMENT, bad
+
+
 def test_errors_map_to_status_codes() -> None:
-    assert status_for(WorldsError("world 'x' does not exist (no branch world-x)"))[0] == grpc.StatusCode.NOT_FOUND
-    assert status_for(WorldsError("world 'x' moved during the rollback"))[0] == grpc.StatusCode.FAILED_PRECONDITION
-    assert (
-        status_for(WorldsError("release x/y exists at ab; releases are immutable"))[0] == grpc.StatusCode.ALREADY_EXISTS
-    )
     assert status_for(NessieConflict("hash"))[0] == grpc.StatusCode.FAILED_PRECONDITION
     assert status_for(NessieNotFound("ref"))[0] == grpc.StatusCode.NOT_FOUND
     assert status_for(NessieUnavailable("down"))[0] == grpc.StatusCode.UNAVAILABLE
