@@ -433,8 +433,8 @@ class Applier:
         redelivered copy at another offset (a producer retry) would then reach the committer
         again. Done once per world per partition assignment, since after a rebalance the crashed
         worker's batches may be ours to guard. Depth (20 commits) is an optimisation: the committer
-        stops older copies (recorded offsets, version check, then event ids in the log), except a
-        copy of an event whose type was truncated after it (docs/architecture.md, "Mark repair depth").
+        stops older copies (recorded offsets, version check, then event ids in the log; for types a
+        TRUNCATE cleared, event ids before the version check: docs/architecture.md, "Mark repair depth").
         """
         if self._recent_event_ids is None:
             return
