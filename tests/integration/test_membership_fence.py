@@ -15,11 +15,23 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from agents.intake import ChangeIntake
 from streams.settings import Settings
 from tests.fakes import FakeCommitter, event
 from tests.integration.intake_fixtures import intake, one_partition_group, until
 
 pytestmark = pytest.mark.integration
+
+
+def hold_heartbeats(worker: ChangeIntake, released: asyncio.Event) -> None:
+    """From now on ``worker``'s heartbeat call (aiokafka's, on its private coordinator) returns
+    only once ``released`` is set: the broker stops hearing from it, and it notices nothing."""
+
+    async def no_heartbeat() -> bool:
+        await released.wait()
+        return False
+
+    worker._consumer._coordinator._do_heartbeat = no_heartbeat  # type: ignore[union-attr]  # noqa: SLF001
 
 
 async def test_a_zombie_whose_session_expired_does_not_dead_letter_an_event_the_new_owner_applies(
@@ -49,13 +61,7 @@ async def test_a_zombie_whose_session_expired_does_not_dead_letter_an_event_the_
         assert a.applier.gate.is_parked(("prod", "e0"))
 
         generation = a.generation  # bumped by each revoke listener call (the first join's included)
-        coordinator = a._consumer._coordinator  # type: ignore[union-attr]  # noqa: SLF001
-
-        async def no_heartbeat() -> bool:
-            await held.wait()
-            return False
-
-        coordinator._do_heartbeat = no_heartbeat  # noqa: SLF001 - A turns into a zombie
+        hold_heartbeats(a, held)  # A turns into a zombie
         await b.start()
         runs.append(asyncio.create_task(b.run()))
         await until(lambda: b.applier.gate.is_parked(("prod", "e0")), 60)  # B owns the partition now
@@ -97,12 +103,7 @@ async def test_a_successful_fence_restarts_the_members_session_like_a_heartbeat(
             await a.step()
             if a.applier.tracker.committable(tp) is not None:
                 break
-
-        async def no_heartbeat() -> bool:
-            await held.wait()
-            return False
-
-        a._consumer._coordinator._do_heartbeat = no_heartbeat  # type: ignore[union-attr]  # noqa: SLF001
+        hold_heartbeats(a, held)
         for _ in range(7):
             await asyncio.sleep(2.0)
             assert await a.fence([tp]), "a member that fences every 2 s lost its 6 s session"
