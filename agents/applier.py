@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from collections import Counter, defaultdict, deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NoReturn, Protocol, TypeVar
@@ -124,6 +124,12 @@ class Worlds(Protocol):
 
 
 RecentIds = Callable[[str], Awaitable[list[str]]]
+#: Confirms this worker is still a member of its consumer group's current generation, owning the
+#: given partitions (the intake: a synchronous offset commit the coordinator checks); False when
+#: the membership is lost. Asked before a decision the clock makes (a causal expiry): a member
+#: whose session expired without it noticing (a zombie) must not dead-letter what the partition's
+#: next owner may apply (docs/architecture.md, "A timed decision is fenced by membership").
+Fence = Callable[[Collection[PartitionId]], Awaitable[bool]]
 # Mark repair writes this many ids per Redis call, yielding to the event loop between calls.
 REPAIR_MARK_SLICE = 10_000
 
@@ -144,6 +150,7 @@ class Applier:
         pipelined: bool = False,
         commit_failure_attempts: int = 3,
         dead_marks: DecisionStore | Decisions | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.settings = settings
         self.marks = marks
@@ -198,6 +205,8 @@ class Applier:
         # Asked while a dependency keeps failing: False gives the step up (``StepAbandoned``) so the
         # caller's lock is released. The intake says False while it stops or a revoke waits for it.
         self.keep_trying: Callable[[], bool] = lambda: True
+        # None: no consumer group to fence by (tests, replay); the intake sets its own.
+        self.fence = fence
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -238,9 +247,10 @@ class Applier:
         async with self.lock:
             now = self.clock()
             await self._look_up_causes(now)
-            self.gate.expire(now)
             if self.gate.unknown_causes():
-                await self._dedupe_and_gate([], now)
+                await self._dedupe_and_gate([], now)  # before expiring: a cause marked meanwhile releases
+            if await self._expiry_fenced(now):
+                self.gate.expire(now)
             dead: list[DeadLetter] = []
             self._collect_gate_output(dead)
             await self._publish_dead(dead)
@@ -267,19 +277,49 @@ class Applier:
         async with self.lock:
             dropped = {tp: self.gate.revoke(tp) for tp in tps}
             await self._drain_gate()
-            for tp in tps:
-                self.tracker.revoke(tp, fence=True)  # late records of the old assignment are refused
-                self._handles.pop(tp, None)
-                self._records.pop(tp, None)
-                for ref in [r for r, (_, src) in self._parked_at.items() if src == tp]:
-                    del self._parked_at[ref]
-                if dropped[tp]:
-                    log.info(
-                        "revoked %s[%d]: dropped %d parked event(s); the new owner re-reads them",
-                        tp[0],
-                        tp[1],
-                        dropped[tp],
-                    )
+            self._forget(tps, dropped, "revoked")
+
+    def _forget(self, tps: Iterable[PartitionId], dropped: dict[PartitionId, int], why: str) -> None:
+        """Forget partitions whose parked events the gate dropped: nothing of theirs is acked or
+        marked done afterwards, and their records are refused until they are assigned again."""
+        for tp in tps:
+            self.tracker.revoke(tp, fence=True)  # late records of the old assignment are refused
+            self._handles.pop(tp, None)
+            self._records.pop(tp, None)
+            for ref in [r for r, (_, src) in self._parked_at.items() if src == tp]:
+                del self._parked_at[ref]
+            if dropped[tp]:
+                log.info(
+                    "%s %s[%d]: dropped %d parked event(s); the new owner re-reads them",
+                    why,
+                    tp[0],
+                    tp[1],
+                    dropped[tp],
+                )
+
+    async def _expiry_fenced(self, now: float) -> bool:
+        """May the gate expire what is due now? Asks ``fence`` once for all the partitions whose
+        parked events would expire (nothing is asked when none would). Refused (the membership is
+        lost): nothing expires here, and those partitions are forgotten like a revoke (the
+        rebalance that follows a lost membership hands them out again, re-read from the committed
+        offset), so this worker neither dead-letters nor releases anything of theirs."""
+        fence = self.fence
+        if fence is None:
+            return True
+        tps = self.gate.expiring(now)
+        if not tps:
+            return True
+        if await self._retry("membership fence", partial(fence, tps), "kafka"):
+            return True
+        dropped = {tp: self.gate.revoke(tp) for tp in sorted(tps)}
+        self._forget(sorted(tps), dropped, "membership lost before expiring parked events of")
+        self.totals["expiries_fenced"] += sum(dropped.values())
+        log.warning(
+            "membership fence refused: %d parked event(s) due to expire were dropped, not dead-lettered; "
+            "the partitions' next owner re-reads them",
+            sum(dropped.values()),
+        )
+        return False
 
     @property
     def backpressure(self) -> bool:
@@ -394,8 +434,8 @@ class Applier:
         redelivered copy at another offset (a producer retry) would then reach the committer
         again. Done once per world per partition assignment, since after a rebalance the crashed
         worker's batches may be ours to guard. Depth (20 commits) is an optimisation: the committer
-        stops older copies (recorded offsets, version check, then event ids in the log), except a
-        copy of an event whose type was truncated after it (docs/architecture.md, "Mark repair depth").
+        stops older copies (recorded offsets, version check, then event ids in the log; for types a
+        TRUNCATE cleared, event ids before the version check: docs/architecture.md, "Mark repair depth").
         """
         if self._recent_event_ids is None:
             return

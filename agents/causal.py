@@ -244,6 +244,23 @@ class CausalGate:
             self._reject([(entry, CAUSE_MISSING, detail)])
         self._run()
 
+    def expiring(self, now: float) -> set[PartitionId]:
+        """The partitions of the parked events ``expire(now)`` would dead-letter (their own expiry,
+        not the effects that follow them): a decision made by the clock, which the worker fences by
+        group membership first. Walks only the due part of the deadline heap."""
+        heap, out = self._deadlines, set()
+        stack = [0] if heap else []
+        while stack:
+            i = stack.pop()
+            deadline, seq, ref = heap[i]
+            if deadline > now:
+                continue  # a heap: nothing below it is due either
+            entry = self._parked.get(ref)
+            if entry is not None and entry.seq == seq and not self._satisfied(entry.cause):
+                out.add(entry.arrival.tp)
+            stack.extend(j for j in (2 * i + 1, 2 * i + 2) if j < len(heap))
+        return out
+
     def revoke(self, tp: PartitionId) -> int:
         """Drop the parked events read from ``tp`` (no dead letters); returns how many were dropped."""
         gone = [e for e in self._parked.values() if e.arrival.tp == tp]

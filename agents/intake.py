@@ -79,7 +79,16 @@ class ChangeIntake(KafkaLoop):
         # Revokes waiting for the lock or running: while > 0 (or stopping) a retry gives up.
         self._revoking = 0
         applier.keep_trying = self._keep_trying
-        self.stats = {"polls": 0, "records": 0, "dropped_stale": 0, "commits": 0, "commit_failures": 0}
+        applier.fence = self.fence
+        self.stats = {
+            "polls": 0,
+            "records": 0,
+            "dropped_stale": 0,
+            "commits": 0,
+            "commit_failures": 0,
+            "fences": 0,
+            "fences_refused": 0,
+        }
 
     @property
     def topics(self) -> tuple[str, str]:
@@ -245,6 +254,36 @@ class ChangeIntake(KafkaLoop):
         self._committed.update(offsets)
         self.stats["commits"] += 1
 
+    async def fence(self, tps: Collection[tuple[str, int]]) -> bool:
+        """Confirm this consumer is still a member of the group's current generation and owns
+        ``tps``: commit their committable offsets (unchanged ones again) synchronously. The group
+        coordinator refuses a commit from a member it removed (``UNKNOWN_MEMBER_ID``) or of an
+        older generation (``ILLEGAL_GENERATION``), and one during a rebalance's sync
+        (``REBALANCE_IN_PROGRESS``); aiokafka raises all three as ``CommitFailedError``. A commit it
+        accepts also restarts the member's session timeout, as a heartbeat does (classic group
+        coordinator, Stable and PreparingRebalance). False: the membership is lost, or is about to
+        be (see ``_membership_known``). Other Kafka errors propagate (the applier retries them)."""
+        consumer = self._consumer
+        if consumer is None or not _membership_known(consumer):
+            self.stats["fences_refused"] += 1
+            return False
+        offsets: dict[TopicPartition, int] = {}
+        for topic, partition in tps:
+            offset = self.applier.tracker.committable((topic, partition))
+            if offset is None:  # not tracked: revoked, or never ours
+                self.stats["fences_refused"] += 1
+                return False
+            offsets[TopicPartition(topic, partition)] = offset
+        try:
+            await consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as exc:
+            self.stats["fences_refused"] += 1
+            log.warning("change intake: membership fence refused: %r", exc)
+            return False
+        self._committed.update(offsets)
+        self.stats["fences"] += 1
+        return True
+
     # --- rebalances -----------------------------------------------------------------------------
 
     async def on_revoked(self, revoked: Iterable[TopicPartition]) -> None:
@@ -289,6 +328,22 @@ class ChangeIntake(KafkaLoop):
         if new:
             self._taken |= new
             self.applier.on_assigned(sorted((tp.topic, tp.partition) for tp in new))
+
+
+def _membership_known(consumer: AIOKafkaConsumer) -> bool:
+    """False when aiokafka already knows the membership is gone or going: its generation was reset
+    (a heartbeat or commit met ``UNKNOWN_MEMBER_ID``/``ILLEGAL_GENERATION``; a commit then goes
+    out as generation -1, which the coordinator accepts whenever the group is empty) or a rejoin
+    is pending (a heartbeat met ``REBALANCE_IN_PROGRESS``: the coordinator still takes commits
+    of this generation, but evicts the member at the rebalance timeout if it has not rejoined).
+    aiokafka keeps this on its private coordinator; without it, only the commit decides."""
+    coordinator = getattr(consumer, "_coordinator", None)
+    subscription = getattr(getattr(consumer, "_subscription", None), "subscription", None)
+    if coordinator is None or subscription is None:
+        return True
+    if getattr(coordinator, "generation", 0) < 0:
+        return False
+    return not coordinator.need_rejoin(subscription)
 
 
 def attach(app: Any, intake: ChangeIntake) -> ChangeIntake:

@@ -57,6 +57,9 @@ ENTITY_EDGE = "entity_edge"
 
 #: Table property holding the cumulative committed-offset summary (JSON, see sinks.committed_offsets).
 OFFSETS_PROPERTY = "causeway.committed-offsets"
+#: Table property of ``entity_events`` listing the ``<kind>/<type>`` pairs a TRUNCATE ever cleared on
+#: the branch (JSON list; absent on branches written before it: then read from the log once).
+TRUNCATED_PROPERTY = "causeway.truncated-types"
 #: Prefix of the table properties holding each type's applied schema contract (TypeSchema JSON).
 SCHEMA_PROPERTY_PREFIX = "causeway.schema."
 

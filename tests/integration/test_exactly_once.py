@@ -13,9 +13,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from agents.applier import RawRecord
 from sinks.committer import BatchCommitter
 from sinks.nessie import SyncNessieClient
 from sinks.readback import read_world
+from sinks.tables import TRUNCATED_PROPERTY
 from streams.settings import Settings
 from tests.fakes import FakeMarks as Marks
 from tests.integration.applier_setup import OBJ, Clock, Crash, Dlq, applier, rec
@@ -77,6 +79,47 @@ async def test_a_producer_retry_of_an_applied_event_with_its_mark_lost_is_a_dupl
     assert acks == ["h5"] and second.totals["duplicates"] == 1
     assert (world, "A") in marks.marked
     assert read_world(eo_settings, world).event_ids["A"] == 1
+
+
+@pytest.mark.parametrize("branch", ["recorded", "written-before-the-property"])
+async def test_a_copy_of_an_applied_event_after_a_truncate_of_its_type_with_its_mark_lost_is_a_duplicate(
+    branch: str, world: str, eo_settings: Settings
+) -> None:
+    """Mark repair depth, the TRUNCATE case: A landed, then a TRUNCATE of its type removed A's key
+    and its version; A's mark is gone (Redis lost it, or it aged out of the window). A copy of A at
+    another offset passes the version rule (no stored version left to be older than); before, it was
+    applied a second time. Now a branch records the types it truncated, and events of those types
+    are looked up by id in the log before they are written: the copy is a duplicate. A branch
+    written before the property existed reads its TRUNCATEs from the log once."""
+    marks, dlq, clock = Marks(), Dlq(), Clock()
+    first = applier(eo_settings, marks, dlq, clock)
+    await first.process([rec(world, 0, "A", "p")])
+    truncate = orjson.dumps(
+        {
+            "event_id": "TR",
+            "world_id": world,
+            "object_type": "T",
+            "change_type": "TRUNCATE",
+            "version": 1,
+            "occurred_at": 0,
+        }
+    )
+    await first.process([RawRecord(OBJ, 0, 1, f"{world}::*".encode(), truncate, [], "h1")])
+    assert read_world(eo_settings, world).event_ids == {"A": 1, "TR": 1}
+    if branch != "recorded":  # as a branch truncated before the property existed: the log tells
+        committer = first.committer
+        assert isinstance(committer, BatchCommitter)
+        cat = committer.catalog(committer.naming.branch(world))
+        cat.begin()
+        table = cat.load_table((eo_settings.namespace, "entity_events"))
+        table.transaction().remove_properties(TRUNCATED_PROPERTY).commit_transaction()
+        cat.publish("test: drop the truncated-types property")
+    marks.marked.clear()
+    second = applier(eo_settings, marks, dlq, clock)
+    acks = await second.process([rec(world, 5, "A", "p"), rec(world, 6, "B", "q")])
+    assert not dlq.letters and acks == ["h5", "h6"] and second.totals["duplicates"] == 1
+    assert read_world(eo_settings, world).event_ids == {"A": 1, "TR": 1, "B": 1}
+    assert (world, "A") in marks.marked
 
 
 @pytest.mark.parametrize("how", ["mark-lost", "fork"])

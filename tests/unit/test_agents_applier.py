@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from agents.applier import RawRecord
 from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
@@ -244,3 +245,59 @@ async def test_a_world_whose_files_are_missing_is_dead_lettered_and_other_worlds
     assert attempts.count("broken") == before + 1
     assert [d.reason for d in dlq.letters if d.event_id == "e3"] == ["world-unreadable"]
     assert ("broken", "e3") not in marks.marked
+
+
+class Fence:
+    """Stands in for the intake's membership fence: answers ``ok`` and records each call."""
+
+    def __init__(self, ok: bool) -> None:
+        self.ok = ok
+        self.calls: list[set[tuple[str, int]]] = []
+
+    async def __call__(self, tps: Any) -> bool:
+        self.calls.append(set(tps))
+        return self.ok
+
+
+async def test_a_zombie_whose_membership_fence_is_refused_does_not_dead_letter_its_expired_wait() -> None:
+    """Issue 12, the zombie dead letter: a worker whose group membership is gone must not decide
+    ``cause-missing`` on its timer (the partition's next owner may apply the event once its cause
+    arrives). The fence is refused: no letter, the event is forgotten with its partition (not
+    acked, not done), and the partition's records are taken again once it is assigned again."""
+    applier, committer, dlq, _ = make()
+    now = [100.0]
+    applier.clock = lambda: now[0]
+    applier.fence = fence = Fence(ok=False)
+    tp = ("onto.changes.objects", 0)
+    acks = await applier.process([rec(0, event(0, caused_by="e9")), rec(1, event(1))])
+    assert acks == []  # offset 0 is parked: it holds the partition
+    now[0] += applier.settings.causal_timeout_s + 1
+    acks = await applier.tick()
+    assert fence.calls == [{tp}]
+    assert dlq.letters == [] and acks == []
+    assert applier.gate.parked_count == 0 and applier.tracker.committable(tp) is None
+    assert await applier.process([rec(2, event(2))]) == []  # refused until assigned again
+    applier.on_assigned([tp])
+    await applier.process([rec(0, event(0, caused_by="e9"))])  # the re-read parks it again
+    assert applier.gate.is_parked(("prod", "e0")) and dlq.letters == []
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e1"]
+
+
+async def test_expiries_are_fenced_once_per_tick_for_all_their_partitions_and_then_dead_lettered() -> None:
+    applier, _, dlq, _ = make()
+    now = [100.0]
+    applier.clock = lambda: now[0]
+    applier.fence = fence = Fence(ok=True)
+    other = RawRecord("onto.changes.objects", 1, 0, b"prod::p5", event(5, caused_by="e8"), [], "x0")
+    await applier.process([rec(0, event(0, caused_by="e9")), rec(1, event(1, caused_by="e9")), other])
+    await applier.tick()
+    assert fence.calls == []  # nothing due: no fence asked
+    now[0] += applier.settings.causal_timeout_s + 1
+    acks = await applier.tick()
+    assert fence.calls == [{("onto.changes.objects", 0), ("onto.changes.objects", 1)}]
+    assert sorted((d.event_id, d.reason) for d in dlq.letters) == [
+        ("e0", "cause-missing"),
+        ("e1", "cause-missing"),
+        ("e5", "cause-missing"),
+    ]
+    assert sorted(acks) == ["h0", "h1", "x0"]

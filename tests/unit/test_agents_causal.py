@@ -125,6 +125,28 @@ def test_timeout_dead_letters_frees_the_key_and_cascades(gate: CausalGate, feed:
     assert gate.parked_count == 0 and gate.next_deadline() is None
 
 
+def test_expiring_names_the_partitions_of_exactly_the_waits_expire_would_dead_letter(
+    gate: CausalGate, feed: Feed
+) -> None:
+    """What the worker fences before a timed decision: the partitions of parked events due to
+    expire for their own missing cause (not effects that would follow them, not events waiting
+    only behind their key), and nothing before any deadline."""
+    gate.offer(feed("e1", "p1", caused_by="missing"), now=0)
+    gate.offer(feed("e2", "p1", caused_by="c"), now=0)  # behind e1 on its key; its cause lands
+    gate.offer(feed("f", "p2", caused_by="e1", partition=1), now=2)  # follows e1's fate
+    gate.offer(feed("g", "p3", caused_by="late", partition=2), now=4)
+    for n in range(20):  # a heap with more than one level
+        gate.offer(feed(f"x{n}", f"q{n}", caused_by=f"m{n}", partition=3), now=50 + n)
+    gate.learn_applied([("w1", "c")])
+    assert gate.expiring(9.9) == set()
+    assert gate.expiring(10.0) == {(OBJECTS, 0)}  # e1 alone: e2 only waits behind it, f not yet due
+    assert gate.expiring(12.0) == {(OBJECTS, 0), (OBJECTS, 1)}  # f's own deadline (12) is due too
+    assert gate.expiring(14.0) == {(OBJECTS, 0), (OBJECTS, 1), (OBJECTS, 2)}
+    gate.expire(14.0)
+    assert sorted(dead(gate.drain())) == [("e1", CAUSE_MISSING), ("f", CAUSE_MISSING), ("g", CAUSE_MISSING)]
+    assert gate.expiring(14.0) == set() and gate.expiring(65.0) == {(OBJECTS, 3)}
+
+
 def test_an_event_waiting_only_on_its_key_does_not_time_out(gate: CausalGate, feed: Feed) -> None:
     gate.offer(feed("e1", "p1", caused_by="c"), now=0)
     gate.offer(feed("e2", "p1"), now=5)

@@ -274,3 +274,28 @@ async def test_a_stop_while_a_step_retries_a_failing_commit_gives_the_step_up_lo
     assert not intake._lock.locked() and not intake.applier.lock.locked()
     assert consumer.commits == [] and marks.marked == set() and committer.batches == []
     assert intake.applier.tracker.in_flight() == 0
+
+
+async def test_the_membership_fence_recommits_the_committable_offset_and_a_refused_commit_refuses_it() -> None:
+    """The intake's fence before an expiry: a commit of the partition's committable offset (the
+    parked one, committed again); aiokafka's CommitFailedError (the coordinator no longer knows
+    the member) is a refusal, so the expiring event is forgotten, not dead-lettered."""
+    from aiokafka.errors import CommitFailedError
+
+    consumer = FakeConsumer({P0})
+    intake, _, dlq = intake_with(consumer)
+    now = [100.0]
+    intake.applier.clock = lambda: now[0]
+    consumer.polls.append({P0: [record(P0, 0, event(0)), record(P0, 1, event(1, caused_by="e9"))]})
+    await intake.step()
+    assert consumer.commits == [{P0: 1}]
+    assert await intake.fence([(TOPIC, 0)]) and consumer.commits[-1] == {P0: 1}
+
+    async def refused(offsets: dict[TopicPartition, int]) -> None:
+        raise CommitFailedError("the group has already rebalanced")
+
+    consumer.commit = refused  # type: ignore[method-assign]
+    now[0] += intake.applier.settings.causal_timeout_s + 1
+    await intake.applier.tick()
+    assert dlq.letters == [] and intake.stats["fences_refused"] == 1
+    assert intake.applier.tracker.committable((TOPIC, 0)) is None
