@@ -268,6 +268,7 @@ class BatchCommitter:
                 commit_id=batch.batch_id,
                 landed=landed,
                 on_retry=None if on_retry is None else (lambda reason: on_retry(batch.world_id, reason)),
+                reads=[(self.settings.namespace, d.name) for d in (EVENTS, COMMON, EDGE)],
             )
         except FileNotFoundError as exc:
             # A manifest list or manifest of the branch is gone (the metadata JSON is caught by the
@@ -340,7 +341,7 @@ class BatchCommitter:
         """Stage and publish the batch against ``base`` (pinned by ``cat.begin()``)."""
         ns = self.settings.namespace
         now = datetime.now(UTC)
-        cat.prefetch([(ns, d.name) for d in (EVENTS, COMMON, EDGE)])  # one contents call for the three
+        cat.prefetch([(ns, d.name) for d in (EVENTS, COMMON, EDGE)])  # read with the head by ``begin`` already
         tables = {d.name: self._load_or_create(cat, ns, d) for d in (EVENTS, COMMON, EDGE)}
         events_table = tables[EVENTS.name]
 
