@@ -526,6 +526,39 @@ def test_small_flushes_that_delete_little_still_compact_their_small_files(
     assert live["hot"][0] == 40 and sum(1 for k in live if k.startswith("p")) == 120
 
 
+def test_the_small_file_merge_reads_no_file_the_flushes_before_it_wrote(
+    client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small projection files are merged a few flushes after they were written; their writer keeps
+    their rows, so the merge reads none of them back (was: every merged file read from storage, the
+    commit's "compaction pick + read" stage, 88 ms of a 0.68 s commit at 1,000 events/s)."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    settings = sink_settings.replace(projection_buckets=0)  # one partition for the one type
+    committer = BatchCommitter(settings, client, max_small_files=4)
+    opened: list[str] = []
+    real_new_input = PyArrowFileIO.new_input
+
+    def recording(self: PyArrowFileIO, location: str) -> object:
+        if "/entity_common" in location and "/data/" in location:
+            opened.append(location)
+        return real_new_input(self, location)
+
+    monkeypatch.setattr(PyArrowFileIO, "new_input", recording)
+    offset = 0
+    for k in range(12):
+        events = [obj(world, f"p{k}-{j}", "CREATE", 1, k=k) for j in range(3)]
+        committer.commit_batch(batch(world, f"s{k}", events, offset))
+        offset += len(events)
+    cat = committer.catalog(f"world-{world}")
+    common = cat.load_table(("onto", "entity_common"))
+    assert len(list(common.scan().plan_files())) < 12  # small files were merged
+    assert opened == [], f"{len(opened)} data files of the projection read back from storage"
+    live = objects(cat)
+    assert sorted(live) == sorted(f"p{k}-{j}" for k in range(12) for j in range(3))
+    assert all(v[:2] == (1, False) for v in live.values())
+
+
 def test_a_commit_makes_two_nessie_round_trips_and_reads_no_manifest_an_earlier_flush_read(
     client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
