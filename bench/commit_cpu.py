@@ -3,7 +3,8 @@
 Commits ``--commits`` batches of ``--events`` object updates (``--keys`` random keys, some links)
 to a fresh world branch and reports this process's CPU seconds per commit (``time.process_time``,
 not wall time: the box is shared), the Nessie contents calls and ``Transaction.table_metadata``
-reads per commit, and every Nessie round trip. The first ``--warmup`` commits (table creation, first files) are left out.
+reads per commit, and every Nessie round trip. The first ``--warmup`` commits (table creation,
+first files) are left out.
 
     python -m bench.commit_cpu --commits 30 --events 2000
 
@@ -81,7 +82,7 @@ def main() -> None:
         counts["contents"] += call.path.endswith("/contents")
         return send(call)
 
-    client._send = counting_send  # type: ignore[method-assign]
+    client._send = counting_send  # type: ignore[method-assign,assignment]
     real_build = table_metadata.build
 
     def counting_build(*a: object, **kw: object) -> object:

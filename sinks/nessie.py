@@ -496,7 +496,9 @@ class _Requests:
             found = {_key(c["key"]): content_from_json(c["content"]) for c in d.get("contents") or ()}
             return found, Reference.from_json(d["effectiveReference"])
 
-        return _Call("POST", f"/trees/{_ref(ref)}/contents", parse, body={"requestedKeys": [_key_json(k) for k in keys]})
+        return _Call(
+            "POST", f"/trees/{_ref(ref)}/contents", parse, body={"requestedKeys": [_key_json(k) for k in keys]}
+        )
 
     @staticmethod
     def get_entries(

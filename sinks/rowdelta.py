@@ -119,12 +119,8 @@ class FileCache:
         with io.new_input(path).open() as f:
             table = pq.read_table(f, columns=list(columns) if columns else None)
         with self._lock:
-            if key not in self._items and table.nbytes <= self.max_bytes:
-                self._items[key] = table
-                self._bytes += table.nbytes
-                while self._bytes > self.max_bytes:
-                    _, old = self._items.popitem(last=False)
-                    self._bytes -= old.nbytes
+            if table.nbytes <= self.max_bytes:
+                self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
         return table, False
 
     def seed(self, path: str, columns: tuple[str, ...], table: pa.Table) -> None:
@@ -140,13 +136,7 @@ class FileCache:
             return
         table = _own_buffers(table)
         with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = table
-            self._bytes += table.nbytes
-            while self._bytes > self.max_bytes:
-                _, old = self._items.popitem(last=False)
-                self._bytes -= old.nbytes
+            self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
 
     def seed_rows(self, path: str, table: pa.Table) -> None:
         """Keep every column of the file just written at ``path`` (see ``_rows``)."""
@@ -155,13 +145,7 @@ class FileCache:
             return
         table = _own_buffers(table)
         with self._lock:
-            if path in self._rows:
-                return
-            self._rows[path] = table
-            self._rows_bytes += table.nbytes
-            while self._rows_bytes > bound:
-                _, old = self._rows.popitem(last=False)
-                self._rows_bytes -= old.nbytes
+            self._rows_bytes = _lru_put(self._rows, path, table, self._rows_bytes, bound)
 
     def rows(self, path: str) -> pa.Table | None:
         """The rows kept by ``seed_rows`` for ``path``, if still held; reads nothing."""
@@ -186,6 +170,19 @@ class FileCache:
                 self._split[path] = split
                 while len(self._split) > self.max_split_files:
                     self._split.popitem(last=False)
+
+
+def _lru_put(items: OrderedDict[Any, pa.Table], key: Any, table: pa.Table, held: int, bound: int) -> int:
+    """Add ``table`` under ``key`` unless present, evicting the least recently used entries past
+    ``bound``; returns the bytes ``items`` holds now (``held`` before)."""
+    if key in items:
+        return held
+    items[key] = table
+    held += table.nbytes
+    while held > bound:
+        _, old = items.popitem(last=False)
+        held -= old.nbytes
+    return held
 
 
 def _own_buffers(table: pa.Table) -> pa.Table:
