@@ -3,7 +3,8 @@
 Commits ``--commits`` batches of ``--events`` object updates (``--keys`` random keys, some links)
 to a fresh world branch and reports this process's CPU seconds per commit (``time.process_time``,
 not wall time: the box is shared), the Nessie contents calls and ``Transaction.table_metadata``
-reads per commit. The first ``--warmup`` commits (table creation, first files) are left out.
+reads per commit, and every Nessie round trip. The first ``--warmup`` commits (table creation,
+first files) are left out.
 
     python -m bench.commit_cpu --commits 30 --events 2000
 
@@ -27,6 +28,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from typing import Any
 
 from bench.commit_stages import StageTimer
 from models.events import ChangeEvent, ChangeType, EntityKind
@@ -72,14 +74,15 @@ def main() -> None:
     client.create_branch(f"world-{world}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
     committer = BatchCommitter(settings, client)
 
-    counts = {"contents": 0, "metadata": 0}
-    get_contents = client.get_contents
+    counts = {"contents": 0, "metadata": 0, "nessie": 0}
+    send = client._send
 
-    def counting_contents(*a: object, **kw: object) -> object:
-        counts["contents"] += 1
-        return get_contents(*a, **kw)  # type: ignore[arg-type]
+    def counting_send(call: Any) -> object:  # every Nessie round trip; contents calls apart
+        counts["nessie"] += 1
+        counts["contents"] += call.path.endswith("/contents")
+        return send(call)
 
-    client.get_contents = counting_contents  # type: ignore[method-assign,assignment]
+    client._send = counting_send  # type: ignore[method-assign,assignment]
     real_build = table_metadata.build
 
     def counting_build(*a: object, **kw: object) -> object:
@@ -96,6 +99,7 @@ def main() -> None:
     cpu: list[float] = []
     wall: list[float] = []
     contents: list[int] = []
+    trips: list[int] = []
     metadata: list[int] = []
     parsed: list[int] = []
     try:
@@ -110,7 +114,7 @@ def main() -> None:
                 items.append((_event(world, kind, pk, versions[pk], n), Source(topic, 0, offset)))
                 offset += 1
             batch = Batch.from_sources(world, f"cpu-{i}", items)
-            counts.update(contents=0, metadata=0)
+            counts.update(contents=0, metadata=0, nessie=0)
             parses = table_metadata.CACHE.parses
             if i == args.warmup:
                 timer.reset()
@@ -121,6 +125,7 @@ def main() -> None:
                 wall.append(time.perf_counter() - w0)
                 cpu.append(spent)
                 contents.append(counts["contents"])
+                trips.append(counts["nessie"])
                 metadata.append(counts["metadata"])
                 parsed.append(table_metadata.CACHE.parses - parses)
     finally:
@@ -130,7 +135,7 @@ def main() -> None:
     print(
         f"commits={len(cpu)} events/commit={args.events} cpu_s/commit mean={statistics.mean(cpu):.4f} "
         f"median={statistics.median(cpu):.4f} min={min(cpu):.4f} "
-        f"contents_calls/commit={statistics.mean(contents):.1f} "
+        f"contents_calls/commit={statistics.mean(contents):.1f} nessie_round_trips/commit={statistics.mean(trips):.1f} "
         f"metadata_builds/commit={statistics.mean(metadata):.1f} "
         f"metadata_parses/commit={statistics.mean(parsed):.1f} "
         f"wall_s/commit mean={statistics.mean(wall):.4f} median={statistics.median(wall):.4f}"

@@ -175,6 +175,8 @@ class NessieCatalog(MetastoreCatalog):
         # (None: absent) are read once per staging session. Parsed metadata files are kept per
         # process (sinks.table_metadata.CACHE): a metadata file never changes.
         self._pinned_contents: dict[Identifier, Any | None] = {}
+        #: Tables whose contents ``begin`` reads with the head (``reading``).
+        self._begin_reads: tuple[Identifier, ...] = ()
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -274,11 +276,27 @@ class NessieCatalog(MetastoreCatalog):
 
     # --- staging ---------------------------------------------------------------------------------
 
+    def reading(self, identifiers: Sequence[str | Identifier]) -> NessieCatalog:
+        """Have ``begin`` read these tables' contents together with the head: one round trip (the
+        contents call answers with the commit it read) instead of a reference read and a contents
+        read. A commit waits for each round trip, at Nessie's latency under load (43-69 ms each
+        in the small benchmark's latency phase, docs/benchmarks.md). Returns ``self``."""
+        self._begin_reads = tuple(self._identifier(i) for i in identifiers)
+        return self
+
     def begin(self, at_hash: str | None = None) -> str:
         """Start staging: pin the branch head (or ``at_hash``) for reads, record writes. Returns it."""
         if self.spec.pinned:
             self._require_writable()
         self.discard()
+        if at_hash is None and self._begin_reads:
+            found, ref = self.client.get_contents_and_reference(self.spec.name, [tuple(k) for k in self._begin_reads])
+            self._is_tag = ref.type.upper() == "TAG"
+            self._require_writable()
+            self._base_hash = ref.hash
+            for key in self._begin_reads:
+                self._pinned_contents[key] = found.get(tuple(key))
+            return ref.hash
         if at_hash is None or self._is_tag is None:
             # One round trip tells both: the head, and whether the name is a (read-only) tag.
             ref = self.client.get_reference(self.spec.name)

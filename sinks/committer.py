@@ -272,6 +272,7 @@ class BatchCommitter:
                 commit_id=batch.batch_id,
                 landed=landed,
                 on_retry=None if on_retry is None else (lambda reason: on_retry(batch.world_id, reason)),
+                reads=[(self.settings.namespace, d.name) for d in (EVENTS, COMMON, EDGE)],
             )
         return _finish(outcome, started)
 
@@ -342,7 +343,7 @@ class BatchCommitter:
         """Stage and publish the batch against ``base`` (pinned by ``cat.begin()``)."""
         ns = self.settings.namespace
         now = datetime.now(UTC)
-        cat.prefetch([(ns, d.name) for d in (EVENTS, COMMON, EDGE)])  # one contents call for the three
+        cat.prefetch([(ns, d.name) for d in (EVENTS, COMMON, EDGE)])  # read with the head by ``begin`` already
         tables = {d.name: self._load_or_create(cat, ns, d) for d in (EVENTS, COMMON, EDGE)}
         events_table = tables[EVENTS.name]
 

@@ -18,8 +18,8 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from sinks.flush_stats import FlushStats
 from sinks.logcompact import choose, small_file
-from sinks.rowdelta import TableState, positions
-from sinks.rowfiles import read_data_file
+from sinks.rowdelta import FileCache, TableState, positions
+from sinks.rowfiles import kept_rows, read_data_file
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,12 @@ class Compaction:
     small_files_min_rows: int = 4096
 
     def rewrites(
-        self, table: Table, state: TableState, new_deletes: dict[str, list[int]], stats: FlushStats
+        self,
+        table: Table,
+        state: TableState,
+        new_deletes: dict[str, list[int]],
+        stats: FlushStats,
+        cache: FileCache | None = None,
     ) -> tuple[list[str], list[pa.Table]]:
         """Pick data files to rewrite and return their live rows.
 
@@ -48,7 +53,8 @@ class Compaction:
         sparse file, so the bound is also "one file", which ``target_file_bytes`` caps — plus, for
         small files, at least ``small_files_min_rows``. Without the
         budget, files written together would cross the threshold together and one flush would
-        rewrite most of the table.
+        rewrite most of the table. A file whose rows its writer kept in ``cache`` (small files, see
+        ``FileCache.seed_rows``) is not read back.
         """
         candidates: list[tuple[float, str, set[int]]] = []
         for path, fresh_list in new_deletes.items():
@@ -92,8 +98,9 @@ class Compaction:
         schema = table.schema().as_arrow()
         for path, dead_set in chosen:
             live = state.files[path]
-            t = read_data_file(table, path)
-            stats.bytes_read += live.data_file.file_size_in_bytes
+            kept = kept_rows(table, path, cache)
+            t = read_data_file(table, path) if kept is None else kept
+            stats.bytes_read += 0 if kept is not None else live.data_file.file_size_in_bytes
             if dead_set:
                 dead = pa.array(sorted(dead_set), pa.int64())
                 t = t.filter(pc.invert(pc.is_in(positions(t.num_rows), value_set=dead)))

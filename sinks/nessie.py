@@ -483,6 +483,24 @@ class _Requests:
         )
 
     @staticmethod
+    def get_contents_and_reference(
+        ref: str, keys: Sequence[ContentKey]
+    ) -> _Call[tuple[dict[ContentKey, Content], Reference]]:
+        """``get_contents``, plus the reference the server read them at (its hash and type): a writer
+        pins that hash as its expected hash, so one round trip replaces a reference read and a
+        contents read (the contents are those of exactly that commit)."""
+        if not keys:
+            raise ValueError("get_contents_and_reference needs at least one key")
+
+        def parse(d: dict[str, Any]) -> tuple[dict[ContentKey, Content], Reference]:
+            found = {_key(c["key"]): content_from_json(c["content"]) for c in d.get("contents") or ()}
+            return found, Reference.from_json(d["effectiveReference"])
+
+        return _Call(
+            "POST", f"/trees/{_ref(ref)}/contents", parse, body={"requestedKeys": [_key_json(k) for k in keys]}
+        )
+
+    @staticmethod
     def get_entries(
         ref: str,
         *,
@@ -826,6 +844,7 @@ class NessieClient(_Base):
     assign_reference = _async(_Requests.assign_reference)
     commit = _async(_Requests.commit)
     get_contents = _async(_Requests.get_contents)
+    get_contents_and_reference = _async(_Requests.get_contents_and_reference)
     get_entries = _async_all(_Requests.get_entries)
     history = _async_pages(_Requests.history)
     history_entries = _async_items(_Requests.history)
@@ -873,6 +892,7 @@ class SyncNessieClient(_Base):
     assign_reference = _sync(_Requests.assign_reference)
     commit = _sync(_Requests.commit)
     get_contents = _sync(_Requests.get_contents)
+    get_contents_and_reference = _sync(_Requests.get_contents_and_reference)
     get_entries = _sync_all(_Requests.get_entries)
     history = _sync_pages(_Requests.history)
     history_entries = _sync_items(_Requests.history)

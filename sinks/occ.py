@@ -34,6 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from pyiceberg.typedef import Identifier
+
 from sinks.catalog import NessieCatalog
 from sinks.errors import BranchMissing, CommitStateUnknown, NessieConflict, NessieNotFound, RetriesExhausted
 from sinks.nessie import Operation, SyncNessieClient
@@ -201,10 +203,13 @@ class Occ:
         landed: Callable[[str, int], T] | None = None,
         on_retry: Callable[[str], None] | None = None,
         id_property: str = PROP_COMMIT_ID,
+        reads: Sequence[Identifier] = (),
     ) -> T:
         """Commit to ``branch`` through :func:`commit_loop`; ``commit_id`` + ``landed`` enable the lookup.
 
         ``id_property``: the commit property that carries ``commit_id`` (a batch id by default).
+        ``reads``: tables every attempt reads, fetched with the head in one round trip
+        (:meth:`NessieCatalog.reading`).
         """
         lookup: Callable[[str | None], str | None] | None = None
         if landed is not None:
@@ -216,7 +221,7 @@ class Occ:
                 return find_commit(self.client, branch, cid, since=since, id_property=id_property)
 
         return commit_loop(
-            lambda: self.catalog(branch),
+            lambda: self.catalog(branch).reading(reads),
             attempt,
             policy=self.policy,
             what=what,

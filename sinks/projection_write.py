@@ -128,7 +128,7 @@ def apply_projection(
     )
     stats.values_unconverted = sum(unconverted.values())
     stats.rows_written = rows.num_rows
-    to_remove, carried = policy.rewrites(table, state, new_deletes, stats)
+    to_remove, carried = policy.rewrites(table, state, new_deletes, stats, cache)
     parts = [rows] + carried
     data = pa.concat_tables(parts) if len(parts) > 1 else rows
 
@@ -138,8 +138,11 @@ def apply_projection(
         written_rows = write_data_files_with_rows(tx.table_metadata, data, table.io)  # one writer call
         files = [f for f, _ in written_rows]
         index_columns = _index_columns(tdef)
+        small = policy.target_file_bytes // 4  # the small-file merge's bound (Compaction.rewrites)
         for f, file_rows in written_rows:  # the next flush's key lookup reads these files: keep them
             cache.seed(f.file_path, index_columns, file_rows.select(list(index_columns)))
+            if f.file_size_in_bytes < small:  # and a later small-file merge reads all of it
+                cache.seed_rows(f.file_path, file_rows)
         rd.add(files)
         new_bytes = sum(f.file_size_in_bytes for f in files)
         stats.bytes_written += new_bytes
@@ -147,6 +150,7 @@ def apply_projection(
         if stats.rows_rewritten and data.num_rows:
             stats.bytes_rewritten += int(new_bytes * stats.rows_rewritten / data.num_rows)
     rd.remove(state.files[p].data_file for p in to_remove)
+    cache.forget_rows(to_remove)
     stats.files_removed += len(to_remove)
 
     # Delete files: drop those that name no surviving data file; when there are too many,

@@ -102,6 +102,11 @@ class FileCache:
         #: Delete files split per data file they name (a delete file's few paths; small).
         self._split: OrderedDict[str, dict[str, pa.Array]] = OrderedDict()
         self.max_split_files = 4096
+        #: Every column of small files a flush wrote, under the schema they were written with: the
+        #: small-file merge reads them back a few flushes later (``Compaction.rewrites``). Bounded
+        #: apart, at a quarter of ``max_bytes``, so full rows never evict the key index.
+        self._rows: OrderedDict[str, pa.Table] = OrderedDict()
+        self._rows_bytes = 0
 
     def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None) -> tuple[pa.Table, bool]:
         """The file's ``columns`` (all when None) and whether it came from the cache."""
@@ -114,12 +119,8 @@ class FileCache:
         with io.new_input(path).open() as f:
             table = pq.read_table(f, columns=list(columns) if columns else None)
         with self._lock:
-            if key not in self._items and table.nbytes <= self.max_bytes:
-                self._items[key] = table
-                self._bytes += table.nbytes
-                while self._bytes > self.max_bytes:
-                    _, old = self._items.popitem(last=False)
-                    self._bytes -= old.nbytes
+            if table.nbytes <= self.max_bytes:
+                self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
         return table, False
 
     def seed(self, path: str, columns: tuple[str, ...], table: pa.Table) -> None:
@@ -135,13 +136,32 @@ class FileCache:
             return
         table = _own_buffers(table)
         with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = table
-            self._bytes += table.nbytes
-            while self._bytes > self.max_bytes:
-                _, old = self._items.popitem(last=False)
-                self._bytes -= old.nbytes
+            self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
+
+    def seed_rows(self, path: str, table: pa.Table) -> None:
+        """Keep every column of the file just written at ``path`` (see ``_rows``)."""
+        bound = self.max_bytes // 4
+        if table.nbytes > bound:
+            return
+        table = _own_buffers(table)
+        with self._lock:
+            self._rows_bytes = _lru_put(self._rows, path, table, self._rows_bytes, bound)
+
+    def rows(self, path: str) -> pa.Table | None:
+        """The rows kept by ``seed_rows`` for ``path``, if still held; reads nothing."""
+        with self._lock:
+            hit = self._rows.get(path)
+            if hit is not None:
+                self._rows.move_to_end(path)
+            return hit
+
+    def forget_rows(self, paths: Iterable[str]) -> None:
+        """Drop the rows of files a commit removed (merged): they are not read again."""
+        with self._lock:
+            for path in paths:
+                old = self._rows.pop(path, None)
+                if old is not None:
+                    self._rows_bytes -= old.nbytes
 
     def seed_split(self, path: str, split: dict[str, pa.Array]) -> None:
         """Keep a delete file's positions per data file, as written (sorted, unique)."""
@@ -150,6 +170,19 @@ class FileCache:
                 self._split[path] = split
                 while len(self._split) > self.max_split_files:
                     self._split.popitem(last=False)
+
+
+def _lru_put(items: OrderedDict[Any, pa.Table], key: Any, table: pa.Table, held: int, bound: int) -> int:
+    """Add ``table`` under ``key`` unless present, evicting the least recently used entries past
+    ``bound``; returns the bytes ``items`` holds now (``held`` before)."""
+    if key in items:
+        return held
+    items[key] = table
+    held += table.nbytes
+    while held > bound:
+        _, old = items.popitem(last=False)
+        held -= old.nbytes
+    return held
 
 
 def _own_buffers(table: pa.Table) -> pa.Table:

@@ -19,6 +19,16 @@ from sinks.rowdelta import FileCache, RowDelta, read_state, write_partition_dele
 from sinks.tables import TableDef
 
 
+def kept_rows(table: Table, path: str, cache: FileCache | None) -> pa.Table | None:
+    """The rows of ``path`` its writer kept in ``cache``, when they are under the table's current schema."""
+    kept = None if cache is None else cache.rows(path)
+    # Field ids included (Arrow field metadata): a column dropped and added again under its old
+    # name and type is another column, which the kept rows do not hold.
+    if kept is not None and kept.schema.equals(table.schema().as_arrow(), check_metadata=True):
+        return kept
+    return None
+
+
 def read_data_file(table: Table, path: str) -> pa.Table:
     """A data file's rows in file order, under the table's *current* schema.
 

@@ -206,7 +206,8 @@ class Settings:
         256 * 1024 * 1024,
         "Bytes of parsed projection key columns (the worker's key index, one entry per data file, so per "
         "bucket) kept between flushes, least recently used evicted first. Bounds the worker's memory as keys "
-        "grow; an evicted file is read again from storage when a flush touches its bucket.",
+        "grow; an evicted file is read again from storage when a flush touches its bucket. Up to a quarter more "
+        "holds every column of the small files the flushes wrote, which the small-file merge reads back.",
     )
     projection_buckets: int = _opt(
         4,

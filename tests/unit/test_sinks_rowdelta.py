@@ -43,3 +43,20 @@ def test_a_seeded_table_reads_back_equal() -> None:
     got, hit = cache.get(None, "f.parquet", ("entity_pk", "version"))  # type: ignore[arg-type]
     assert hit
     assert got.equals(batch.slice(1, 2))
+
+
+def test_kept_rows_stay_within_a_quarter_of_the_bound_and_go_when_forgotten() -> None:
+    # Full rows of small files, kept for the small-file merge, must not grow the cache past its
+    # bound nor evict the key index they sit beside.
+    batch = pa.table({"entity_pk": [f"k{i:08d}" for i in range(4000)], "version": list(range(4000))})
+    part = batch.slice(0, 1000)
+    cache = FileCache(max_bytes=8 * part.nbytes)
+    cache.seed("idx.parquet", ("entity_pk",), batch.select(["entity_pk"]).slice(0, 1000))
+    for i in range(4):
+        cache.seed_rows(f"f{i}.parquet", batch.slice(i * 1000, 1000))
+    assert cache._rows_bytes <= cache.max_bytes // 4  # noqa: SLF001 - the bound measured
+    assert cache.rows("f0.parquet") is None and cache.rows("f3.parquet") is not None  # oldest went first
+    assert cache.get(None, "idx.parquet", ("entity_pk",))[1]  # type: ignore[arg-type] - the index stays
+    cache.forget_rows(["f3.parquet", "never-kept.parquet"])
+    assert cache.rows("f3.parquet") is None
+    assert cache._rows_bytes == sum(t.nbytes for t in cache._rows.values())  # noqa: SLF001
