@@ -324,11 +324,13 @@ def plan_evolution(old: Layout, new: Layout) -> Evolution:
 
 @dataclass(frozen=True)
 class KeyScan:
-    """Which files may hold the rows of some keys (plus every row of some types: a truncate).
+    """Which files may hold the rows of some ``(type, pk)`` keys (plus every row of some types: a truncate).
 
-    Pruning is by partition only: a file whose spec buckets the pk column is kept when its
-    bucket is one a key falls in (or its type is truncated); files of specs without such a
-    bucket are always kept. Never by column statistics: a flush merges and drops delete files,
+    Pruning is by partition only: under a spec with identity on the type column and a bucket of
+    the pk column a file is kept when its (type, bucket) is one a key falls in, or its type is
+    truncated; a spec with only one of the two prunes by that one (a bucket-only spec keeps every
+    bucket while a type is truncated: its rows may be in any); files of specs with neither are
+    always kept. Never by column statistics: a flush merges and drops delete files,
     and a delete file may name any data file of its partition, so every data file of a kept
     partition must be in the flush's state (a delete file merged without the positions of a
     data file pruned by min/max would bring that file's deleted rows back). Pruning whole
@@ -338,35 +340,50 @@ class KeyScan:
 
     type_col: str
     pk_col: str
-    pks: frozenset[str]
+    keys: frozenset[tuple[str, str]]
     types: frozenset[str] = frozenset()
 
     def keeps(self, partition: Any, spec: PartitionSpec, schema: Schema) -> bool:
         """Whether a data file with ``partition`` (under ``spec``) may hold a selected row."""
-        bucket: tuple[int, Any] | None = None
+        typ: tuple[Any] | None = None  # boxed: a partition value may be None
+        buckets: int | None = None
+        bucket: Any = None
         for i, f in enumerate(spec.fields):
             column = schema.find_column_name(f.source_id)
-            if column == self.type_col and isinstance(f.transform, IdentityTransform) and partition[i] in self.types:
-                return True  # a truncated type: every row of it
-            if column == self.pk_col and isinstance(f.transform, BucketTransform):
-                bucket = (f.transform.num_buckets, partition[i])
-        if bucket is None:
-            return True
-        return bucket[1] in self._buckets(bucket[0])
+            if column == self.type_col and isinstance(f.transform, IdentityTransform):
+                typ = (partition[i],)
+            elif column == self.pk_col and isinstance(f.transform, BucketTransform):
+                buckets, bucket = f.transform.num_buckets, partition[i]
+        if typ is not None and typ[0] in self.types:
+            return True  # a truncated type: every row of it
+        if buckets is None:
+            return typ is None or typ[0] in self._key_types()
+        if typ is None:
+            return bool(self.types) or bucket in {b for _, b in self._pairs(buckets)}
+        return (typ[0], bucket) in self._pairs(buckets)
 
-    def _buckets(self, n: int) -> frozenset[int]:
-        cache: dict[int, frozenset[int]] = self.__dict__.setdefault("_bucket_cache", {})
+    def _key_types(self) -> frozenset[str]:
+        cache: dict[str, frozenset[str]] = self.__dict__.setdefault("_type_cache", {})
+        if "types" not in cache:
+            cache["types"] = frozenset(t for t, _ in self.keys)
+        return cache["types"]
+
+    def _pairs(self, n: int) -> frozenset[tuple[str, int]]:
+        """The (type, bucket) pairs of the keys under ``bucket(n, pk)`` (one vectorized transform)."""
+        cache: dict[int, frozenset[tuple[str, int]]] = self.__dict__.setdefault("_bucket_cache", {})
         if n not in cache:
             import pyarrow as pa
 
-            arr = pa.array(sorted(self.pks), pa.string())
-            cache[n] = frozenset(BucketTransform(n).pyarrow_transform(StringType())(arr).to_pylist())
+            keys = sorted(self.keys)
+            arr = pa.array([pk for _, pk in keys], pa.string())
+            buckets = BucketTransform(n).pyarrow_transform(StringType())(arr).to_pylist()
+            cache[n] = frozenset(zip((t for t, _ in keys), buckets, strict=True))
         return cache[n]
 
 
-def key_filter(type_col: str, pk_col: str, pks: Iterable[str], types: Iterable[str] = ()) -> KeyScan:
-    """The files that may hold the rows of ``pks`` plus every row of ``types`` (see :class:`KeyScan`).
+def key_filter(type_col: str, pk_col: str, keys: Iterable[tuple[str, str]], types: Iterable[str] = ()) -> KeyScan:
+    """The files that may hold the rows of ``(type, pk)`` ``keys`` and every row of ``types`` (:class:`KeyScan`).
 
-    With a bucket spec on the pk a flush's scan covers only the buckets its keys fall in.
+    With a type and bucket spec a flush's scan covers only the (type, bucket) partitions its keys fall in.
     """
-    return KeyScan(type_col, pk_col, frozenset(pks), frozenset(types))
+    return KeyScan(type_col, pk_col, frozenset(keys), frozenset(types))

@@ -43,7 +43,7 @@ def carry_stored_properties(table: Table, tdef: TableDef, plan: projection.Plan,
         [type_col, pk_col, "version", "properties"],
         lambda t: pc.is_in(t.column(pk_col), value_set=pks),
         None,
-        key_filter(type_col, pk_col, pks.to_pylist()),
+        key_filter(type_col, pk_col, keys),
     )
     if state.index is None:
         return
@@ -84,7 +84,7 @@ def apply_projection(
             mask = pc.or_(mask, pc.is_in(t.column(type_col), value_set=type_values))
         return mask
 
-    scan = key_filter(type_col, pk_col, pks.to_pylist(), types)  # prunes to the touched buckets
+    scan = key_filter(type_col, pk_col, keys, types)  # prunes to the touched (type, bucket) partitions
     state = read_state(table, list(_index_columns(tdef)), match, cache, scan)
     stats = FlushStats(bytes_read=state.bytes_read)
     stored: dict[projection.Key, projection.Stored] = {}

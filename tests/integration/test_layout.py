@@ -116,6 +116,44 @@ def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_s
     assert all(rows[pk][0] == (2 if pk in chosen else 1) for pk in pks)
 
 
+def test_a_batch_touching_k_type_bucket_pairs_reads_only_those_partitions(client, sink_settings) -> None:
+    # Two types over the same 8 buckets: a flush of keys of one type in a bucket must not read
+    # the other type's files of that bucket (pruning by bucket alone reads 2 partitions per key).
+    n = 8
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings.replace(projection_buckets=n), client)
+    pks = {typ: [f"{typ[:2]}-{i:04d}" for i in range(200)] for typ in ("person", "place")}
+    seed = [obj(world, pk, "CREATE", 1, typ, n=0) for typ, keys in pks.items() for pk in keys]
+    committer.commit_batch(batch(world, "seed", seed, 0))
+    table = cat_of(committer, world).load_table(("onto", COMMON.name))
+    files: dict[tuple[str, int], set[str]] = {}
+    for task in table.scan().plan_files():
+        files.setdefault((task.file.partition[0], task.file.partition[1]), set()).add(task.file.file_path)
+    assert len(files) == 2 * n  # 200 keys of each type reach every bucket
+
+    # k = 3 pairs: person in buckets b0 and b1, place in b2 (three different buckets).
+    b0, b1, b2 = range(3)
+    chosen = {
+        "person": [pk for pk in pks["person"] if bucket_of(pk, n) in (b0, b1)][:10],
+        "place": [pk for pk in pks["place"] if bucket_of(pk, n) == b2][:5],
+    }
+    touched = {(typ, bucket_of(pk, n)) for typ, keys in chosen.items() for pk in keys}
+    assert touched == {("person", b0), ("person", b1), ("place", b2)}
+    reads = ReadRecorder(committer)
+    upd = [obj(world, pk, "UPDATE", 2, typ, n=1) for typ, keys in chosen.items() for pk in keys]
+    committer.commit_batch(batch(world, "upd", upd, 1000))
+
+    data_reads = {p for p in reads.paths if "/data/" in p and "delete-" not in p}
+    allowed = set().union(*(files[pair] for pair in touched))
+    assert data_reads == allowed, (
+        f"read {len(data_reads)} data files, the {len(touched)} touched partitions hold {len(allowed)}"
+    )
+    rows = objects(cat_of(committer, world))
+    updated = {pk for keys in chosen.values() for pk in keys}
+    assert len(rows) == 400
+    assert all(rows[pk][0] == (2 if pk in updated else 1) for keys in pks.values() for pk in keys)
+
+
 def test_audit_trail_and_time_window_reads_prune_the_log(client, sink_settings) -> None:
     # A small target file size stands in for a large log: each flush's file is a fraction of the
     # target (as 10k-event flushes are of 64 MiB), so compaction merges a day's flush files and

@@ -87,19 +87,45 @@ def test_evolution_keeps_shared_fields_and_names_the_rest() -> None:
     assert not plan_evolution(new, new).changed
 
 
+def _bucket16(pk: str) -> int:
+    return int(BucketTransform(16).transform(StringType())(pk))
+
+
 def test_key_scan_keeps_only_the_buckets_its_keys_fall_in() -> None:
     spec = partition_spec(parse_spec("identity(object_type_id), bucket(16, object_pk)"), COMMON.schema)
     pks = [f"p-{i}" for i in range(500)]
-    scan = key_filter("object_type_id", "object_pk", pks[:3], ["Gone"])
-    want = {BucketTransform(16).transform(StringType())(pk) for pk in pks[:3]}
+    scan = key_filter("object_type_id", "object_pk", [("person", pk) for pk in pks[:3]], ["Gone"])
+    want = {_bucket16(pk) for pk in pks[:3]}
     for b in range(16):
         assert scan.keeps(Record("person", b), spec, COMMON.schema) == (b in want)
         assert scan.keeps(Record("Gone", b), spec, COMMON.schema)  # truncated: every file of the type
     unpartitioned = partition_spec((), COMMON.schema)
     assert scan.keeps(Record(), unpartitioned, COMMON.schema)  # old-spec files cannot be pruned
-    assert all(
-        key_filter("object_type_id", "object_pk", pks).keeps(Record("x", b), spec, COMMON.schema) for b in range(16)
+    every = key_filter("object_type_id", "object_pk", [("x", pk) for pk in pks])
+    assert all(every.keeps(Record("x", b), spec, COMMON.schema) for b in range(16))
+
+
+def test_key_scan_keeps_only_the_type_bucket_pairs_its_keys_fall_in() -> None:
+    # A batch's keys of one type must not pull in the same buckets of the other types: with T
+    # types a flush of random keys would otherwise read every type's file of every touched bucket.
+    spec = partition_spec(parse_spec("identity(object_type_id), bucket(16, object_pk)"), COMMON.schema)
+    person = [f"p-{i}" for i in range(3)]
+    place = [f"q-{i}" for i in range(2)]
+    scan = key_filter(
+        "object_type_id", "object_pk", [("person", pk) for pk in person] + [("place", pk) for pk in place]
     )
+    pairs = {("person", _bucket16(pk)) for pk in person} | {("place", _bucket16(pk)) for pk in place}
+    for typ in ("person", "place", "thing"):
+        for b in range(16):
+            assert scan.keeps(Record(typ, b), spec, COMMON.schema) == ((typ, b) in pairs), (typ, b)
+    by_type = partition_spec(parse_spec("identity(object_type_id)"), COMMON.schema)
+    assert scan.keeps(Record("place"), by_type, COMMON.schema)
+    assert not scan.keeps(Record("thing"), by_type, COMMON.schema)  # a type the batch never names
+    by_bucket = partition_spec(parse_spec("bucket(16, object_pk)"), COMMON.schema)
+    assert [b for b in range(16) if scan.keeps(Record(b), by_bucket, COMMON.schema)] == sorted({b for _, b in pairs})
+    truncating = key_filter("object_type_id", "object_pk", [("person", person[0])], ["Gone"])
+    # Without the type in the partition a truncated type's rows may be in any bucket.
+    assert all(truncating.keeps(Record(b), by_bucket, COMMON.schema) for b in range(16))
 
 
 def test_log_compaction_merges_a_full_tier_of_one_partition_only() -> None:
