@@ -65,7 +65,7 @@ from agents.reconcile_plan import (
     expected,
     latest_counts,
 )
-from agents.reconcile_state import Checkpoint, FileInfo, live_counts, mismatched_keys, split_key
+from agents.reconcile_state import Checkpoint, FileInfo, live_counts, split_key
 from models.errors import OperatorError
 from models.events import ChangeEvent, ChangeType, EntityKind
 from models.worlds import WorldNaming
@@ -174,6 +174,7 @@ class Reconciler:
             self.checkpoints.pop(world, None)
             report.outcome, report.error = "failed", str(exc)
         except Exception as exc:  # noqa: BLE001 - a failed run is reported, not fatal
+            self.checkpoints.pop(world, None)  # it may hold half a pass: the next one reads everything
             log.warning("reconciliation of %s failed: %s: %s", world, type(exc).__name__, exc)
             log.debug("reconciliation of %s failed", world, exc_info=True)
             report.outcome, report.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -220,7 +221,7 @@ class Reconciler:
             lambda path: deleted_positions(common, path),
         )
         live, paths = point.projection()
-        odd = mismatched_keys(live, point.wanted)
+        odd = point.differing(live)
         log.info(
             "reconciliation of %s: read %d row(s), digested %d, %d key(s) differ; checkpoint %d MiB",
             world, point.read_rows, point.digested, len(odd), point.nbytes() >> 20,

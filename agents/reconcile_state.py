@@ -173,6 +173,8 @@ class Checkpoint:
     next_seq: int = 0
     files: dict[str, ProjectionFile] = field(default_factory=dict)
     delete_splits: dict[str, Mapping[str, pa.Array]] = field(default_factory=dict)
+    #: Keys to compare at the next pass (None: all): what changed since the last one, and what differed then.
+    dirty: set[str] | None = None
     #: What the last advance read and digested (rows), for the pass's log line and the tests.
     read_rows: int = 0
     digested: int = 0
@@ -185,6 +187,7 @@ class Checkpoint:
         came = [f for p, f in now.items() if p not in self.log_files]
         if gone > sum(f.rows for f in came):  # rows left the log: not a compaction; fold it again
             self.log_files, self.wanted, self.truncated, self.next_seq = {}, WANTED.empty_table(), {}, 0
+            self.dirty = None
             came = list(now.values())
         self.log_files = {p: n for p, n in self.log_files.items() if p in now}
         chunk: list[pa.Table] = []
@@ -208,10 +211,12 @@ class Checkpoint:
             order = (r["committed_at"], r["batch_seq"], r["seq"])
             if order > self.truncated.get(r["type"], (-1, -1, -1)):
                 self.truncated[r["type"]] = order
+                self.dirty = None  # every key of the type may have gone: compare them all
         cand = self._after_truncates(new.filter(pc.invert(is_trunc)))
         # An event that already wins its key (a compacted copy) changes nothing: skip it unread.
         cand = cand.filter(pc.invert(pc.is_in(cand.column("event_id"), value_set=self.wanted.column("event_id"))))
         cand = last_per_key(cand)
+        self._mark(cand.column("key"))
         if cand.num_rows:
             touched = pc.is_in(self.wanted.column("key"), value_set=cand.column("key"))
             fresh = cand.append_column("fresh", pa.repeat(pa.scalar(True), cand.num_rows))
@@ -250,6 +255,9 @@ class Checkpoint:
 
     def advance_projection(self, current: Iterable[FileInfo], read: ReadColumns, deletes_of: ReadDeletes) -> None:
         now = {f.path: f for f in current}
+        for p, pf in self.files.items():
+            if p not in now and pf.live is not None:
+                self._mark(pf.live.column("key"))
         self.files = {p: pf for p, pf in self.files.items() if p in now}
         for path in now:
             if path not in self.files:
@@ -267,6 +275,7 @@ class Checkpoint:
                     "_pos": pa.array(range(raw.num_rows), pa.int64()),
                 })  # fmt: skip
                 self.files[path] = ProjectionFile(rows.combine_chunks())
+                self._mark(rows.column("key"))
         live_deletes = {d for f in now.values() for d in f.deletes}
         self.delete_splits = {d: s for d, s in self.delete_splits.items() if d in live_deletes}
         for path, f in now.items():
@@ -281,11 +290,27 @@ class Checkpoint:
                 if pos is not None:
                     masked.append(pos.cast(pa.int64()))
             pf.deletes = f.deletes
+            before = pf.live
             pf.live = (
                 pf.rows.filter(pc.invert(pc.is_in(pf.rows.column("_pos"), value_set=pa.concat_arrays(masked))))
                 if masked
                 else pf.rows
             )
+            if before is not None:  # rows masked or unmasked since: their keys changed
+                was, now_live = before.column("_pos"), pf.live.column("_pos")
+                self._mark(before.filter(pc.invert(pc.is_in(was, value_set=now_live))).column("key"))
+                self._mark(pf.live.filter(pc.invert(pc.is_in(now_live, value_set=was))).column("key"))
+
+    def _mark(self, keys: pa.Array | pa.ChunkedArray) -> None:
+        if self.dirty is not None and len(keys):
+            self.dirty.update(keys.to_pylist())
+
+    def differing(self, projection: pa.Table) -> set[str]:
+        """Keys whose projection row differs from the log's: among the keys a file read or dropped
+        since the last comparison and those that differed then (every key the first time)."""
+        odd = mismatched_keys(projection, self.wanted, self.dirty)
+        self.dirty = set(odd)
+        return odd
 
     def projection(self) -> tuple[pa.Table, list[str]]:
         """The live projection rows (ROWS + ``_fid``) and the file path of each ``_fid``."""
@@ -313,9 +338,13 @@ def live_counts(t: pa.Table) -> dict[str, int]:
     return dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist(), strict=True))
 
 
-def mismatched_keys(projection: pa.Table, wanted: pa.Table) -> set[str]:
+def mismatched_keys(projection: pa.Table, wanted: pa.Table, only: Iterable[str] | None = None) -> set[str]:
     """Keys whose projection row is missing, extra, duplicated, or differs from the log's
     (writer or properties digest): the only keys a pass looks at one by one."""
+    if only is not None:
+        subset = pa.array(list(only), pa.string())
+        projection = projection.filter(pc.is_in(projection.column("key"), value_set=subset))
+        wanted = wanted.filter(pc.is_in(wanted.column("key"), value_set=subset))
     out: set[str] = set()
     vc = pc.value_counts(projection.column("key"))
     dup = pc.greater(vc.field("counts"), 1)

@@ -14,6 +14,7 @@ from agents.reconcile_plan import Row, derive, expected
 from agents.reconcile_state import (
     LOG_COLUMNS,
     PROJECTION_COLUMNS,
+    SEP,
     Checkpoint,
     FileInfo,
     live_counts,
@@ -177,8 +178,8 @@ def test_the_comparison_finds_missing_extra_duplicate_other_writer_and_other_con
     point.advance_log(files.infos(["log"]), files.read)
     point.advance_projection(files.infos(["p1", "p2"], {"p2": frozenset({"d"})}), files.read, files.deletes_of)
     live, _ = point.projection()
-    odd = {split_key(k)[1] for k in mismatched_keys(live, point.wanted)}
-    assert odd == {"k1", "k2", "k3", "k4", "zz"}
+    assert {split_key(k)[1] for k in mismatched_keys(live, point.wanted)} == {"k1", "k2", "k3", "k4", "zz"}
+    assert {split_key(k)[1] for k in point.differing(live)} == {"k1", "k2", "k3", "k4", "zz"}
     assert live_counts(live) == {"T": 6} and live_counts(point.wanted) == {"T": 5}
     # the delete goes away (merged into another file that masks nothing): k4 is back and agrees
     files.deletes["d2"] = {}
@@ -186,7 +187,15 @@ def test_the_comparison_finds_missing_extra_duplicate_other_writer_and_other_con
     point.advance_projection(files.infos(["p1", "p2"], {"p2": frozenset({"d2"})}), files.read, files.deletes_of)
     assert files.reads == 0 and point.digested == 0  # no data file re-read
     live, _ = point.projection()
-    assert {split_key(k)[1] for k in mismatched_keys(live, point.wanted)} == {"k1", "k2", "k3", "zz"}
+    assert {split_key(k)[1] for k in point.differing(live)} == {"k1", "k2", "k3", "zz"}
+    # k0's row deleted by a new delete file, behind the worker's back: found among the changed keys
+    files.deletes["d3"] = {"p1": pa.array([0], pa.int64())}
+    point.advance_projection(
+        files.infos(["p1", "p2"], {"p1": frozenset({"d3"}), "p2": frozenset({"d2"})}), files.read, files.deletes_of
+    )
+    live, _ = point.projection()
+    assert point.dirty == {f"T{SEP}{k}" for k in ("k0", "k1", "k2", "k3", "zz")}
+    assert {split_key(k)[1] for k in point.differing(live)} == {"k0", "k1", "k2", "k3", "zz"}
 
 
 def test_one_row_folds() -> None:
