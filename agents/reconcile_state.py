@@ -155,6 +155,26 @@ def _before(t: pa.Table, order: Order) -> pa.Array | pa.ChunkedArray:
     return pc.or_(pc.less(c, order[0]), pc.and_(pc.equal(c, order[0]), older))
 
 
+#: Chunks the log fold keeps before it merges them into one (each fold appends one).
+MAX_CHUNKS = 32
+
+
+def _drop(t: pa.Table, mask: pa.ChunkedArray) -> pa.Table:
+    """``t`` without the rows ``mask`` selects, copying only the chunks that lose rows (a fold
+    touches a few of the world's chunks; filtering the whole table would copy all of it)."""
+    batches, offset = [], 0
+    for batch in t.to_batches():
+        m = mask.slice(offset, batch.num_rows)
+        offset += batch.num_rows
+        batches.append(batch.filter(pc.invert(m)) if pc.any(m).as_py() else batch)
+    return pa.Table.from_batches(batches, t.schema)
+
+
+def _append(t: pa.Table, rows: pa.Table) -> pa.Table:
+    out = pa.concat_tables([t, rows])
+    return out.combine_chunks() if out.column(0).num_chunks > MAX_CHUNKS else out
+
+
 @dataclass
 class ProjectionFile:
     rows: pa.Table  # ROWS: every row of the file
@@ -214,14 +234,18 @@ class Checkpoint:
                 self.dirty = None  # every key of the type may have gone: compare them all
         cand = self._after_truncates(new.filter(pc.invert(is_trunc)))
         # An event that already wins its key (a compacted copy) changes nothing: skip it unread.
-        cand = cand.filter(pc.invert(pc.is_in(cand.column("event_id"), value_set=self.wanted.column("event_id"))))
+        # (The world's column probes a hash set of the candidates, not the other way round.)
+        ids = self.wanted.column("event_id")
+        known = ids.filter(pc.is_in(ids, value_set=cand.column("event_id")))
+        if len(known):
+            cand = cand.filter(pc.invert(pc.is_in(cand.column("event_id"), value_set=known.combine_chunks())))
         cand = last_per_key(cand)
         self._mark(cand.column("key"))
         if cand.num_rows:
             touched = pc.is_in(self.wanted.column("key"), value_set=cand.column("key"))
-            fresh = cand.append_column("fresh", pa.repeat(pa.scalar(True), cand.num_rows))
             old = self.wanted.filter(touched)
             old = old.append_column("fresh", pa.repeat(pa.scalar(False), old.num_rows))
+            fresh = cand.append_column("fresh", pa.repeat(pa.scalar(True), cand.num_rows))
             props = fresh.column("after_properties")
             both = pa.concat_tables([
                 old.append_column("after_properties", pa.nulls(old.num_rows, props.type)),
@@ -234,13 +258,9 @@ class Checkpoint:
                 new_won.schema.get_field_index("digest"),
                 "digest",
                 digests(new_won.column("after_properties"), new_won.column("deleted")),
-            )
-            kept = won.filter(pc.invert(won.column("fresh")))
-            self.wanted = pa.concat_tables([
-                self.wanted.filter(pc.invert(touched)),
-                kept.select(WANTED.names),
-                new_won.select(WANTED.names),
-            ]).combine_chunks()  # fmt: skip
+            ).select(WANTED.names)
+            lost = pc.is_in(self.wanted.column("key"), value_set=new_won.column("key"))
+            self.wanted = _append(_drop(self.wanted, lost), new_won)
         self.wanted = self._after_truncates(self.wanted)
 
     def _after_truncates(self, t: pa.Table) -> pa.Table:
