@@ -345,7 +345,7 @@ class Checkpoint:
         return pa.concat_tables(parts), paths
 
     def nbytes(self) -> int:
-        return self.wanted.nbytes + sum(pf.rows.nbytes for pf in self.files.values())
+        return int(self.wanted.nbytes) + sum(int(pf.rows.nbytes) for pf in self.files.values())
 
 
 # --- the comparison (pure, vectorized) -------------------------------------------------------------
