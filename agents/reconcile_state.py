@@ -52,26 +52,18 @@ LOG_COLUMNS = (
 )
 PROJECTION_COLUMNS = ("object_type_id", "object_pk", "version", "deleted", "event_id", "properties")
 
-WANTED = pa.schema([
+_WRITER = [
     ("key", pa.string()),
     ("type", pa.string()),
     ("version", pa.int64()),
     ("deleted", pa.bool_()),
     ("event_id", pa.string()),
     ("digest", pa.string()),
-    ("committed_at", pa.int64()),
-    ("batch_seq", pa.int64()),
-    ("seq", pa.int64()),
-])  # fmt: skip
-ROWS = pa.schema([
-    ("key", pa.string()),
-    ("type", pa.string()),
-    ("version", pa.int64()),
-    ("deleted", pa.bool_()),
-    ("event_id", pa.string()),
-    ("digest", pa.string()),
-    ("_pos", pa.int64()),
-])  # fmt: skip
+]
+#: The log's fold: per key, the row that must be in the projection, and its commit order.
+WANTED = pa.schema([*_WRITER, ("committed_at", pa.int64()), ("batch_seq", pa.int64()), ("seq", pa.int64())])
+#: A projection data file's rows: who wrote each, and its position in the file.
+ROWS = pa.schema([*_WRITER, ("_pos", pa.int64())])
 _ORDER = ("committed_at", "batch_seq", "seq")
 _COMPARED = ("version", "deleted", "event_id", "digest")
 

@@ -121,12 +121,19 @@ def test_the_incremental_fold_decides_what_the_full_replay_decides() -> None:
     assert folded(point) == replayed(rows)
 
 
-def test_a_compacted_log_is_read_once_and_digests_nothing() -> None:
-    rows = random_log(2, 2000, 300)
+def two_files_folded(rows: list[dict[str, Any]]) -> tuple[Files, Checkpoint]:
+    """The log ``rows`` in two files "a" and "b", folded."""
     files = Files()
-    files.data = {"a": log_file(rows[:1000]), "b": log_file(rows[1000:])}
+    half = len(rows) // 2
+    files.data = {"a": log_file(rows[:half]), "b": log_file(rows[half:])}
     point = Checkpoint()
     point.advance_log(files.infos(["a", "b"]), files.read)
+    return files, point
+
+
+def test_a_compacted_log_is_read_once_and_digests_nothing() -> None:
+    rows = random_log(2, 2000, 300)
+    files, point = two_files_folded(rows)
     before = folded(point)
     # compaction: both files rewritten into one, sorted by key (another read order)
     merged = log_file(sorted(rows, key=lambda r: (r["entity_type"], r["entity_pk"], r["version"])))
@@ -145,10 +152,7 @@ def test_a_compacted_log_is_read_once_and_digests_nothing() -> None:
 
 def test_a_log_that_lost_rows_is_folded_again() -> None:
     rows = random_log(3, 600, 50)
-    files = Files()
-    files.data = {"a": log_file(rows[:300]), "b": log_file(rows[300:])}
-    point = Checkpoint()
-    point.advance_log(files.infos(["a", "b"]), files.read)
+    files, point = two_files_folded(rows)
     point.advance_log(files.infos(["a"]), files.read)  # rolled back to before "b"
     assert folded(point) == replayed(rows[:300])
 
