@@ -221,15 +221,20 @@ class RunReport:
 
 
 def compare(
-    projection: Mapping[Key, Row], wanted: Mapping[Key, Row], control: Mapping[str, int], threshold: int
+    projection: Mapping[Key, Row],
+    wanted: Mapping[Key, Row],
+    control: Mapping[str, int],
+    threshold: int,
+    live: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
 ) -> tuple[dict[str, TypeReport], set[Key], set[Key]]:
     """Per-type reports, and the keys to write / remove for the types whose drift passes ``threshold``.
 
     ``projection`` and ``wanted`` must already agree on keys whose contents agree (see
-    ``contents_agree``): a differing digest here counts as a mismatch.
+    ``contents_agree``): a differing digest here counts as a mismatch. ``live`` (projection, log)
+    are the world's live counts per type when the two mappings hold only the keys that differ.
     """
     write, remove = differences(projection, wanted)
-    proj_live, log_live = live_counts(projection), live_counts(wanted)
+    proj_live, log_live = live or (live_counts(projection), live_counts(wanted))
     mismatched = Counter(k[0] for k in write | remove)
     types = sorted(set(proj_live) | set(log_live) | set(control) | set(mismatched))
     reports = {

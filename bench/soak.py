@@ -182,12 +182,19 @@ async def _window(
     count = measure.counter(texts, "causeway_commit_duration_seconds_count")
     d_total, d_count = total - prev.get("sum", 0.0), count - prev.get("count", 0.0)
     prev.update(sum=total, count=count)
+    rec_total = measure.counter(texts, "causeway_reconciliation_duration_seconds_sum")
+    rec_count = measure.counter(texts, "causeway_reconciliation_duration_seconds_count")
+    d_rec, d_rec_n = rec_total - prev.get("rec_sum", 0.0), rec_count - prev.get("rec_count", 0.0)
+    prev.update(rec_sum=rec_total, rec_count=rec_count)
     progress = await watch.progress()
     sampler.cpu_now()
     return {
         "window": index,
         "commits": int(d_count),
         "commit_mean_s": round(d_total / d_count, 4) if d_count else None,
+        # reconciliation passes (one per world) that ended in the window and their wall seconds in the child
+        "reconciled_worlds": int(d_rec_n),
+        "reconcile_s": round(d_rec, 2),
         "rss_mb": round((sampler.rss_series[-1][1] if sampler.rss_series else 0) / 2**20, 1),
         "lag": progress.lag,
     }

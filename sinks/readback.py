@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import In
 from pyiceberg.table import Table
@@ -106,6 +108,46 @@ def rows_matching(
         scan = table.scan(row_filter=In(column, wanted[i : i + step]), selected_fields=fields)  # type: ignore[call-arg, arg-type]
         rows.extend(scan.to_arrow().to_pylist())
     return rows
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A live data file of a table's current snapshot: its path, rows, and the delete files that apply."""
+
+    path: str
+    rows: int
+    deletes: frozenset[str]
+
+
+def live_files(table: Table | None) -> list[FileRef]:
+    """The current snapshot's live data files (from its manifests, parsed once per manifest)."""
+    from sinks.rowdelta import plan_live_files
+
+    if table is None:
+        return []
+    return [
+        FileRef(t.file.file_path, t.file.record_count, frozenset(d.file_path for d in t.delete_files))
+        for t in plan_live_files(table)
+    ]
+
+
+def file_columns(table: Table, path: str, columns: Iterable[str]) -> pa.Table:
+    """The ``columns`` one data file has, by name, in file order.
+
+    By name, not field id: for columns never renamed (the log's and the projections' key and
+    bookkeeping columns); a file written before a column was added lacks it.
+    """
+    with table.io.new_input(path).open() as f:
+        pf = pq.ParquetFile(f)
+        names = set(pf.schema_arrow.names)
+        return pf.read(columns=[c for c in columns if c in names])
+
+
+def deleted_positions(table: Table, path: str) -> dict[str, pa.Array]:
+    """``{data file: positions}`` a position-delete file masks."""
+    from sinks.rowdelta import FileCache, _delete_positions
+
+    return _delete_positions(FileCache(0), table.io, path)[0]
 
 
 def _scan(catalog: NessieCatalog, namespace: str, table: str, columns: tuple[str, ...]) -> list[Row]:

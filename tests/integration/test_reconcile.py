@@ -218,6 +218,30 @@ async def test_a_row_edited_by_hand_keeping_version_and_event_id_is_found_and_re
     assert again[0].outcome == "ok" and again[0].drift == {"Pump": 0} and again[0].commit is None
 
 
+# --- issue 13: a pass reads what changed since the last one ----------------------------------------
+
+
+async def test_a_second_pass_reads_only_the_files_committed_since_and_still_finds_drift(
+    rec_settings: Settings, unique: str
+) -> None:
+    s = rec_settings
+    world = f"t{unique}"
+    committer = make_world(s, world, [f"p{i}" for i in range(200)])
+    rec = Reconciler(s, committer, Metrics())
+    first = await reconcile(s, [world], reconciler=rec, dry_run=True)
+    assert first[0].drift == {"Pump": 0}
+    assert rec.checkpoints[world].read_rows == 400  # the whole world: 200 log rows, 200 projection rows
+
+    items = [(event(world, "Pump", f"q{i}", 1), Source("objs", 1, i)) for i in range(3)]
+    committer.commit_batch(Batch.from_sources(world, f"b2-{world}", items))
+    cat = committer.catalog(f"world-{world}")
+    cat.load_table("onto.entity_common").delete(EqualTo("object_pk", "p7"))  # drift behind the worker's back
+    second = await reconcile(s, [world], reconciler=rec, dry_run=True)
+    assert second[0].drift == {"Pump": 1} and second[0].types["Pump"].projection == 202
+    # the flush's 3 log rows and what the delete rewrote of the projection; not the 200 seeded log rows
+    assert rec.checkpoints[world].read_rows < 200
+
+
 # --- issues 19.5 and 19.10: the command's errors, summary and exit codes -------------------------------
 
 
