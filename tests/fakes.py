@@ -29,6 +29,35 @@ class FakeMarks:
         return len(pairs)
 
 
+class HeldMarks(FakeMarks):
+    """FakeMarks whose dedupe lookups or mark writes wait while held (a poll, or a settle, stopped
+    in its Redis round trip), and whose writes fail while ``failing``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups_open, self.writes_open = asyncio.Event(), asyncio.Event()
+        self.lookups_open.set()
+        self.writes_open.set()
+        self.waiting: list[str] = []  # "lookup" / "write": calls held now
+        self.failing = False
+
+    async def _held(self, what: str, open_: asyncio.Event) -> None:
+        if not open_.is_set():
+            self.waiting.append(what)
+            await open_.wait()
+            self.waiting.remove(what)
+
+    async def applied(self, pairs: Any) -> set[tuple[str, str]]:
+        await self._held("lookup", self.lookups_open)
+        return await super().applied(pairs)
+
+    async def mark(self, pairs: Any) -> int:
+        await self._held("write", self.writes_open)
+        if self.failing:
+            raise ConnectionError("redis unreachable")
+        return await super().mark(pairs)
+
+
 class FakeCommitter:
     def __init__(self) -> None:
         self.batches: list[Batch] = []
