@@ -339,3 +339,62 @@ async def test_a_settle_that_gives_up_during_a_polls_lookup_forgets_after_the_po
     assert applier.tracker.in_flight() == 0 and applier.tracker.committable((TOPIC, 0)) is None
     with pytest.raises(StepAbandoned):
         await applier.flush_all()
+
+
+# --- the next batch before the marks ----------------------------------------------------------------
+
+
+async def test_a_worlds_next_batch_commits_while_its_previous_batch_is_being_marked() -> None:
+    # Failed before: the world's next batch started only once the previous one was marked and settled.
+    applier, committer, marks = held()
+    committer.gate("wa").set()
+    marks.writes_open.clear()
+    for first in (0, 2):
+        await applier.process([rec(first, "wa", first), rec(first + 1, "wa", first + 1)])
+        await settle()
+    assert [ids for _, ids in committer.finished] == [["e0", "e1"], ["e2", "e3"]]  # in order
+    assert marks.waiting == ["write", "write"] and marks.marked == set()
+    assert applier.tracker.committable((TOPIC, 0)) == 0  # nothing acked before its marks
+    marks.writes_open.set()
+    await applier.flush_all()
+    assert marks.marked == {("wa", f"e{i}") for i in range(4)} and applier.tracker.committable((TOPIC, 0)) == 4
+
+
+async def test_a_world_has_one_flush_settling_and_one_committing_at_most() -> None:
+    applier, committer, marks = held()
+    committer.gate("wa").set()
+    marks.writes_open.clear()
+    for first in (0, 2, 4):  # three batches of two
+        await applier.process([rec(first, "wa", first), rec(first + 1, "wa", first + 1)])
+        await settle()
+    # The first is being marked, the second committed and waits for the first to settle.
+    assert [ids for _, ids in committer.finished] == [["e0", "e1"], ["e2", "e3"]]
+    assert applier.batches.size("wa") == 2
+    marks.writes_open.set()
+    await applier.flush_all()
+    assert [ids for _, ids in committer.finished] == [["e0", "e1"], ["e2", "e3"], ["e4", "e5"]]
+    assert applier.tracker.committable((TOPIC, 0)) == 6
+
+
+async def test_a_halved_batch_starts_no_next_batch_before_its_halves_land() -> None:
+    """A batch that fails is halved; the world's next batch may hold effects of its second half,
+    so it must wait for both halves (it is started only once the whole batch is on the branch)."""
+    applier, committer, _ = held()
+    committer.gate("wa").set()
+    attempts: list[list[str]] = []
+    commit = committer.commit_batch_async
+
+    async def failing_whole_batches(batch: Batch) -> CommitOutcome:
+        ids = [e.event_id for e in batch.events]
+        attempts.append(ids)
+        if len(ids) > 1:
+            raise ValueError("cannot commit this batch")
+        return await commit(batch)
+
+    committer.commit_batch_async = failing_whole_batches  # type: ignore[method-assign]
+    applier.commit_failure_attempts = 1
+    await applier.process([rec(0, "wa", 0), rec(1, "wa", 1), rec(2, "wa", 2, caused_by="e1"), rec(3, "wa", 3)])
+    await applier.flush_all()
+    landed = [ids for _, ids in committer.finished]
+    assert landed == [["e0"], ["e1"], ["e2"], ["e3"]]  # the halves of the first batch, then the next
+    assert applier.tracker.committable((TOPIC, 0)) == 4
