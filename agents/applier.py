@@ -623,37 +623,25 @@ class Applier:
         and adaptive batching"). A revoke waits for this flush (``FlushScheduler.drain``) before it
         forgets partitions. Giving up forgets in-memory work under the lock (``_exclusive``).
         """
-        flusher = self.flusher
-        assert flusher is not None
         try:
-            await self._flush(world, on_committed=partial(flusher.committed, world))
+            await self._flush(world)
         except StepAbandoned:
             async with self.lock:
                 self._abandon()
             raise
 
-    async def _flush(self, world: str, on_committed: Callable[[], None] | None = None) -> None:
+    async def _flush(self, world: str) -> None:
         started_at = self.batches.started_at(world)
         items = self.batches.take(world)
         if items:
             if started_at is not None:
                 self.metrics.flush_started(self.clock() - started_at)
-            await self._commit_items(world, items, set(), on_committed)
+            await self._commit_items(world, items, set())
 
-    async def _commit_items(
-        self,
-        world: str,
-        items: list[Arrival],
-        failed: set[tuple[str, str]],
-        on_committed: Callable[[], None] | None = None,
-    ) -> None:
+    async def _commit_items(self, world: str, items: list[Arrival], failed: set[tuple[str, str]]) -> None:
         """Commit ``items`` as one batch; a batch that fails deterministically is halved until the
         event that cannot be committed is alone, which is dead-lettered (``commit-failed``) with the
-        effects it released (``failed`` collects them across the halves).
-
-        ``on_committed`` is called once the whole batch is on the branch, before its dead letters,
-        marks and offsets (the pipelined flush starts the world's next batch then); never for a
-        halved batch (its halves' effects may sit in the world's next batch)."""
+        effects it released (``failed`` collects them across the halves)."""
         orphans = [a for a in items if (a.event.world_id, a.event.caused_by) in failed]
         if orphans:
             failed |= {a.ref for a in orphans}
@@ -736,8 +724,6 @@ class Applier:
             self.gate.abandoned([a.ref for a in items])
             return
         faults.reached("after-commit")
-        if on_committed is not None:
-            on_committed()
         stale_ids = set(outcome.stale_ids)
         stale = [a for a in items if a.event.event_id in stale_ids] if stale_ids else []
         if stale:

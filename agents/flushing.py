@@ -14,13 +14,8 @@ small benchmark profile). Here:
   advances only after the commit, so acks stay in offset order; every state change is synchronous
   (one event loop thread), and the steps that await with the lock held tolerate a settle in their
   awaits (docs/architecture.md, "Pipelined flush and adaptive batching");
-* as soon as a flush's commit returns, before its marks are written, the world's next batch may
-  start (``committed``): marks only stop redeliveries, which the committer's recorded offsets and
-  duplicate check stop too, and the next commit lands after this one; a world has at most one
-  flush committing and one settling;
 * when a flush ends, the worlds due by then are scheduled (its world again if a batch grew meanwhile);
-* ``drain`` (rebalance, shutdown) waits for the flushes in flight (committing or settling) and
-  flushes every buffered world;
+* ``drain`` (rebalance, shutdown) waits for the flushes in flight and flushes every buffered world;
 * a **commit budget** (:class:`CommitBudget`, ``CAUSEWAY_FLUSH_COMMIT_BUDGET``) bounds the commits
   in flight across worlds. With many worlds, each flushing on its own timer would start as many
   concurrent commits, every one slowed by the others (they share the GIL and the cores); within
@@ -82,10 +77,7 @@ class FlushScheduler:
         self._due = due
         self._buffered = buffered
         self.budget = CommitBudget(budget)
-        # Flushes whose commit has not returned yet (what the budget counts), and flushes whose
-        # commit returned and that are settling it (marks, gate, offsets): at most one of each per world.
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._settling: dict[str, asyncio.Task[None]] = {}
         self._held = 0
         self._error: BaseException | None = None
 
@@ -100,25 +92,11 @@ class FlushScheduler:
             return
         self._start_within_budget(worlds)
 
-    def committed(self, world: str) -> None:
-        """Called by the flush of ``world`` in flight when its commit has returned, before it marks
-        and settles: the world's next batch may start now (its commit lands after this one), unless
-        an earlier flush of the world is still settling (one settling and one committing flush per
-        world at most). Ignored from anything but that flush's own task."""
-        task = self._tasks.get(world)
-        if task is None or task is not asyncio.current_task() or world in self._settling:
-            return
-        del self._tasks[world]
-        self._settling[world] = task
-        if not self._held and self._error is None:
-            self._start_within_budget(self._due())
-
     def _start_within_budget(self, worlds: Iterable[str]) -> None:
         for world in self.budget.pick(worlds, self._tasks):
             self._tasks[world] = asyncio.get_running_loop().create_task(self._run(world), name=f"flush {world}")
 
     async def _run(self, world: str) -> None:
-        task = asyncio.current_task()
         try:
             await self._flush(world)
         except asyncio.CancelledError:
@@ -130,9 +108,7 @@ class FlushScheduler:
             log.exception("flush of world %s failed", world)
             self._error = self._error or exc
         finally:
-            for table in (self._tasks, self._settling):
-                if table.get(world) is task:
-                    del table[world]
+            self._tasks.pop(world, None)
         if not self._held and self._error is None:
             self.schedule(self._due())
 
@@ -141,9 +117,8 @@ class FlushScheduler:
         self._held += 1
         try:
             while True:
-                if self._tasks or self._settling:
-                    running = [*self._tasks.values(), *self._settling.values()]
-                    await asyncio.gather(*running, return_exceptions=True)
+                if self._tasks:
+                    await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
                     continue
                 self._raise_kept()
                 worlds = list(self._buffered())
