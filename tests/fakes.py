@@ -110,19 +110,28 @@ class FakeWorlds:
         raise AssertionError("policy is dlq")
 
 
-def make() -> tuple[Applier, FakeCommitter, FakeDlq, FakeMarks]:
-    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0)
-    committer, dlq, marks = FakeCommitter(), FakeDlq(), FakeMarks()
-    applier = Applier(
+def applier_with(
+    settings: Settings, committer: Any, marks: Any, *, worlds: Any = None, pipelined: bool = False
+) -> Applier:
+    """An applier on fakes (a fresh DLQ, the world ``prod`` unless ``worlds``), its clock at 100."""
+    return Applier(
         settings,
         marks=marks,
         committer=committer,
-        dead_letters=dlq,
-        worlds=FakeWorlds(),
+        dead_letters=FakeDlq(),
+        worlds=worlds or FakeWorlds(),
         metrics=Metrics(),
         clock=lambda: 100.0,
+        pipelined=pipelined,
     )
-    return applier, committer, dlq, marks
+
+
+def make() -> tuple[Applier, FakeCommitter, FakeDlq, FakeMarks]:
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0)
+    committer, marks = FakeCommitter(), FakeMarks()
+    applier = applier_with(settings, committer, marks)
+    assert isinstance(applier.dlq, FakeDlq)
+    return applier, committer, applier.dlq, marks
 
 
 def event(n: int, world: str = "prod", caused_by: str | None = None) -> bytes:

@@ -10,10 +10,9 @@ import pytest
 from agents.applier import Applier, RawRecord, StepAbandoned
 from agents.batching import BatchAccumulator
 from agents.flushing import CommitBudget, FlushScheduler
-from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
 from streams.settings import Settings
-from tests.fakes import FakeDlq, FakeMarks, HeldMarks, event
+from tests.fakes import FakeDlq, FakeMarks, HeldMarks, applier_with, event
 
 TOPIC = "onto.changes.objects"
 
@@ -48,17 +47,7 @@ class AnyWorld:
 def pipelined() -> tuple[Applier, GatedCommitter]:
     settings = Settings.from_env({}).replace(batch_max_events=2, batch_max_seconds=60.0)
     committer = GatedCommitter()
-    applier = Applier(
-        settings,
-        marks=FakeMarks(),
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=AnyWorld(),
-        metrics=Metrics(),
-        clock=lambda: 100.0,
-        pipelined=True,
-    )
-    return applier, committer
+    return applier_with(settings, committer, FakeMarks(), worlds=AnyWorld(), pipelined=True), committer
 
 
 def rec(offset: int, world: str, n: int, caused_by: str | None = None) -> RawRecord:

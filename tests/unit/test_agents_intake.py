@@ -16,11 +16,9 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from agents.applier import Applier
 from agents.intake import ChangeIntake
-from monitoring.metrics import Metrics
 from streams.settings import Settings
-from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, HeldMarks, NessieDown, event, make
+from tests.fakes import FakeCommitter, FakeMarks, HeldMarks, NessieDown, applier_with, event, make
 
 TOPIC = "onto.changes.objects"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -218,17 +216,7 @@ async def test_a_stop_while_a_step_retries_a_failing_dependency_ends_within_the_
 def intake_with_nessie_down(consumer: FakeConsumer, pipelined: bool) -> tuple[ChangeIntake, NessieDown, FakeMarks]:
     settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, shutdown_timeout_s=60.0)
     committer, marks = NessieDown(), FakeMarks()
-    applier = Applier(
-        settings,
-        marks=marks,
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=FakeWorlds(),
-        metrics=Metrics(),
-        clock=lambda: 100.0,
-        pipelined=pipelined,
-    )
-    intake = ChangeIntake(settings, applier)
+    intake = ChangeIntake(settings, applier_with(settings, committer, marks, pipelined=pipelined))
     intake._consumer = consumer  # type: ignore[assignment]
     return intake, committer, marks
 
@@ -308,16 +296,7 @@ async def test_a_revoke_while_a_commit_settles_without_the_lock_commits_its_offs
     consumer = FakeConsumer({P0})
     settings = Settings.from_env({}).replace(batch_max_events=2, batch_max_seconds=60.0, batch_flush_when_idle=False)
     committer, marks = FakeCommitter(), HeldMarks()
-    applier = Applier(
-        settings,
-        marks=marks,
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=FakeWorlds(),
-        metrics=Metrics(),
-        clock=lambda: 100.0,
-        pipelined=True,
-    )
+    applier = applier_with(settings, committer, marks, pipelined=True)
     intake = ChangeIntake(settings, applier)
     intake._consumer = consumer  # type: ignore[assignment]
     marks.writes_open.clear()
