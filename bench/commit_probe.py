@@ -138,8 +138,9 @@ class CommitProbe(StageTimer):
         committer_module.BatchCommitter.commit_batch = committed  # type: ignore[method-assign]
         committer_module.BatchCommitter.commit_batch_async = submitted  # type: ignore[method-assign]
         flushing.FlushScheduler._run = timed_run  # type: ignore[method-assign]
-        if hasattr(flushing, "UnlockedCommits"):  # trees before 2026-12-01 (settle without the lock)
-            flushing.UnlockedCommits.commit_batch_async = timed_unlocked  # type: ignore[method-assign]
+        unlocked: Any = getattr(flushing, "UnlockedCommits", None)  # trees before the lock-free settle
+        if unlocked is not None:
+            unlocked.commit_batch_async = timed_unlocked
 
     async def lagging(self) -> None:
         """How late a 5 ms sleep on the worker's event loop wakes: the loop busy (intake, settles)."""
