@@ -344,7 +344,7 @@ def _membership_known(consumer: AIOKafkaConsumer) -> bool:
 #: The aiokafka internals ``group_membership`` reads. aiokafka has no public API for the group
 #: generation or a pending rejoin (0.14.0: ``AIOKafkaConsumer`` exposes neither, its rebalance
 #: listener reports partitions only). Assumed as of 0.14.0 (pyproject asks >=0.14.0) and checked
-#: against the installed package by ``tests/unit/test_agents_intake_membership.py`` and, on a
+#: against the installed package by ``tests/unit/test_agents_intake.py`` and, on a
 #: joined consumer, by ``tests/integration/test_membership_fence.py``: an upgrade that moves them
 #: fails those tests.
 AIOKAFKA_MEMBERSHIP = "consumer._coordinator.generation, .need_rejoin(consumer._subscription.subscription)"

@@ -34,6 +34,15 @@ def hold_heartbeats(worker: ChangeIntake, released: asyncio.Event) -> None:
     worker._consumer._coordinator._do_heartbeat = no_heartbeat  # type: ignore[union-attr]  # noqa: SLF001
 
 
+async def start_until_committable(worker: ChangeIntake, tp: tuple[str, int]) -> None:
+    """Start ``worker`` and step it until it joined the group and holds an offset of ``tp``."""
+    await worker.start()
+    for _ in range(300):
+        await worker.step()
+        if worker.applier.tracker.committable(tp) is not None:
+            return
+
+
 async def test_a_zombie_whose_session_expired_does_not_dead_letter_an_event_the_new_owner_applies(
     settings: Settings, unique: str
 ) -> None:
@@ -98,11 +107,7 @@ async def test_a_successful_fence_restarts_the_members_session_like_a_heartbeat(
     held = asyncio.Event()
     tp = (s.objects_topic, 0)
     try:
-        await a.start()
-        for _ in range(300):
-            await a.step()
-            if a.applier.tracker.committable(tp) is not None:
-                break
+        await start_until_committable(a, tp)
         hold_heartbeats(a, held)
         for _ in range(7):
             await asyncio.sleep(2.0)
@@ -125,11 +130,7 @@ async def test_a_joined_members_group_state_is_read_from_aiokafka_where_the_fenc
     a = intake(s, FakeCommitter())
     tp = (s.objects_topic, 0)
     try:
-        await a.start()
-        for _ in range(300):
-            await a.step()
-            if a.applier.tracker.committable(tp) is not None:
-                break
+        await start_until_committable(a, tp)
         assert group_membership(a._consumer) is True, f"aiokafka's internals moved: {AIOKAFKA_MEMBERSHIP}"  # noqa: SLF001
         a._consumer._coordinator.reset_generation()  # type: ignore[union-attr]  # noqa: SLF001
         assert group_membership(a._consumer) is False  # noqa: SLF001
