@@ -27,6 +27,9 @@ from pyiceberg.types import StringType
 BITS_PER_KEY = 40
 #: Bits a key sets in its word (five 6-bit fields of its second hash).
 K = 5
+#: Files with fewer rows get no filter and are read whole: reading a few thousand cached rows costs
+#: less than a filter's probe on every flush (~30 us) and its build (~0.6 ms + 0.6 us a key).
+MIN_ROWS = 2048
 
 _MURMUR = BucketTransform(2**31 - 1).pyarrow_transform(StringType())  # Iceberg's murmur3, vectorized
 

@@ -370,18 +370,14 @@ class KeyScan:
         cache: dict[tuple[Any, ...], tuple[int, ...]] = self.__dict__.setdefault("_positions_cache", {})
         where = (typ, buckets, bucket)
         if where not in cache:
-            at = {pk: i for i, pk in enumerate(self.pks())}
             groups = self._groups(buckets or 1)
-            cache[where] = tuple(
-                sorted(
-                    {
-                        at[pk]
-                        for (t, b), pks in groups.items()
-                        if (typ is None or t == typ[0]) and (buckets is None or b == bucket)
-                        for pk in pks
-                    }
-                )
-            )
+            hits = [
+                at
+                for (t, b), positions in groups.items()
+                if (typ is None or t == typ[0]) and (buckets is None or b == bucket)
+                for at in positions
+            ]
+            cache[where] = tuple(sorted(set(hits)))
         return cache[where]
 
     def _fields(self, partition: Any, spec: PartitionSpec, schema: Schema) -> tuple[tuple[Any] | None, int | None, Any]:
@@ -410,18 +406,19 @@ class KeyScan:
             cache[n] = frozenset(self._groups(n))
         return cache[n]
 
-    def _groups(self, n: int) -> dict[tuple[str, int], list[str]]:
-        """The keys' pks by (type, bucket under ``bucket(n, pk)``) (one vectorized transform)."""
-        cache: dict[int, dict[tuple[str, int], list[str]]] = self.__dict__.setdefault("_groups_cache", {})
+    def _groups(self, n: int) -> dict[tuple[str, int], list[int]]:
+        """The keys' pks (positions in :meth:`pks`) by (type, bucket under ``bucket(n, pk)``)."""
+        cache: dict[int, dict[tuple[str, int], list[int]]] = self.__dict__.setdefault("_groups_cache", {})
         if n not in cache:
             import pyarrow as pa
 
-            keys = sorted(self.keys)
-            arr = pa.array([pk for _, pk in keys], pa.string())
-            buckets = BucketTransform(n).pyarrow_transform(StringType())(arr).to_pylist()
-            groups: dict[tuple[str, int], list[str]] = {}
-            for (t, pk), b in zip(keys, buckets, strict=True):
-                groups.setdefault((t, b), []).append(pk)
+            pks = self.pks()
+            buckets = BucketTransform(n).pyarrow_transform(StringType())(pa.array(pks, pa.string())).to_pylist()
+            at = {pk: (i, b) for i, (pk, b) in enumerate(zip(pks, buckets, strict=True))}
+            groups: dict[tuple[str, int], list[int]] = {}
+            for t, pk in self.keys:
+                i, b = at[pk]
+                groups.setdefault((t, b), []).append(i)
             cache[n] = groups
         return cache[n]
 

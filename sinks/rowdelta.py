@@ -46,7 +46,7 @@ from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 
 from sinks import manifest_cache
-from sinks.keyfilter import KeyFilter, Probe
+from sinks.keyfilter import MIN_ROWS, KeyFilter, Probe
 from sinks.layout import KeyScan
 
 FILE_PATH_ID = 2147483546
@@ -118,6 +118,7 @@ class FileCache:
         #: rebuilt when its file is next read (the lookup then reads that file whole, as before).
         self._filters: OrderedDict[tuple[str, str], KeyFilter] = OrderedDict()
         self._filters_bytes = 0
+        self.min_filter_rows = MIN_ROWS
 
     def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None) -> tuple[pa.Table, bool]:
         """The file's ``columns`` (all when None) and whether it came from the cache."""
@@ -183,9 +184,10 @@ class FileCache:
             return hit
 
     def seed_filter(self, path: str, column: str, values: pa.Array | pa.ChunkedArray) -> None:
-        """Keep the key filter of the data file at ``path`` whose ``column`` holds ``values`` (all rows)."""
+        """Keep the key filter of the data file at ``path`` whose ``column`` holds ``values`` (all
+        rows); none for a file of fewer than ``min_filter_rows`` rows (read whole: cheaper)."""
         bound = self.max_bytes // 8
-        if not bound or (path, column) in self._filters:
+        if not bound or len(values) < self.min_filter_rows or (path, column) in self._filters:
             return
         built = KeyFilter.build(values)
         if built.nbytes > bound:
