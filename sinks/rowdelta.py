@@ -535,20 +535,21 @@ def write_data_files(metadata: Any, df: pa.Table, io: FileIO) -> list[DataFile]:
 
 
 def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[tuple[DataFile, pa.Table]]:
-    """Data files of ``df`` under the current spec of ``metadata``, every partition in one pyiceberg
-    ``write_file`` call (its pool writes the files in parallel threads; Parquet encoding releases the
-    GIL).
+    """Data files of ``df`` under the current spec of ``metadata``, with the rows each one holds.
 
-    pyiceberg's own partitioned path filters the whole batch once per partition
-    (:func:`partition_runs`), and calling its writer once per partition paid its fixed cost
-    (schema conversion, a group-by, a pool round) per partition: the partitioned layout's extra
-    commit CPU (issue 21). The tasks and partition keys are the ones pyiceberg builds.
+    Rows are split by partition once (:func:`partition_runs`) and cut at the table's target size
+    as pyiceberg cuts them; :class:`sinks.datafiles.FileWriter` writes every file with one set-up
+    (pyiceberg's writer paid its schema conversions and statistics plan per file, and called once
+    per partition also a group-by and a pool round: the partitioned layout's extra commit CPU,
+    issue 21).
     """
-    from pyiceberg.io.pyarrow import bin_pack_arrow_table, pyarrow_to_schema, write_file
+    from pyiceberg.io.pyarrow import bin_pack_arrow_table
     from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
-    from pyiceberg.table import DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE, TableProperties, WriteTask
-    from pyiceberg.utils.config import Config
+    from pyiceberg.table import TableProperties
+    from pyiceberg.utils.concurrent import ExecutorFactory
     from pyiceberg.utils.properties import property_as_int
+
+    from sinks.datafiles import FileWriter
 
     if df.num_rows == 0:
         return []
@@ -558,14 +559,8 @@ def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
     )
-    task_schema = pyarrow_to_schema(
-        df.schema,
-        name_mapping=schema.name_mapping,
-        downcast_ns_timestamp_to_us=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE) or False,
-        format_version=metadata.format_version,
-    )
-    write_uuid = uuid.uuid4()
-    tasks: list[WriteTask] = []
+    writer = FileWriter(metadata, io)
+    chunks: list[tuple[pa.Table, PartitionKey | None]] = []
     for run, values in _keyed_runs(df, spec, schema):
         key = (
             None
@@ -577,17 +572,9 @@ def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[
             )
         )
         for batches in bin_pack_arrow_table(run.combine_chunks(), target):
-            tasks.append(
-                WriteTask(
-                    write_uuid=write_uuid,
-                    task_id=len(tasks),
-                    record_batches=batches,
-                    partition_key=key,
-                    schema=task_schema,
-                )
-            )
-    files = list(write_file(io, metadata, iter(tasks)))  # in task order
-    return [(f, pa.Table.from_batches(t.record_batches)) for f, t in zip(files, tasks, strict=True)]
+            chunks.append((pa.Table.from_batches(batches), key))
+    files = writer.write(chunks, ExecutorFactory.get_or_create())
+    return list(zip(files, (rows for rows, _ in chunks), strict=True))
 
 
 def new_delete_location(table: object) -> str:
