@@ -127,10 +127,19 @@ from sinks.logcompact import compact_log
 from sinks.nessie import SyncNessieClient
 from sinks.occ import Occ
 from sinks.projection_write import apply_projection
-from sinks.rowdelta import FileCache
+from sinks.rowdelta import FileCache, RowDelta, write_data_files
 from sinks.rowfiles import read_data_file, read_rows, stage_replacement
 from sinks.rows import events_arrow
-from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TRUNCATED_PROPERTY, TableDef, table_properties
+from sinks.tables import (
+    COMMON,
+    EDGE,
+    EVENTS,
+    OFFSETS_PROPERTY,
+    TRUNCATED_PROPERTY,
+    TableDef,
+    arrow_schema,
+    table_properties,
+)
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -483,8 +492,11 @@ class BatchCommitter:
         tx = table.transaction()
         tx.set_properties(properties)
         if items:
-            arrow = events_arrow(items, batch.batch_id, now, stale_ids, table.schema().as_arrow())
-            tx.append(arrow)
+            arrow = events_arrow(items, batch.batch_id, now, stale_ids, arrow_schema(table.schema()))
+            # Through causeway's writer and snapshot producer, not pyiceberg's append: one writer
+            # set-up per flush, manifests written in one block and handed to the manifest cache
+            # (the log's compaction plans from them next), the snapshot still an "append".
+            RowDelta(tx).add(write_data_files(tx.table_metadata, arrow, table.io)).commit()
             stats.rows_written = arrow.num_rows
             snap = tx.table_metadata.current_snapshot()
             if snap is not None and snap.summary is not None:

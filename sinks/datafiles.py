@@ -8,9 +8,8 @@ against 14 for the unpartitioned one). A partitioned flush writes one file per (
 touches, so the fixed part is set up once per call here (:class:`FileWriter`) and each file is one
 ``pq.write_table``.
 
-What a file holds is what pyiceberg writes, except the Arrow schema in the footer
-(``store_schema=False``, ~1.9 KiB of a small file): readers (pyiceberg, Spark) take columns by the
-Parquet field ids, which are kept. Iceberg's column metrics (value, null and NaN counts, lower and
+A file holds what pyiceberg's writer writes (Parquet field ids, the Arrow schema in the footer, the
+table's compression and page settings). Iceberg's column metrics (value, null and NaN counts, lower and
 upper bounds, by the table's ``write.metadata.metrics.*`` modes) come from the Parquet statistics
 exactly as pyiceberg computes them: the log's reads prune by the bounds of (entity_type, entity_pk,
 version) and ``occurred_at`` (docs/architecture.md, "Table layout").
@@ -29,6 +28,8 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionKey
 from pyiceberg.typedef import Record
+
+from sinks.tables import arrow_schema
 
 #: Below this many in-memory bytes a call writes its files in the calling thread: encoding a small
 #: file takes less CPU than handing it to a pool thread and waking the caller again.
@@ -59,7 +60,7 @@ class FileWriter:
         table_schema = metadata.schema()
         sanitized = sanitize_column_names(table_schema)
         self.file_schema = sanitized if sanitized != table_schema else table_schema
-        self.arrow_schema = self.file_schema.as_arrow()
+        self.arrow_schema = arrow_schema(self.file_schema)
         self.format_model = ParquetFormatModel()
         self.location = load_location_provider(table_location=metadata.location, table_properties=properties)
         self.kwargs = _get_parquet_writer_kwargs(properties)
@@ -119,11 +120,11 @@ class FileWriter:
         path = self.location.new_data_location(data_file_name=name, partition_key=key)
         out = self.io.new_output(path)
         with out.create(overwrite=True) as f:
-            # No Arrow schema in the footer: ~1.9 KiB per file, which readers never use (they map
-            # columns by Parquet field id); the small-file merge rewrote mostly footers.
-            with pq.ParquetWriter(
-                f, schema=rows.schema, store_decimal_as_integer=True, store_schema=False, **self.kwargs
-            ) as writer:
+            # The footer keeps the Arrow schema (~1.9 KiB of a small file): without it Parquet reads
+            # give ``string`` where the table's Arrow schema has ``large_string``, and every
+            # ``pq.read_table`` of causeway (row reads, the key index, the small-file merge) would
+            # need its own cast.
+            with pq.ParquetWriter(f, schema=rows.schema, store_decimal_as_integer=True, **self.kwargs) as writer:
                 writer.write(rows, row_group_size=self.row_group_size)
             metadata = writer.writer.metadata
         stats = data_file_statistics_from_parquet_metadata(

@@ -114,6 +114,7 @@ def compact_log(
     from sinks.committer import read_data_file
     from sinks.rowdelta import RowDelta, write_data_files
     from sinks.rows import EVENTS_SORT
+    from sinks.tables import arrow_schema
 
     metadata = tx.table_metadata
     if metadata.current_snapshot() is None:
@@ -131,7 +132,7 @@ def compact_log(
     if not merges:
         return 0
     rd = RowDelta(tx, {"causeway.compaction": "log"})
-    schema = metadata.schema().as_arrow()
+    schema = arrow_schema(metadata.schema())
     removed = 0
     for paths in merges:
         parts = [read_data_file(table, p) for p in paths]

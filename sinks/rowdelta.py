@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
+    UNASSIGNED_SEQ,
     DataFile,
     DataFileContent,
     FileFormat,
@@ -36,17 +37,18 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    ManifestWriterV2,
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import TableProperties, Transaction
 from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
+from pyiceberg.table.update import AddSnapshotUpdate, UpdatesAndRequirements
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 
 from sinks import manifest_cache
 from sinks.layout import KeyScan
+from sinks.manifest_write import ManifestWriter
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -592,15 +594,6 @@ def spec_of(df: DataFile, default: int) -> int:
         return default
 
 
-class _DeleteManifestWriter(ManifestWriterV2):
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
-
-
 class RowDelta(_SnapshotProducer["RowDelta"]):
     """One snapshot that adds data and delete files and removes data and delete files.
 
@@ -623,6 +616,8 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         self._added_deletes: list[DataFile] = []
         self._removed: set[str] = set()
         self._removed_files: list[DataFile] = []
+        self._wrote: dict[str, list[ManifestEntry]] = {}  # manifest path -> entries, as written
+        self._listed: list[ManifestFile] = []
 
     def add(self, files: Iterable[DataFile]) -> RowDelta:
         for df in files:
@@ -670,11 +665,29 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def _existing_manifests(self) -> list[ManifestFile]:
         return []
 
-    def _writer(self, content: ManifestContent, spec_id: int | None = None) -> ManifestWriterV2:
+    def _writer(self, content: ManifestContent, spec_id: int | None = None) -> ManifestWriter:
         metadata = self._transaction.table_metadata
         spec = metadata.spec() if spec_id is None else metadata.specs()[spec_id]
-        cls = _DeleteManifestWriter if content == ManifestContent.DELETES else ManifestWriterV2
-        return cls(spec, self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
+        output = self.new_manifest_output()
+        return ManifestWriter(spec, self.schema(), output, self._snapshot_id, self._compression, content)
+
+    def _commit(self) -> UpdatesAndRequirements:
+        # Iceberg's row-delta operation: only data files added is an append (what pyiceberg's
+        # append wrote for the log, and what incremental readers such as Spark's streaming source
+        # take); anything deleted or removed is an overwrite.
+        if self._added_data_files and not self._added_deletes and not self._removed:
+            self._operation = Operation.APPEND
+        updates, requirements = super()._commit()
+        # The next flush plans from this snapshot: give the manifest cache the list and the
+        # manifests written here instead of letting it read them back (~4 Avro reads a commit).
+        for update in updates:
+            if isinstance(update, AddSnapshotUpdate):
+                listed = [_as_listed(m, update.snapshot) for m in self._listed]
+                manifest_cache.remember_list(update.snapshot, listed)
+                for m in listed:
+                    if m.manifest_path in self._wrote:
+                        manifest_cache.remember(m, self._wrote[m.manifest_path])
+        return updates, requirements
 
     def _manifests(self) -> list[ManifestFile]:
         """The new snapshot's manifests: untouched ones kept, touched ones rewritten per spec.
@@ -713,7 +726,8 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         out = list(kept)
         for group in sorted(set(removed_entries) | set(surviving) | set(added), key=lambda g: (g[0].value, g[1])):
             content, spec_id = group
-            with self._writer(content, spec_id) as writer:
+            writer = self._writer(content, spec_id)
+            with writer:
                 for df in added.get(group, ()):
                     writer.add(
                         ManifestEntry.from_args(
@@ -724,5 +738,24 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
                     writer.existing(e)
                 for e in removed_entries.get(group, ()):
                     writer.delete(e)
-            out.append(writer.to_manifest_file())
+            written = writer.to_manifest_file()
+            self._wrote[written.manifest_path] = writer.entries
+            out.append(written)
+        self._listed = out
         return out
+
+
+def _as_listed(manifest: ManifestFile, snapshot: Any) -> ManifestFile:
+    """``manifest`` as the manifest list of ``snapshot`` holds it: the list writer assigns the
+    snapshot's sequence number to a manifest written in its commit (pyiceberg's
+    ``ManifestListWriterV2.prepare_manifest``)."""
+    from copy import copy
+
+    if manifest.sequence_number != UNASSIGNED_SEQ and manifest.min_sequence_number != UNASSIGNED_SEQ:
+        return manifest
+    listed = copy(manifest)
+    if listed.sequence_number == UNASSIGNED_SEQ:
+        listed.sequence_number = snapshot.sequence_number
+    if listed.min_sequence_number == UNASSIGNED_SEQ:
+        listed.min_sequence_number = snapshot.sequence_number
+    return listed

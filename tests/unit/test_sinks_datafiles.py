@@ -1,5 +1,5 @@
 """Data files of a flush (sinks/datafiles.py through rowdelta.write_data_files_with_rows): what
-pyiceberg's writer would write, minus the Arrow schema in the footer."""
+pyiceberg's writer would write, with its set-up paid once per call."""
 
 from __future__ import annotations
 
@@ -52,20 +52,31 @@ def _local(path: str) -> str:
     return path.removeprefix("file://")
 
 
-def test_data_file_footers_hold_no_arrow_schema(tmp_path: Path) -> None:
-    # A partitioned flush writes a small file per (type, bucket); ~1.9 KiB of each footer was the
-    # Arrow schema, which no reader uses (failed before: pyiceberg's writer stored it).
+def test_a_partitioned_flush_sets_the_writer_up_once_not_per_file(tmp_path: Path, monkeypatch: Any) -> None:
+    # pyiceberg's writer built its statistics plan (a schema visitor) and more for every file; a
+    # partitioned flush writes one file per (type, bucket) it touches (failed before: 8 plans for
+    # 8 files).
+    import pyiceberg.io.pyarrow as pyarrow_io
+
+    plans: list[object] = []
+    real = pyarrow_io.compute_statistics_plan
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        plans.append(a)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(pyarrow_io, "compute_statistics_plan", counting)
     metadata = _metadata(tmp_path)
     written = write_data_files_with_rows(metadata, _rows(metadata, 200), PyArrowFileIO())
-    assert len(written) > 1
+    assert len(written) == 8  # 2 types x 4 buckets
+    assert len(plans) == 1
     for data_file, _ in written:
-        footer = pq.read_metadata(_local(data_file.file_path))
-        assert b"ARROW:schema" not in (footer.metadata or {})
         # Readers map columns by Parquet field id: every column keeps its id.
         arrow = pq.read_schema(_local(data_file.file_path))
         assert [f.metadata[b"PARQUET:field_id"] for f in arrow] == [
             str(f.field_id).encode() for f in metadata.schema().fields
         ]
+        assert arrow.equals(metadata.schema().as_arrow())  # read back as written (large strings)
 
 
 def test_data_files_carry_the_partition_and_metrics_pyiceberg_writes(tmp_path: Path) -> None:
@@ -87,7 +98,6 @@ def test_data_files_carry_the_partition_and_metrics_pyiceberg_writes(tmp_path: P
         assert f.value_counts == g.value_counts and f.null_value_counts == g.null_value_counts
         assert f.nan_value_counts == g.nan_value_counts
         assert set(f.column_sizes) == set(g.column_sizes)
-        assert f.file_size_in_bytes < g.file_size_in_bytes  # the footer's Arrow schema, gone
     for data_file, kept in ours:  # the rows handed back are the rows of the file
         read = pq.read_table(_local(data_file.file_path))
         assert read.num_rows == kept.num_rows == data_file.record_count
