@@ -620,6 +620,31 @@ def test_the_logs_compaction_lists_the_same_live_files_as_a_scan_plan(
     assert len(planned) < 10  # compaction removed files: deleted entries are not listed
 
 
+def test_the_logs_compaction_merges_the_rows_its_flushes_kept_without_reading_them_back(
+    client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each flush appends a small log file; the log's compaction merges them by tier. The flush
+    keeps the rows it wrote (the committer's ``FileCache``), so the merge reads none of them back
+    (failed before: every merged file read from storage)."""
+    import sinks.committer
+    import sinks.rowfiles
+
+    read: list[str] = []
+    real_read = sinks.rowfiles.read_data_file
+    for module in (sinks.rowfiles, sinks.committer):  # the committer re-exports it
+        monkeypatch.setattr(
+            module, "read_data_file", lambda table, path: (read.append(path), real_read(table, path))[1]
+        )
+    committer = BatchCommitter(sink_settings.replace(target_file_bytes=256 * 1024), client)
+    for n in range(10):  # 9+ small files in one day: the log's compaction merges a tier
+        committer.commit_batch(batch(world, f"b{n}", [obj(world, f"p{n}", "CREATE", 1, n=n)], n))
+    events = committer.catalog(f"world-{world}").load_table((sink_settings.namespace, "entity_events"))
+    assert len(events.scan().plan_files()) < 10  # merged
+    assert read == []
+    rows = events.scan(selected_fields=("event_id", "entity_pk")).to_arrow()
+    assert sorted(rows.column("entity_pk").to_pylist()) == sorted(f"p{n}" for n in range(10))
+
+
 def test_a_flush_reads_none_of_the_files_the_previous_flush_wrote_and_keeps_them_exactly(
     client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
