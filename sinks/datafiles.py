@@ -5,8 +5,8 @@ pyiceberg's ``write_file`` converts the table schema (``sanitize_column_names``)
 the file schema and opens a ``ParquetWriter`` for **each file** (~3-5 ms of CPU per file before any
 row is encoded: ``bench.layout_commit_cpu``, 48 ms for the 12 data files of a partitioned flush
 against 14 for the unpartitioned one). A partitioned flush writes one file per (type, bucket) it
-touches, so the fixed part is set up once per call here (:class:`FileWriter`) and each file is one
-``pq.write_table``.
+touches, so the fixed part is derived once per table schema and ``write.*`` properties here
+(:func:`_setup`) and each file is one ``ParquetWriter``.
 
 A file holds what pyiceberg's writer writes (Parquet field ids, the Arrow schema in the footer, the
 table's compression and page settings). Iceberg's column metrics (value, null and NaN counts, lower and
@@ -17,9 +17,11 @@ version) and ``occurred_at`` (docs/architecture.md, "Table layout").
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -27,8 +29,10 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionKey
+from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
+from sinks.errors import UnsupportedFileFormat
 from sinks.tables import arrow_schema
 
 #: Below this many in-memory bytes a call writes its files in the calling thread: encoding a small
@@ -36,39 +40,79 @@ from sinks.tables import arrow_schema
 POOL_MIN_BYTES = 4 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What every file of a table needs, derived from its schema and ``write.*`` properties only."""
+
+    file_schema: Schema
+    arrow_schema: pa.Schema
+    stats_plan: dict[int, Any]
+    column_ids: dict[str, int]
+    kwargs: dict[str, Any]
+    row_group_size: int | None
+
+
+#: Set-ups by (schema fields, ``write.*`` properties): a commit writes each table once or twice
+#: and the schema changes rarely, so the per-call set-up (~1.5 ms for the log) is paid per schema.
+_SETUPS: dict[tuple[Any, ...], _Setup] = {}
+_SETUPS_MAX = 256
+_LOCK = threading.Lock()
+
+
+def _setup(schema: Schema, properties: dict[str, str]) -> _Setup:
+    from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs, compute_statistics_plan, parquet_path_to_id_mapping
+    from pyiceberg.schema import sanitize_column_names
+    from pyiceberg.table import TableProperties
+    from pyiceberg.utils.properties import property_as_int
+
+    # Only ``write.*`` properties shape a file (format, Parquet settings, metrics modes); the log's
+    # committed-offset map, a property too, changes with every commit.
+    written = tuple(sorted((k, v) for k, v in properties.items() if k.startswith("write.")))
+    key = (tuple(schema.fields), tuple(schema.identifier_field_ids), written)
+    with _LOCK:
+        found = _SETUPS.get(key)
+    if found is not None:
+        return found
+    file_format = properties.get(TableProperties.WRITE_FILE_FORMAT, TableProperties.WRITE_FILE_FORMAT_DEFAULT)
+    if FileFormat(file_format) != FileFormat.PARQUET:
+        raise UnsupportedFileFormat(f"causeway writes Parquet data files only; the table asks for {file_format}")
+    sanitized = sanitize_column_names(schema)
+    file_schema = sanitized if sanitized != schema else schema
+    found = _Setup(
+        file_schema,
+        arrow_schema(file_schema),
+        compute_statistics_plan(file_schema, properties),
+        parquet_path_to_id_mapping(file_schema),
+        _get_parquet_writer_kwargs(properties),
+        property_as_int(
+            properties, TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
+        ),
+    )
+    with _LOCK:
+        if len(_SETUPS) >= _SETUPS_MAX:
+            _SETUPS.clear()
+        _SETUPS[key] = found
+    return found
+
+
 class FileWriter:
     """Writes Parquet data files for one table metadata (schema, spec, properties)."""
 
     def __init__(self, metadata: Any, io: FileIO) -> None:
-        from pyiceberg.io.pyarrow import (
-            ParquetFormatModel,
-            _get_parquet_writer_kwargs,
-            compute_statistics_plan,
-            parquet_path_to_id_mapping,
-        )
-        from pyiceberg.schema import sanitize_column_names
-        from pyiceberg.table import TableProperties
+        from pyiceberg.io.pyarrow import ParquetFormatModel
         from pyiceberg.table.locations import load_location_provider
-        from pyiceberg.utils.properties import property_as_int
 
         self.metadata = metadata
         self.io = io
-        properties = metadata.properties
-        file_format = properties.get(TableProperties.WRITE_FILE_FORMAT, TableProperties.WRITE_FILE_FORMAT_DEFAULT)
-        if FileFormat(file_format) != FileFormat.PARQUET:
-            raise ValueError(f"causeway writes Parquet data files only, the table asks for {file_format}")
-        table_schema = metadata.schema()
-        sanitized = sanitize_column_names(table_schema)
-        self.file_schema = sanitized if sanitized != table_schema else table_schema
-        self.arrow_schema = arrow_schema(self.file_schema)
+        setup = _setup(metadata.schema(), metadata.properties)
+        self.file_schema = setup.file_schema
+        self.arrow_schema = setup.arrow_schema
+        self.stats_plan = setup.stats_plan
+        self.column_ids = setup.column_ids
+        self.kwargs = setup.kwargs
+        self.row_group_size = setup.row_group_size
         self.format_model = ParquetFormatModel()
-        self.location = load_location_provider(table_location=metadata.location, table_properties=properties)
-        self.kwargs = _get_parquet_writer_kwargs(properties)
-        self.row_group_size = property_as_int(
-            properties, TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT
-        )
-        self.stats_plan = compute_statistics_plan(self.file_schema, properties)
-        self.column_ids = parquet_path_to_id_mapping(self.file_schema)
+        self.location = load_location_provider(table_location=metadata.location, table_properties=metadata.properties)
         self.spec_id = metadata.default_spec_id
         self.write_uuid = uuid.uuid4()
         self._written = 0
