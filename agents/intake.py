@@ -27,6 +27,7 @@ nothing until causes arrive or waits expire.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Collection, Iterable
 from typing import Any
@@ -336,14 +337,48 @@ def _membership_known(consumer: AIOKafkaConsumer) -> bool:
     out as generation -1, which the coordinator accepts whenever the group is empty) or a rejoin
     is pending (a heartbeat met ``REBALANCE_IN_PROGRESS``: the coordinator still takes commits
     of this generation, but evicts the member at the rebalance timeout if it has not rejoined).
-    aiokafka keeps this on its private coordinator; without it, only the commit decides."""
+    When aiokafka cannot say (see ``group_membership``), only the commit decides."""
+    return group_membership(consumer) is not False
+
+
+#: The aiokafka internals ``group_membership`` reads. aiokafka has no public API for the group
+#: generation or a pending rejoin (0.14.0: ``AIOKafkaConsumer`` exposes neither, its rebalance
+#: listener reports partitions only). Assumed as of 0.14.0 (pyproject asks >=0.14.0) and checked
+#: against the installed package by ``tests/unit/test_agents_intake.py`` and, on a
+#: joined consumer, by ``tests/integration/test_membership_fence.py``: an upgrade that moves them
+#: fails those tests.
+AIOKAFKA_MEMBERSHIP = "consumer._coordinator.generation, .need_rejoin(consumer._subscription.subscription)"
+
+
+def group_membership(consumer: AIOKafkaConsumer) -> bool | None:
+    """The only reader of aiokafka's private group state. True: a member of its current
+    generation, no rejoin pending; False: aiokafka knows the membership is gone or going; None:
+    not known (not started, or no group coordinator yet), or aiokafka's internals are not what
+    ``AIOKAFKA_MEMBERSHIP`` says (logged once as an error): the fence then falls back to its
+    commit, which the coordinator refuses from a member it no longer has."""
     coordinator = getattr(consumer, "_coordinator", None)
     subscription = getattr(getattr(consumer, "_subscription", None), "subscription", None)
     if coordinator is None or subscription is None:
-        return True
-    if getattr(coordinator, "generation", 0) < 0:
+        return None
+    generation = getattr(coordinator, "generation", None)
+    need_rejoin = getattr(coordinator, "need_rejoin", None)
+    if not isinstance(generation, int) or not callable(need_rejoin):
+        _report_unreadable_membership(type(coordinator).__name__)
+        return None
+    if generation < 0:
         return False
-    return not coordinator.need_rejoin(subscription)
+    return not need_rejoin(subscription)
+
+
+@functools.cache
+def _report_unreadable_membership(coordinator_type: str) -> None:
+    """Once per process: a fence weaker than intended must be seen, not crash the worker."""
+    log.error(
+        "aiokafka's group state is not where %s says (coordinator %s): the membership fence "
+        "relies on its offset commit alone",
+        AIOKAFKA_MEMBERSHIP,
+        coordinator_type,
+    )
 
 
 def attach(app: Any, intake: ChangeIntake) -> ChangeIntake:

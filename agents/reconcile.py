@@ -157,6 +157,17 @@ class Reconciler:
     def worlds(self) -> list[str]:
         return world_ids(self.committer.occ.client.list_references(), self.naming)
 
+    def retain(self, worlds: Iterable[str]) -> list[str]:
+        """Keep the checkpoints of ``worlds`` only; returns the worlds whose checkpoints are held.
+
+        A checkpoint is ~200 bytes per key: one of a world that left the scope (its branch deleted,
+        the scope narrowed, a worker no longer serving it) would be held for the child's life.
+        """
+        keep = set(worlds)
+        for world in [w for w in self.checkpoints if w not in keep]:
+            del self.checkpoints[world]
+        return sorted(self.checkpoints)
+
     def run_world(self, world: str, control: Mapping[str, int] | None = None, *, dry_run: bool = False) -> RunReport:
         """Reconcile one world and record its metrics (unless ``dry_run``); never raises."""
         report = self.check(world, control, dry_run=dry_run)
@@ -492,6 +503,14 @@ def _check_in_child(
     return _child.check(world, control)
 
 
+def _retain_in_child(worlds: frozenset[str] | None) -> list[str]:
+    """Runs in the timer's child: drop the checkpoints of worlds out of this pass's scope (None:
+    drop nothing); returns the worlds whose checkpoints it holds."""
+    if _child is None:
+        return []
+    return _child.retain(worlds) if worlds is not None else sorted(_child.checkpoints)
+
+
 class ReconcileTimer:
     """The worker's reconciliation: a pass every ``reconcile_interval_s`` and the Redis read-back.
 
@@ -539,6 +558,8 @@ class ReconcileTimer:
         targets = await self.targets()
         counts = await read_control_counts(self.settings) if targets else {}
         loop = asyncio.get_running_loop()
+        if self._pool is not None:  # no child yet: it holds nothing
+            await loop.run_in_executor(self._pool, _retain_in_child, frozenset(targets))
         reports = []
         for world in targets:
             if self._stopping.is_set():
@@ -554,6 +575,12 @@ class ReconcileTimer:
         except Exception as exc:  # noqa: BLE001 - the local metrics still hold the run
             log.warning("reconciliation: could not record the pass in Redis: %s: %s", type(exc).__name__, exc)
         return reports
+
+    async def held_checkpoints(self) -> list[str]:
+        """The worlds whose checkpoints the child holds (empty before the first pass)."""
+        if self._pool is None:
+            return []
+        return await asyncio.get_running_loop().run_in_executor(self._pool, _retain_in_child, None)
 
     async def readback(self) -> None:
         """Export runs recorded in Redis (the CLI's, other workers') once."""

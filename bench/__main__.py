@@ -111,14 +111,34 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
-    _add_overrides(sub.add_parser("run", help="one run: every contender on the same input"))
-    scale = sub.add_parser("scale", help="the scaling curve: one run per point of an axis")
+    raw = argparse.RawDescriptionHelpFormatter
+    _add_overrides(
+        sub.add_parser(
+            "run",
+            help="one run: every contender on the same input",
+            formatter_class=raw,
+            epilog="examples:\n  python -m bench run\n  python -m bench run --contenders causeway,ceiling"
+            "\n  python -m bench run --worlds 100 --keys 1000 --events 100000 --latency-seconds 5",
+        )
+    )
+    scale = sub.add_parser(
+        "scale",
+        help="the scaling curve: one run per point of an axis",
+        formatter_class=raw,
+        epilog="examples:\n  python -m bench scale --axis worlds\n"
+        "  python -m bench scale --axis events --points 50000,500000 --latency-seconds 5",
+    )
     _add_overrides(scale)
     scale.add_argument("--axis", required=True, choices=sorted(SCALE_AXES))
     scale.add_argument(
         "--points", help="comma-separated values of the axis's knob instead of its default points (e.g. 50000,500000)"
     )
-    soak = sub.add_parser("soak", help="causeway under steady load; reports whether commit latency and RSS stay flat")
+    soak = sub.add_parser(
+        "soak",
+        help="causeway under steady load; reports whether commit latency and RSS stay flat",
+        formatter_class=raw,
+        epilog="example:\n  python -m bench soak --minutes 30 --rate 5000",
+    )
     soak.add_argument("--minutes", type=float, default=30.0)
     soak.add_argument("--rate", type=int, default=2_000, help="events/s offered")
     soak.add_argument("--worlds", type=int, default=3)

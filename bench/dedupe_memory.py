@@ -139,6 +139,7 @@ def add_parser(sub: Any) -> None:
         help="Redis bytes per applied-event mark after N marks (real marks code, real Redis, own key prefix)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  python -m bench dedupe-memory --marks 1000000 --buckets 9000 --ids uuid",
     )
     p.add_argument("--marks", type=int, default=10_000_000)
     p.add_argument("--rate", type=float, default=5_000, help="events/s the marks are spread at (default 5000)")

@@ -7,8 +7,9 @@ Order of one attempt (every decision is taken against the head it read, and take
 2. Events whose ``(topic, partition, offset)`` is already in the branch's committed-offset summary
    at ``H`` are dropped (a replay or a redelivery after a crash between commit and ack); repeated
    event ids inside the batch are dropped. Events of a type a TRUNCATE ever cleared on the branch
-   (``TRUNCATED_PROPERTY``, or the batch truncates it) are looked up by id in the log: a copy of
-   an applied one is a duplicate (the truncate removed the version that would have flagged it).
+   (``TRUNCATED_PROPERTY``, or the batch truncates it) whose version is at or below the type's
+   recorded ceiling (the highest version a truncate removed) are looked up by id in the log: a copy
+   of an applied one is a duplicate (the truncate removed the version that would have flagged it).
 3. ``entity_events``: the remaining events are appended (``applied`` says whether the projection
    took them or found them stale); the committed-offset summary (a table property, see below) is
    updated in the same metadata version.
@@ -106,7 +107,7 @@ import orjson
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
-from models.events import ChangeEvent, ChangeType, EntityKind
+from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
 from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import (
@@ -140,6 +141,7 @@ from sinks.tables import (
     arrow_schema,
     table_properties,
 )
+from sinks.truncates import truncate_guard
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -383,19 +385,14 @@ class BatchCommitter:
             )
 
         # A TRUNCATE removes its type's keys with their versions, so a copy of an event applied
-        # before it would pass the version rule: events of a type ever truncated here are looked up
-        # by id in the log first (a copy is a duplicate). Nothing is read for other types.
-        known = truncated_types(events_table)
-        truncated = (known if known is not None else logged_truncates(events_table)) | {
-            type_scope(ev) for ev, _ in items if ev.change_type is ChangeType.TRUNCATE
-        }
-        suspects = {
-            ev.event_id for ev, _ in items if ev.change_type is not ChangeType.TRUNCATE and type_scope(ev) in truncated
-        }
+        # before it could pass the version rule: the batch's events of a truncated type at or
+        # below the type's recorded version ceiling are looked up by id in the log first (a copy
+        # is a duplicate). Nothing is read for other types or for versions above the ceiling.
+        suspects, truncates = truncate_guard(events_table, [ev for ev, _ in items])
         copies = set(logged_events(events_table, suspects))
         if copies:
             items = [(ev, src) for ev, src in items if ev.event_id not in copies]
-        extra = {TRUNCATED_PROPERTY: orjson.dumps(sorted(truncated)).decode()} if truncated != known else {}
+        extra = {TRUNCATED_PROPERTY: truncates} if truncates is not None else {}
 
         stats: dict[str, FlushStats] = {}
         stale_ids: set[str] = set()
@@ -407,7 +404,8 @@ class BatchCommitter:
             stats[tdef.name] = st[0]
             stale_ids |= st[1]
         # A stale event whose id the log already holds is a copy of an applied one: a duplicate.
-        duplicates = set(logged_events(events_table, stale_ids))
+        # Suspects were looked up already (those found are gone; the others are not in the log).
+        duplicates = set(logged_events(events_table, stale_ids - suspects))
         stale_ids -= duplicates
         duplicates |= copies
         items = [(ev, src) for ev, src in items if ev.event_id not in duplicates]
@@ -564,31 +562,6 @@ def logged_events(table: Table, ids: set[str]) -> dict[str, bool]:
     for eid, applied in zip(rows.column("event_id").to_pylist(), rows.column("applied").to_pylist(), strict=True):
         out[eid] = out.get(eid, False) or bool(applied)
     return out
-
-
-def type_scope(event: ChangeEvent) -> str:
-    """``<kind>/<type>``: what a TRUNCATE clears, as ``TRUNCATED_PROPERTY`` lists it."""
-    return f"{event.kind.value}/{event.entity_type}"
-
-
-def truncated_types(table: Table) -> set[str] | None:
-    """The type scopes ``TRUNCATED_PROPERTY`` lists, or None on a branch written before it."""
-    raw = table.metadata.properties.get(TRUNCATED_PROPERTY)
-    return None if raw is None else set(orjson.loads(raw))
-
-
-def logged_truncates(table: Table) -> set[str]:
-    """The type scopes the log holds a TRUNCATE of: read once per branch written before
-    ``TRUNCATED_PROPERTY`` (the commit that reads it records the property)."""
-    from pyiceberg.expressions import EqualTo
-
-    if table.current_snapshot() is None:
-        return set()
-    wanted = EqualTo("change_type", ChangeType.TRUNCATE.value)  # type: ignore[call-arg, arg-type]
-    rows = table.scan(row_filter=wanted, selected_fields=("kind", "entity_type")).to_arrow()
-    return {
-        f"{k}/{t}" for k, t in zip(rows.column("kind").to_pylist(), rows.column("entity_type").to_pylist(), strict=True)
-    }
 
 
 def format_offsets(offsets: Mapping[PartitionId, Sequence[int]]) -> dict[str, str]:

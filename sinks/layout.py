@@ -345,6 +345,43 @@ class KeyScan:
 
     def keeps(self, partition: Any, spec: PartitionSpec, schema: Schema) -> bool:
         """Whether a data file with ``partition`` (under ``spec``) may hold a selected row."""
+        typ, buckets, bucket = self._fields(partition, spec, schema)
+        if typ is not None and typ[0] in self.types:
+            return True  # a truncated type: every row of it
+        if buckets is None:
+            return typ is None or typ[0] in self._key_types()
+        if typ is None:
+            return bool(self.types) or bucket in {b for _, b in self._pairs(buckets)}
+        return (typ[0], bucket) in self._pairs(buckets)
+
+    def pks(self) -> tuple[str, ...]:
+        """The keys' distinct pks, sorted (what :meth:`pk_positions_in` indexes)."""
+        cache: dict[str, tuple[str, ...]] = self.__dict__.setdefault("_pk_list", {})
+        if "pks" not in cache:
+            cache["pks"] = tuple(sorted({pk for _, pk in self.keys}))
+        return cache["pks"]
+
+    def pk_positions_in(self, partition: Any, spec: PartitionSpec, schema: Schema) -> tuple[int, ...]:
+        """Positions in :meth:`pks` of the pks of the keys that may lie in a data file with
+        ``partition`` (under ``spec``): what a flush probes that file's key filter with
+        (``sinks.keyfilter``). Truncated types are not keys: a caller with ``types`` reads their
+        files whole."""
+        typ, buckets, bucket = self._fields(partition, spec, schema)
+        cache: dict[tuple[Any, ...], tuple[int, ...]] = self.__dict__.setdefault("_positions_cache", {})
+        where = (typ, buckets, bucket)
+        if where not in cache:
+            groups = self._groups(buckets or 1)
+            hits = [
+                at
+                for (t, b), positions in groups.items()
+                if (typ is None or t == typ[0]) and (buckets is None or b == bucket)
+                for at in positions
+            ]
+            cache[where] = tuple(sorted(set(hits)))
+        return cache[where]
+
+    def _fields(self, partition: Any, spec: PartitionSpec, schema: Schema) -> tuple[tuple[Any] | None, int | None, Any]:
+        """(boxed type value or None, bucket count or None, bucket) of ``partition`` under ``spec``."""
         typ: tuple[Any] | None = None  # boxed: a partition value may be None
         buckets: int | None = None
         bucket: Any = None
@@ -354,13 +391,7 @@ class KeyScan:
                 typ = (partition[i],)
             elif column == self.pk_col and isinstance(f.transform, BucketTransform):
                 buckets, bucket = f.transform.num_buckets, partition[i]
-        if typ is not None and typ[0] in self.types:
-            return True  # a truncated type: every row of it
-        if buckets is None:
-            return typ is None or typ[0] in self._key_types()
-        if typ is None:
-            return bool(self.types) or bucket in {b for _, b in self._pairs(buckets)}
-        return (typ[0], bucket) in self._pairs(buckets)
+        return typ, buckets, bucket
 
     def _key_types(self) -> frozenset[str]:
         cache: dict[str, frozenset[str]] = self.__dict__.setdefault("_type_cache", {})
@@ -369,15 +400,26 @@ class KeyScan:
         return cache["types"]
 
     def _pairs(self, n: int) -> frozenset[tuple[str, int]]:
-        """The (type, bucket) pairs of the keys under ``bucket(n, pk)`` (one vectorized transform)."""
+        """The (type, bucket) pairs of the keys under ``bucket(n, pk)``."""
         cache: dict[int, frozenset[tuple[str, int]]] = self.__dict__.setdefault("_bucket_cache", {})
+        if n not in cache:
+            cache[n] = frozenset(self._groups(n))
+        return cache[n]
+
+    def _groups(self, n: int) -> dict[tuple[str, int], list[int]]:
+        """The keys' pks (positions in :meth:`pks`) by (type, bucket under ``bucket(n, pk)``)."""
+        cache: dict[int, dict[tuple[str, int], list[int]]] = self.__dict__.setdefault("_groups_cache", {})
         if n not in cache:
             import pyarrow as pa
 
-            keys = sorted(self.keys)
-            arr = pa.array([pk for _, pk in keys], pa.string())
-            buckets = BucketTransform(n).pyarrow_transform(StringType())(arr).to_pylist()
-            cache[n] = frozenset(zip((t for t, _ in keys), buckets, strict=True))
+            pks = self.pks()
+            buckets = BucketTransform(n).pyarrow_transform(StringType())(pa.array(pks, pa.string())).to_pylist()
+            at = {pk: (i, b) for i, (pk, b) in enumerate(zip(pks, buckets, strict=True))}
+            groups: dict[tuple[str, int], list[int]] = {}
+            for t, pk in self.keys:
+                i, b = at[pk]
+                groups.setdefault((t, b), []).append(i)
+            cache[n] = groups
         return cache[n]
 
 

@@ -47,6 +47,7 @@ from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 
 from sinks import manifest_cache
+from sinks.keyfilter import MIN_ROWS, KeyFilter, Probe
 from sinks.layout import KeyScan
 from sinks.manifest_write import ManifestWriter
 
@@ -83,6 +84,10 @@ class TableState:
     delete_positions: dict[str, dict[str, pa.Array]] = field(default_factory=dict)
     index: pa.Table | None = None  # key columns + version + deleted + _file + _pos, live rows only
     bytes_read: int = 0
+    #: Data files whose columns the lookup read (from the cache or the file), and their rows; the
+    #: files their key filter excluded are in ``files`` but were not read.
+    files_read: int = 0
+    rows_read: int = 0
 
 
 Matcher = Callable[[pa.Table], "pa.Array | pa.ChunkedArray"]
@@ -109,6 +114,13 @@ class FileCache:
         #: apart, at a quarter of ``max_bytes``, so full rows never evict the key index.
         self._rows: OrderedDict[str, pa.Table] = OrderedDict()
         self._rows_bytes = 0
+        #: Key filters of data files (``sinks.keyfilter``, ~4-8 bytes a key), by (path, key column):
+        #: a flush reads only the files whose filter may hold one of its keys. Bounded apart, at an
+        #: eighth of ``max_bytes``, so that the key columns never evict them; an evicted filter is
+        #: rebuilt when its file is next read (the lookup then reads that file whole, as before).
+        self._filters: OrderedDict[tuple[str, str], KeyFilter] = OrderedDict()
+        self._filters_bytes = 0
+        self.min_filter_rows = MIN_ROWS
 
     def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None) -> tuple[pa.Table, bool]:
         """The file's ``columns`` (all when None) and whether it came from the cache."""
@@ -165,6 +177,26 @@ class FileCache:
                 if old is not None:
                     self._rows_bytes -= old.nbytes
 
+    def key_filter(self, path: str, column: str) -> KeyFilter | None:
+        """The key filter of ``column`` of the data file at ``path``, if held; reads nothing."""
+        with self._lock:
+            hit = self._filters.get((path, column))
+            if hit is not None:
+                self._filters.move_to_end((path, column))
+            return hit
+
+    def seed_filter(self, path: str, column: str, values: pa.Array | pa.ChunkedArray) -> None:
+        """Keep the key filter of the data file at ``path`` whose ``column`` holds ``values`` (all
+        rows); none for a file of fewer than ``min_filter_rows`` rows (read whole: cheaper)."""
+        bound = self.max_bytes // 8
+        if not bound or len(values) < self.min_filter_rows or (path, column) in self._filters:
+            return
+        built = KeyFilter.build(values)
+        if built.nbytes > bound:
+            return
+        with self._lock:
+            self._filters_bytes = _lru_put(self._filters, (path, column), built, self._filters_bytes, bound)
+
     def seed_split(self, path: str, split: dict[str, pa.Array]) -> None:
         """Keep a delete file's positions per data file, as written (sorted, unique)."""
         with self._lock:
@@ -174,7 +206,7 @@ class FileCache:
                     self._split.popitem(last=False)
 
 
-def _lru_put(items: OrderedDict[Any, pa.Table], key: Any, table: pa.Table, held: int, bound: int) -> int:
+def _lru_put(items: OrderedDict[Any, Any], key: Any, table: Any, held: int, bound: int) -> int:
     """Add ``table`` under ``key`` unless present, evicting the least recently used entries past
     ``bound``; returns the bytes ``items`` holds now (``held`` before)."""
     if key in items:
@@ -209,6 +241,12 @@ def read_state(
     files by partition (bucket) and column statistics before anything is read: the state then covers only the
     files that may hold matching rows, and their delete files. ``cache`` keeps parsed files
     between flushes.
+
+    With a ``KeyScan`` without truncated types and a bounded ``cache``, ``match`` must select only
+    rows whose pk is one of the scan's keys' pks: the state still lists every file of a kept
+    partition (and its deleted positions), but only the files whose key filter
+    (``FileCache.key_filter``) may hold one of those pks are read into ``index``, so the lookup
+    follows the batch, not the table. A file without a filter is read, and its filter kept.
     """
     from pyiceberg.table import Table
 
@@ -235,9 +273,11 @@ def read_state(
             for path, pos in per_file.items():
                 deletes.setdefault(path, []).append(pos)
             state.delete_positions[df.file_path] = per_file
-    # One table over every planned file (zero-copy), then one filter by ``match`` and one by the
+    # One table over every file read (zero-copy), then one filter by ``match`` and one by the
     # deleted positions: per-file filtering cost ~10 compute calls per file and flush.
     cols = tuple(dict.fromkeys(columns))
+    pks = _filtered_pk(row_filter, cols, cache)
+    probes: dict[Any, Probe] = {}
     parts: list[pa.Table] = []
     paths: list[str] = []
     dead_keys: list[pa.Array] = []
@@ -246,8 +286,15 @@ def read_state(
         dels = deletes.get(df.file_path)
         deleted = pc.unique(pa.concat_arrays(dels)) if dels else _NO_POSITIONS
         state.files[df.file_path] = LiveFile(df, deleted)
+        kf = cache.key_filter(df.file_path, pks) if pks else None
+        if kf is not None and not kf.may_hold(_probe(probes, row_filter, df, table)):
+            continue
         t, hit = cache.get(io, df.file_path, cols)
         state.bytes_read += 0 if hit else df.file_size_in_bytes  # upper bound: only `cols` are read
+        state.files_read += 1
+        state.rows_read += t.num_rows
+        if pks and kf is None:
+            cache.seed_filter(df.file_path, pks, t.column(pks))
         if not t.num_rows:
             continue
         fid = len(paths)
@@ -270,6 +317,29 @@ def read_state(
 
 
 _NO_POSITIONS = pa.array([], pa.int64())
+
+
+def _filtered_pk(row_filter: object, columns: tuple[str, ...], cache: FileCache) -> str | None:
+    """The pk column whose key filters prune the lookup's reads; None when they cannot: no key
+    scan, a truncate (every row of its types is wanted), no cache to hold filters, pk not read."""
+    if not isinstance(row_filter, KeyScan) or row_filter.types or not cache.max_bytes:
+        return None
+    return row_filter.pk_col if row_filter.pk_col in columns else None
+
+
+def _probe(probes: dict[Any, Probe], scan: Any, df: DataFile, table: Any) -> Probe:
+    """The flush's keys that may lie in ``df``'s partition: the batch hashed once, then a subset
+    per partition (``probes`` holds both for the flush)."""
+    partition: Any = df.partition or ()
+    where = (df.spec_id or 0, tuple(partition))
+    probe = probes.get(where)
+    if probe is None:
+        every = probes.get("*")
+        if every is None:
+            every = probes["*"] = Probe.of(pa.array(scan.pks(), pa.string()))
+        at = scan.pk_positions_in(df.partition, table.specs()[df.spec_id or 0], table.schema())
+        probe = probes[where] = every.subset(pa.array(at, pa.int64()))
+    return probe
 
 
 @dataclass(frozen=True)

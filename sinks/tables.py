@@ -57,8 +57,10 @@ ENTITY_EDGE = "entity_edge"
 
 #: Table property holding the cumulative committed-offset summary (JSON, see sinks.committed_offsets).
 OFFSETS_PROPERTY = "causeway.committed-offsets"
-#: Table property of ``entity_events`` listing the ``<kind>/<type>`` pairs a TRUNCATE ever cleared on
-#: the branch (JSON list; absent on branches written before it: then read from the log once).
+#: Table property of ``entity_events``: the ``<kind>/<type>`` pairs a TRUNCATE ever cleared on the
+#: branch, each with its version ceiling (the highest version a truncate of it removed), as a JSON
+#: object. Absent on branches written before it (then read from the log once); a JSON list of the
+#: pairs on branches written before the ceilings (then each ceiling is read from the log once).
 TRUNCATED_PROPERTY = "causeway.truncated-types"
 #: Prefix of the table properties holding each type's applied schema contract (TypeSchema JSON).
 SCHEMA_PROPERTY_PREFIX = "causeway.schema."

@@ -79,3 +79,17 @@ def writes_reads_and_rebuild_after_evolution(settings, committer, world, first, 
 
     result = rebuild(settings, world, write=False)
     assert result.identical, [d.sample() for d in result.diffs]
+
+
+class ReadRecorder:
+    """Wraps the committer's file cache to record every data/delete file a flush reads."""
+
+    def __init__(self, committer: BatchCommitter) -> None:
+        self.paths: list[str] = []
+        inner = committer.file_cache.get
+
+        def get(io, path, columns):  # type: ignore[no-untyped-def]
+            self.paths.append(path)
+            return inner(io, path, columns)
+
+        committer.file_cache.get = get  # type: ignore[method-assign]

@@ -81,7 +81,7 @@ async def test_a_producer_retry_of_an_applied_event_with_its_mark_lost_is_a_dupl
     assert read_world(eo_settings, world).event_ids["A"] == 1
 
 
-@pytest.mark.parametrize("branch", ["recorded", "written-before-the-property"])
+@pytest.mark.parametrize("branch", ["recorded", "written-before-the-property", "written-before-the-ceilings"])
 async def test_a_copy_of_an_applied_event_after_a_truncate_of_its_type_with_its_mark_lost_is_a_duplicate(
     branch: str, world: str, eo_settings: Settings
 ) -> None:
@@ -90,21 +90,12 @@ async def test_a_copy_of_an_applied_event_after_a_truncate_of_its_type_with_its_
     another offset passes the version rule (no stored version left to be older than); before, it was
     applied a second time. Now a branch records the types it truncated, and events of those types
     are looked up by id in the log before they are written: the copy is a duplicate. A branch
-    written before the property existed reads its TRUNCATEs from the log once."""
+    written before the property existed reads its TRUNCATEs from the log once; one written while
+    it listed the types without their version ceilings reads the ceilings from the log once."""
     marks, dlq, clock = Marks(), Dlq(), Clock()
     first = applier(eo_settings, marks, dlq, clock)
     await first.process([rec(world, 0, "A", "p")])
-    truncate = orjson.dumps(
-        {
-            "event_id": "TR",
-            "world_id": world,
-            "object_type": "T",
-            "change_type": "TRUNCATE",
-            "version": 1,
-            "occurred_at": 0,
-        }
-    )
-    await first.process([RawRecord(OBJ, 0, 1, f"{world}::*".encode(), truncate, [], "h1")])
+    await first.process([RawRecord(OBJ, 0, 1, f"{world}::*".encode(), _truncate(world), [], "h1")])
     assert read_world(eo_settings, world).event_ids == {"A": 1, "TR": 1}
     if branch != "recorded":  # as a branch truncated before the property existed: the log tells
         committer = first.committer
@@ -112,14 +103,74 @@ async def test_a_copy_of_an_applied_event_after_a_truncate_of_its_type_with_its_
         cat = committer.catalog(committer.naming.branch(world))
         cat.begin()
         table = cat.load_table((eo_settings.namespace, "entity_events"))
-        table.transaction().remove_properties(TRUNCATED_PROPERTY).commit_transaction()
-        cat.publish("test: drop the truncated-types property")
+        if branch == "written-before-the-property":
+            table.transaction().remove_properties(TRUNCATED_PROPERTY).commit_transaction()
+        else:
+            table.transaction().set_properties({TRUNCATED_PROPERTY: '["object/T"]'}).commit_transaction()
+        cat.publish("test: the truncated-types property as an older branch has it")
     marks.marked.clear()
     second = applier(eo_settings, marks, dlq, clock)
     acks = await second.process([rec(world, 5, "A", "p"), rec(world, 6, "B", "q")])
     assert not dlq.letters and acks == ["h5", "h6"] and second.totals["duplicates"] == 1
     assert read_world(eo_settings, world).event_ids == {"A": 1, "TR": 1, "B": 1}
     assert (world, "A") in marks.marked
+
+
+async def test_a_copy_of_an_event_a_truncate_hid_is_a_duplicate_even_once_its_key_is_re_created_lower(
+    world: str, eo_settings: Settings
+) -> None:
+    """After a TRUNCATE a type may start again at any version: A (version 5) landed, the truncate
+    removed it, R re-created A's key at version 1, and A's mark is gone. A's copy is above R's
+    version, so the version rule takes it: a present row does not clear an event, only the type's
+    version ceiling (5, what the truncate removed) does. B (version 2, above R, not in the log) is
+    an ordinary update of the re-created key and is applied."""
+    marks, dlq, clock = Marks(), Dlq(), Clock()
+    first = applier(eo_settings, marks, dlq, clock)
+    await first.process([rec(world, 0, "A", "p", version=5)])
+    await first.process([RawRecord(OBJ, 0, 1, f"{world}::*".encode(), _truncate(world), [], "h1")])
+    await first.process([rec(world, 2, "R", "p", version=1)])
+    marks.marked.clear()
+    second = applier(eo_settings, marks, dlq, clock)
+    acks = await second.process([rec(world, 7, "A", "p", version=5), rec(world, 8, "B", "p", version=2)])
+    assert not dlq.letters and acks == ["h7", "h8"] and second.totals["duplicates"] == 1
+    state = read_world(eo_settings, world)
+    assert state.event_ids == {"A": 1, "TR": 1, "R": 1, "B": 1}
+    assert state.objects["p"]["version"] == 2
+
+
+def test_updates_of_live_keys_of_a_truncated_type_above_its_ceiling_read_no_log(
+    world: str, eo_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The TRUNCATE duplicate check's cost: after a truncate of T, every later batch of T looked
+    each of its event ids up in the log, for good (a scan that grows with the log). Only events at
+    or below the version ceiling (the highest version the truncate removed) can be copies of what
+    it hid: a batch of updates above it reads nothing; one key re-created at a restarted version
+    still is looked up."""
+    import sinks.committer as committer_module
+    from sinks.committer import Batch
+    from tests.integration.commits import obj
+
+    looked_up: list[set[str]] = []
+    logged = committer_module.logged_events
+
+    def counting(table: object, ids: set[str]) -> dict[str, bool]:
+        if ids:
+            looked_up.append(set(ids))
+        return logged(table, ids)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(committer_module, "logged_events", counting)
+    committer = BatchCommitter(eo_settings)
+    keys = [f"k{i}" for i in range(10)]
+    committer.commit_batch(Batch(world, "seed", [obj(world, k, "CREATE", 5, typ="T") for k in keys]))
+    committer.commit_batch(Batch(world, "truncate", [obj(world, "*", "TRUNCATE", 1, typ="T")]))
+    reload = [obj(world, k, "CREATE", 6, typ="T") for k in keys] + [obj(world, "x", "CREATE", 1, typ="T")]
+    committer.commit_batch(Batch(world, "reload", reload))
+    looked_up.clear()
+    updates = [obj(world, k, "UPDATE", 7, typ="T") for k in keys]
+    restarted = obj(world, "x", "UPDATE", 2, typ="T")  # at or below the ceiling (5)
+    out = committer.commit_batch(Batch(world, "updates", [*updates, restarted]))
+    assert out.events_appended == 11 and not out.duplicate_ids
+    assert looked_up == [{restarted.event_id}]  # before: all 11 ids
 
 
 @pytest.mark.parametrize("how", ["mark-lost", "fork"])
@@ -199,3 +250,16 @@ def test_a_live_commit_between_the_replays_two_reads_does_not_commit_an_event_tw
 
     Racing(BatchCommitter(eo_settings)).commit_batch(Batch.from_sources(world, "replay-1", item))
     assert read_world(eo_settings, world).event_ids[e.event_id] == 1
+
+
+def _truncate(world: str) -> bytes:
+    """The wire record of ``TR``, a TRUNCATE of object type T."""
+    doc = {
+        "event_id": "TR",
+        "world_id": world,
+        "object_type": "T",
+        "change_type": "TRUNCATE",
+        "version": 1,
+        "occurred_at": 0,
+    }
+    return orjson.dumps(doc)

@@ -22,6 +22,7 @@ from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ALL_TABLES, COMMON, EVENTS
 from tests.integration.commits import batch, empty_root, obj, objects
 from tests.integration.layout_helpers import (
+    ReadRecorder,
     cat_of,
     legacy_tables,
     legacy_world_with_data,
@@ -43,20 +44,6 @@ def new_world(client: SyncNessieClient) -> str:
 
 def bucket_of(pk: str, buckets: int = PROJECTION_BUCKETS) -> int:
     return BucketTransform(buckets).transform(StringType())(pk)
-
-
-class ReadRecorder:
-    """Wraps the committer's file cache to record every data/delete file a flush reads."""
-
-    def __init__(self, committer: BatchCommitter) -> None:
-        self.paths: list[str] = []
-        inner = committer.file_cache.get
-
-        def get(io, path, columns):  # type: ignore[no-untyped-def]
-            self.paths.append(path)
-            return inner(io, path, columns)
-
-        committer.file_cache.get = get  # type: ignore[method-assign]
 
 
 def test_new_tables_get_the_standard_layouts_and_gc_disabled(client, sink_settings) -> None:

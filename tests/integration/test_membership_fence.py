@@ -15,7 +15,7 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from agents.intake import ChangeIntake
+from agents.intake import AIOKAFKA_MEMBERSHIP, ChangeIntake, group_membership
 from streams.settings import Settings
 from tests.fakes import FakeCommitter, event
 from tests.integration.intake_fixtures import intake, one_partition_group, until
@@ -32,6 +32,15 @@ def hold_heartbeats(worker: ChangeIntake, released: asyncio.Event) -> None:
         return False
 
     worker._consumer._coordinator._do_heartbeat = no_heartbeat  # type: ignore[union-attr]  # noqa: SLF001
+
+
+async def start_until_committable(worker: ChangeIntake, tp: tuple[str, int]) -> None:
+    """Start ``worker`` and step it until it joined the group and holds an offset of ``tp``."""
+    await worker.start()
+    for _ in range(300):
+        await worker.step()
+        if worker.applier.tracker.committable(tp) is not None:
+            return
 
 
 async def test_a_zombie_whose_session_expired_does_not_dead_letter_an_event_the_new_owner_applies(
@@ -98,11 +107,7 @@ async def test_a_successful_fence_restarts_the_members_session_like_a_heartbeat(
     held = asyncio.Event()
     tp = (s.objects_topic, 0)
     try:
-        await a.start()
-        for _ in range(300):
-            await a.step()
-            if a.applier.tracker.committable(tp) is not None:
-                break
+        await start_until_committable(a, tp)
         hold_heartbeats(a, held)
         for _ in range(7):
             await asyncio.sleep(2.0)
@@ -111,4 +116,24 @@ async def test_a_successful_fence_restarts_the_members_session_like_a_heartbeat(
         assert not await a.fence([tp])
     finally:
         held.set()
+        await asyncio.wait_for(a.stop(), 60)
+
+
+async def test_a_joined_members_group_state_is_read_from_aiokafka_where_the_fence_expects_it(
+    settings: Settings, unique: str
+) -> None:
+    """The fence's pinned assumption on a real, joined consumer: aiokafka's private coordinator
+    says "member, no rejoin pending" (True, not None: found where ``AIOKAFKA_MEMBERSHIP`` says),
+    and a reset generation (what ``UNKNOWN_MEMBER_ID`` leaves) says False, so the fence refuses
+    without a commit."""
+    s = await one_partition_group(settings, "fence-state", unique, events=1)
+    a = intake(s, FakeCommitter())
+    tp = (s.objects_topic, 0)
+    try:
+        await start_until_committable(a, tp)
+        assert group_membership(a._consumer) is True, f"aiokafka's internals moved: {AIOKAFKA_MEMBERSHIP}"  # noqa: SLF001
+        a._consumer._coordinator.reset_generation()  # type: ignore[union-attr]  # noqa: SLF001
+        assert group_membership(a._consumer) is False  # noqa: SLF001
+        assert not await a.fence([tp]) and a.stats["fences"] == 0
+    finally:
         await asyncio.wait_for(a.stop(), 60)

@@ -596,3 +596,22 @@ async def test_stopping_the_timer_ends_a_pass_in_progress(rec_settings: Settings
         await asyncio.wait_for(pass_task, 30)
     assert time.monotonic() - t0 < 45  # well before the hook's 60 s
     assert not any(c.is_alive() for c in children)
+
+
+async def test_the_timer_child_drops_the_checkpoints_of_worlds_that_left_its_scope(
+    rec_settings: Settings, unique: str
+) -> None:
+    """A checkpoint is ~200 bytes per key: the child must not keep one for a world it no longer reconciles."""
+    first, second = f"k{unique}-a", f"k{unique}-b"
+    for w in (first, second):
+        make_world(rec_settings, w, ["p1", "p2"])
+    served = {first, second}
+    timer = ReconcileTimer(rec_settings.replace(reconcile_worlds="served"), Metrics(), served=lambda: set(served))
+    try:
+        assert {r.world_id: r.outcome for r in await timer.run_pass()} == {first: "ok", second: "ok"}
+        assert await timer.held_checkpoints() == sorted([first, second])
+        served.discard(second)  # the worker no longer serves it (a rebalance, a deleted world)
+        assert [r.world_id for r in await timer.run_pass()] == [first]
+        assert await timer.held_checkpoints() == [first]
+    finally:
+        await timer.stop()

@@ -60,3 +60,19 @@ def test_kept_rows_stay_within_a_quarter_of_the_bound_and_go_when_forgotten() ->
     cache.forget_rows(["f3.parquet", "never-kept.parquet"])
     assert cache.rows("f3.parquet") is None
     assert cache._rows_bytes == sum(t.nbytes for t in cache._rows.values())  # noqa: SLF001
+
+
+def test_key_filters_stay_within_an_eighth_of_the_bound_and_go_oldest_first() -> None:
+    # Each filter is counted (a few bytes a key): the worker's memory stays bounded as files add
+    # up, and an evicted file's filter is simply absent (the next lookup then reads that file).
+    keys = pa.array([f"k{i:06d}" for i in range(3000)])
+    cache = FileCache(max_bytes=8 * 4 * 16 * 1024)  # an eighth: 4 filters of 16 KiB
+    for i in range(6):
+        cache.seed_filter(f"f{i}.parquet", "entity_pk", keys)
+    assert cache._filters_bytes == sum(f.nbytes for f in cache._filters.values())  # noqa: SLF001
+    assert cache._filters_bytes <= cache.max_bytes // 8  # noqa: SLF001 - the bound measured
+    assert cache.key_filter("f0.parquet", "entity_pk") is None
+    assert cache.key_filter("f5.parquet", "entity_pk") is not None
+    assert FileCache(0).key_filter("f5.parquet", "entity_pk") is None  # no bound, no filters
+    cache.seed_filter("small.parquet", "entity_pk", keys.slice(0, cache.min_filter_rows - 1))
+    assert cache.key_filter("small.parquet", "entity_pk") is None  # read whole: cheaper than a filter
