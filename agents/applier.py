@@ -24,7 +24,8 @@ import logging
 import time
 import uuid
 from collections import Counter, defaultdict, deque
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, NoReturn, Protocol, TypeVar
@@ -33,7 +34,7 @@ from agents import faults
 from agents.batching import BatchAccumulator
 from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
-from agents.flushing import FlushScheduler, UnlockedCommits
+from agents.flushing import FlushScheduler
 from agents.letter_marks import Decisions, DecisionStore, arrival_keys, letter_key, redrive_count, split_replays
 from agents.offset_tracker import Arrival, OffsetTracker
 from models.deadletter import DeadLetter
@@ -188,13 +189,11 @@ class Applier:
         self._unreadable: set[str] = set()
         # The intake's last poll was not full: buffered batches are flushed without waiting.
         self.idle = False
-        # Pipelined (the worker): due worlds commit in the background, the lock released meanwhile.
+        # Pipelined (the worker): due worlds commit and settle in the background, without the lock.
         self.flusher: FlushScheduler | None = None
         if pipelined:
-            self.committer = UnlockedCommits(committer, self.lock)
             self.flusher = FlushScheduler(
-                self._flush,
-                self.lock,
+                self._flush_in_background,
                 lambda: self.batches.due(self.clock(), self.idle),
                 self.batches.worlds,
                 budget=settings.flush_commit_budget,
@@ -210,9 +209,25 @@ class Applier:
 
     # --- input ----------------------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def _exclusive(self) -> AsyncIterator[None]:
+        """The applier's lock, for a step of the intake, a tick, a final flush or a revoke.
+
+        A step that gives up (``StepAbandoned``) forgets all in-memory work here, before the lock
+        is released: the forgetting happens only under the lock, never inside another step's await
+        (a poll awaiting its dedupe lookup would otherwise go on into a fresh gate with records of
+        partitions just fenced). Pipelined flushes run without the lock and forget through it too
+        (``_flush_in_background``)."""
+        async with self.lock:
+            try:
+                yield
+            except StepAbandoned:
+                self._abandon()
+                raise
+
     async def process(self, records: Sequence[RawRecord]) -> list[Any]:
         """Take a batch of consumed records; returns the handles to ack now, in offset order."""
-        async with self.lock:
+        async with self._exclusive():
             now = self.clock()
             arrivals: list[Arrival] = []
             dead: list[DeadLetter] = []
@@ -244,7 +259,7 @@ class Applier:
 
     async def tick(self) -> list[Any]:
         """Periodic work: expire waits, learn causes applied elsewhere, flush old batches."""
-        async with self.lock:
+        async with self._exclusive():
             now = self.clock()
             await self._look_up_causes(now)
             if self.gate.unknown_causes():
@@ -262,7 +277,7 @@ class Applier:
         """Commit everything released (before a partition is given up, or at shutdown)."""
         if self.flusher is not None:
             await self.flusher.drain()
-        async with self.lock:
+        async with self._exclusive():
             await asyncio.gather(*(self._flush(world) for world in list(self.batches.worlds())))
             return self._acks_due()
 
@@ -274,7 +289,7 @@ class Applier:
         partition is settled by its recorded decision when the next owner re-reads it.
         """
         await self.flush_all()
-        async with self.lock:
+        async with self._exclusive():
             dropped = {tp: self.gate.revoke(tp) for tp in tps}
             await self._drain_gate()
             self._forget(tps, dropped, "revoked")
@@ -596,6 +611,25 @@ class Applier:
             # Worlds are separate branches: their commits overlap (Nessie round trips, file writes).
             await asyncio.gather(*(self._flush(world) for world in due))
 
+    async def _flush_in_background(self, world: str) -> None:
+        """A pipelined flush (``FlushScheduler``): take, commit and settle ``world``'s batch
+        **without the applier's lock**, so a returned commit is settled (marks, gate, offsets) and
+        the world's next batch starts while the intake holds the lock for a poll.
+
+        Safe because every state change here and in the lock holders is synchronous (one event
+        loop thread), the tracker advances only after the commit (acks in offset order), the gate
+        releases a parked event once whoever calls ``committed`` first, and what the lock holders
+        keep across an await tolerates a settle in between (docs/architecture.md, "Pipelined flush
+        and adaptive batching"). A revoke waits for this flush (``FlushScheduler.drain``) before it
+        forgets partitions. Giving up forgets in-memory work under the lock (``_exclusive``).
+        """
+        try:
+            await self._flush(world)
+        except StepAbandoned:
+            async with self.lock:
+                self._abandon()
+            raise
+
     async def _flush(self, world: str) -> None:
         started_at = self.batches.started_at(world)
         items = self.batches.take(world)
@@ -771,9 +805,9 @@ class Applier:
         service ``call`` talks to, stated by the caller (``what`` is only for the log).
 
         Gives up when ``keep_trying()`` turns False while the call keeps failing (asked after each
-        failure and during the backoff): everything in memory is forgotten (``_abandon``) and
-        :class:`StepAbandoned` is raised, so the step releases its lock at once and its records stay
-        unacked for the partitions' next owner. A call that succeeds is never given up.
+        failure and during the backoff): :class:`StepAbandoned` is raised, everything in memory is
+        forgotten (``_abandon``, by ``_exclusive`` under the lock) and the step releases its lock at
+        once; its records stay unacked for the partitions' next owner. A call that succeeds is never given up.
         """
         delay = 0.2
         attempt = 0
@@ -823,7 +857,8 @@ class Applier:
             type(exc).__name__,
             exc,
         )
-        self._abandon()
+        # Forgotten by the lock holder that catches it (``_exclusive``), not here: a pipelined
+        # flush gives up without the lock, possibly inside a poll's await.
         raise StepAbandoned(f"{what} given up after {attempt} failed attempt(s): {type(exc).__name__}: {exc}") from exc
 
     def _abandon(self) -> None:

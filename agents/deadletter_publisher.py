@@ -58,10 +58,16 @@ class DeadLetterPublisher:
         self._options = kafka_options or {}  # streams.security.kafka_client_options
         self._bootstrap = bootstrap
         self._producer: AIOKafkaProducer | None = None
+        # A poll and a flush settling without the applier's lock may publish at once: one producer.
+        self._starting = asyncio.Lock()
 
     async def start(self) -> None:
         # aiokafka binds to the running loop, so the producer is made here, not in __init__.
-        if self._producer is None:
+        if self._producer is not None:
+            return
+        async with self._starting:
+            if self._producer is not None:
+                return
             producer = AIOKafkaProducer(
                 bootstrap_servers=self._bootstrap,
                 acks="all",

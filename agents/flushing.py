@@ -7,10 +7,13 @@ small benchmark profile). Here:
 * ``FlushScheduler.schedule`` starts one background task per due world and returns at once;
   a world has at most one flush in flight (its batches commit in order: a cause released into
   batch N must land no later than its effect in batch N+1), different worlds commit concurrently;
-* each task runs the applier's own flush under the applier's lock, and :class:`UnlockedCommits`
-  releases that lock for the duration of the Nessie commit only: the batch is taken and built
-  under the lock, committed outside it, then marks, gate and offsets are settled under it again,
-  so acks stay in offset order (the tracker advances only after the commit);
+* each task runs the applier's own flush (take the batch, commit it, settle it: marks, gate,
+  offsets) **without the applier's lock**, which the intake holds for a whole poll: a world's
+  returned commit is settled, and its next batch started, while a poll is being deduped and gated.
+  The applier keeps its guarantees on its own (``Applier._flush_in_background``): the tracker
+  advances only after the commit, so acks stay in offset order; every state change is synchronous
+  (one event loop thread), and the steps that await with the lock held tolerate a settle in their
+  awaits (docs/architecture.md, "Pipelined flush and adaptive batching");
 * when a flush ends, the worlds due by then are scheduled (its world again if a batch grew meanwhile);
 * ``drain`` (rebalance, shutdown) waits for the flushes in flight and flushes every buffered world;
 * a **commit budget** (:class:`CommitBudget`, ``CAUSEWAY_FLUSH_COMMIT_BUDGET``) bounds the commits
@@ -32,35 +35,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Protocol
 
 from models.errors import WorkerError
 
 log = logging.getLogger(__name__)
-
-
-class _Committer(Protocol):
-    async def commit_batch_async(self, batch: Any) -> Any: ...
-
-
-class UnlockedCommits:
-    """A committer wrapper that releases ``lock`` while the commit runs (the caller holds it)."""
-
-    def __init__(self, inner: _Committer, lock: asyncio.Lock) -> None:
-        self.inner = inner
-        self.lock = lock
-
-    async def commit_batch_async(self, batch: Any) -> Any:
-        self.lock.release()
-        try:
-            return await self.inner.commit_batch_async(batch)
-        finally:
-            # Shielded: the flush that called us must hold the lock again when it resumes, even
-            # if it is being cancelled (only at shutdown, after ``drain``).
-            await asyncio.shield(self.lock.acquire())
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 class CommitBudget:
@@ -91,13 +69,11 @@ class FlushScheduler:
     def __init__(
         self,
         flush: Callable[[str], Awaitable[None]],
-        lock: asyncio.Lock,
         due: Callable[[], list[str]],
         buffered: Callable[[], Iterable[str]],
         budget: int = 4,
     ) -> None:
         self._flush = flush
-        self._lock = lock
         self._due = due
         self._buffered = buffered
         self.budget = CommitBudget(budget)
@@ -122,8 +98,7 @@ class FlushScheduler:
 
     async def _run(self, world: str) -> None:
         try:
-            async with self._lock:
-                await self._flush(world)
+            await self._flush(world)
         except asyncio.CancelledError:
             raise
         except WorkerError as exc:  # gave up on purpose (stopping, revoking): no traceback

@@ -29,6 +29,35 @@ class FakeMarks:
         return len(pairs)
 
 
+class HeldMarks(FakeMarks):
+    """FakeMarks whose dedupe lookups or mark writes wait while held (a poll, or a settle, stopped
+    in its Redis round trip), and whose writes fail while ``failing``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups_open, self.writes_open = asyncio.Event(), asyncio.Event()
+        self.lookups_open.set()
+        self.writes_open.set()
+        self.waiting: list[str] = []  # "lookup" / "write": calls held now
+        self.failing = False
+
+    async def _held(self, what: str, open_: asyncio.Event) -> None:
+        if not open_.is_set():
+            self.waiting.append(what)
+            await open_.wait()
+            self.waiting.remove(what)
+
+    async def applied(self, pairs: Any) -> set[tuple[str, str]]:
+        await self._held("lookup", self.lookups_open)
+        return await super().applied(pairs)
+
+    async def mark(self, pairs: Any) -> int:
+        await self._held("write", self.writes_open)
+        if self.failing:
+            raise ConnectionError("redis unreachable")
+        return await super().mark(pairs)
+
+
 class FakeCommitter:
     def __init__(self) -> None:
         self.batches: list[Batch] = []
@@ -81,19 +110,28 @@ class FakeWorlds:
         raise AssertionError("policy is dlq")
 
 
-def make() -> tuple[Applier, FakeCommitter, FakeDlq, FakeMarks]:
-    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0)
-    committer, dlq, marks = FakeCommitter(), FakeDlq(), FakeMarks()
-    applier = Applier(
+def applier_with(
+    settings: Settings, committer: Any, marks: Any, *, worlds: Any = None, pipelined: bool = False
+) -> Applier:
+    """An applier on fakes (a fresh DLQ, the world ``prod`` unless ``worlds``), its clock at 100."""
+    return Applier(
         settings,
         marks=marks,
         committer=committer,
-        dead_letters=dlq,
-        worlds=FakeWorlds(),
+        dead_letters=FakeDlq(),
+        worlds=worlds or FakeWorlds(),
         metrics=Metrics(),
         clock=lambda: 100.0,
+        pipelined=pipelined,
     )
-    return applier, committer, dlq, marks
+
+
+def make() -> tuple[Applier, FakeCommitter, FakeDlq, FakeMarks]:
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0)
+    committer, marks = FakeCommitter(), FakeMarks()
+    applier = applier_with(settings, committer, marks)
+    assert isinstance(applier.dlq, FakeDlq)
+    return applier, committer, applier.dlq, marks
 
 
 def event(n: int, world: str = "prod", caused_by: str | None = None) -> bytes:

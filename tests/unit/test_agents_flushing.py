@@ -7,13 +7,12 @@ from typing import Any
 
 import pytest
 
-from agents.applier import Applier, RawRecord
+from agents.applier import Applier, RawRecord, StepAbandoned
 from agents.batching import BatchAccumulator
 from agents.flushing import CommitBudget, FlushScheduler
-from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
 from streams.settings import Settings
-from tests.fakes import FakeDlq, FakeMarks, event
+from tests.fakes import FakeDlq, FakeMarks, HeldMarks, applier_with, event
 
 TOPIC = "onto.changes.objects"
 
@@ -48,17 +47,7 @@ class AnyWorld:
 def pipelined() -> tuple[Applier, GatedCommitter]:
     settings = Settings.from_env({}).replace(batch_max_events=2, batch_max_seconds=60.0)
     committer = GatedCommitter()
-    applier = Applier(
-        settings,
-        marks=FakeMarks(),
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=AnyWorld(),
-        metrics=Metrics(),
-        clock=lambda: 100.0,
-        pipelined=True,
-    )
-    return applier, committer
+    return applier_with(settings, committer, FakeMarks(), worlds=AnyWorld(), pipelined=True), committer
 
 
 def rec(offset: int, world: str, n: int, caused_by: str | None = None) -> RawRecord:
@@ -125,12 +114,10 @@ async def test_an_idle_intake_flushes_a_small_batch_at_once() -> None:
 
 
 async def test_a_failed_flush_is_raised_where_the_intake_sees_it() -> None:
-    lock = asyncio.Lock()
-
     async def broken(world: str) -> None:
         raise RuntimeError(f"bug in {world}")
 
-    flusher = FlushScheduler(broken, lock, lambda: [], lambda: [])
+    flusher = FlushScheduler(broken, lambda: [], lambda: [])
     flusher.schedule(["wa"])
     await settle()
     with pytest.raises(RuntimeError, match="bug in wa"):
@@ -212,3 +199,132 @@ async def test_many_due_worlds_share_the_budget_and_all_commit() -> None:
         assert len(applier.flusher.in_flight()) <= 2
     await applier.flush_all()
     assert sorted(w for w, _ in committer.finished) == worlds
+
+
+# --- settling without the applier's lock ------------------------------------------------------------
+# The intake holds the applier's lock for a whole poll (decode, dedupe, gate: up to 10,000 records);
+# a returned commit used to wait for it before its marks, gate and offsets were settled and its
+# world's next batch could start (0.16-0.44 s on average at high rates, docs/benchmarks.md).
+
+
+def held() -> tuple[Applier, GatedCommitter, HeldMarks]:
+    applier, committer = pipelined()
+    applier.marks = marks = HeldMarks()
+    return applier, committer, marks
+
+
+async def poll_held_in_its_lookup(applier: Applier, marks: HeldMarks, records: list[RawRecord]) -> asyncio.Task:
+    """Start a poll and leave it holding the applier's lock in its dedupe lookup."""
+    marks.lookups_open.clear()
+    poll = asyncio.create_task(applier.process(records))
+    await settle()
+    assert marks.waiting == ["lookup"] and applier.lock.locked() and not poll.done()
+    return poll
+
+
+async def test_a_returned_commit_settles_while_a_poll_holds_the_applier() -> None:
+    # Failed before: the settle waited for the poll's lock (committable stayed 0, nothing marked).
+    applier, committer, marks = held()
+    await applier.process([rec(0, "wa", 0), rec(1, "wa", 1)])  # due: wa commits in the background
+    await settle()
+    poll = await poll_held_in_its_lookup(applier, marks, [rec(2, "wb", 0)])
+    committer.gate("wa").set()
+    await settle()
+    assert not poll.done()
+    assert marks.marked == {("wa", "e0"), ("wa", "e1")}  # marked after the commit...
+    assert applier.tracker.committable((TOPIC, 0)) == 2  # ...and offsets done, in order
+    assert applier.flusher is not None and applier.flusher.in_flight() == set()
+    marks.lookups_open.set()
+    await poll
+    # The poll's own event went on normally.
+    assert applier.batches.size("wb") == 1 and applier.tracker.committable((TOPIC, 0)) == 2
+
+
+async def test_a_worlds_next_batch_starts_while_a_poll_holds_the_applier() -> None:
+    # Failed before: the second batch of wa started only after the poll released the lock.
+    applier, committer, marks = held()
+    await applier.process([rec(0, "wa", 0), rec(1, "wa", 1)])
+    await settle()
+    await applier.process([rec(2, "wa", 2), rec(3, "wa", 3)])  # due, behind wa's commit in flight
+    await settle()
+    assert [ids for _, ids in committer.started] == [["e0", "e1"]]
+    poll = await poll_held_in_its_lookup(applier, marks, [rec(4, "wb", 0)])
+    committer.gate("wa").set()
+    await settle()
+    assert not poll.done()
+    assert [ids for _, ids in committer.finished] == [["e0", "e1"], ["e2", "e3"]]  # in order
+    assert applier.tracker.committable((TOPIC, 0)) == 4
+    marks.lookups_open.set()
+    await poll
+
+
+async def test_an_effect_whose_cause_settles_during_a_polls_lookup_is_released_once() -> None:
+    """The gate learns the commit between the poll's lookup and its offers: a copy of the committed
+    cause in the poll is a duplicate (settled, not committed again), its effect is released once."""
+    applier, committer, marks = held()
+    await applier.process([rec(0, "wa", 0), rec(1, "wa", 1)])
+    await settle()
+    # e1's copy at another offset (a producer retry), and an effect of e1.
+    poll = await poll_held_in_its_lookup(applier, marks, [rec(2, "wa", 1), rec(3, "wa", 5, caused_by="e1")])
+    committer.gate("wa").set()
+    await settle()
+    marks.lookups_open.set()
+    await poll
+    await applier.flush_all()
+    assert [ids for _, ids in committer.finished] == [["e0", "e1"], ["e5"]]
+    assert applier.totals["duplicates"] == 1 and applier.tracker.committable((TOPIC, 0)) == 4
+
+
+async def test_a_membership_fence_refused_while_a_commit_settles_forgets_the_partition_after_it() -> None:
+    """A tick awaiting its membership fence holds the lock; a commit that returns meanwhile settles
+    (its events landed: marked, done). The refused fence then forgets the partition: the parked
+    event is neither dead-lettered nor acked, and the settle's late offsets cannot revive it."""
+    applier, committer, marks = held()
+    now = [100.0]
+    applier.clock = lambda: now[0]
+    answer, asked = asyncio.Event(), asyncio.Event()
+
+    async def fence(tps: Any) -> bool:
+        asked.set()
+        await answer.wait()
+        return False
+
+    applier.fence = fence
+    await applier.process([rec(0, "wa", 0, caused_by="e9"), rec(1, "wa", 1), rec(2, "wa", 2)])
+    await settle()
+    assert applier.gate.is_parked(("wa", "e0")) and committer.started == [("wa", ["e1", "e2"])]
+    now[0] += applier.settings.causal_timeout_s + 1
+    tick = asyncio.create_task(applier.tick())
+    await asyncio.wait_for(asked.wait(), 1)
+    committer.gate("wa").set()
+    await settle()
+    assert marks.marked == {("wa", "e1"), ("wa", "e2")} and not tick.done()
+    assert applier.tracker.committable((TOPIC, 0)) == 0  # e0 parked holds it
+    answer.set()
+    assert await tick == []
+    assert isinstance(applier.dlq, FakeDlq) and applier.dlq.letters == []
+    assert applier.tracker.committable((TOPIC, 0)) is None and applier.gate.parked_count == 0
+
+
+async def test_a_settle_that_gives_up_during_a_polls_lookup_forgets_after_the_poll_not_inside_it() -> None:
+    """A background flush gives up (a revoke waits, Redis is down) while a poll awaits its lookup.
+    Forgetting then, inside the poll's await, would let the poll carry its records into a fresh gate
+    and batch after their partition was fenced; the flush forgets under the lock, after the poll."""
+    applier, committer, marks = held()
+    trying = [True]
+    applier.keep_trying = lambda: trying[0]
+    await applier.process([rec(0, "wa", 0), rec(1, "wa", 1)])
+    await settle()
+    poll = await poll_held_in_its_lookup(applier, marks, [rec(2, "wb", 0)])
+    marks.failing, trying[0] = True, False
+    committer.gate("wa").set()
+    await settle()
+    assert not poll.done() and marks.marked == set()
+    marks.lookups_open.set()
+    await poll
+    await settle()
+    # Everything in memory forgotten after the poll: nothing batched, parked, in flight or acked.
+    assert applier.batches.size() == 0 and applier.gate.pending_count == 0
+    assert applier.tracker.in_flight() == 0 and applier.tracker.committable((TOPIC, 0)) is None
+    with pytest.raises(StepAbandoned):
+        await applier.flush_all()

@@ -16,11 +16,9 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
-from agents.applier import Applier
 from agents.intake import ChangeIntake
-from monitoring.metrics import Metrics
 from streams.settings import Settings
-from tests.fakes import FakeDlq, FakeMarks, FakeWorlds, NessieDown, event, make
+from tests.fakes import FakeCommitter, FakeMarks, HeldMarks, NessieDown, applier_with, event, make
 
 TOPIC = "onto.changes.objects"
 P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
@@ -218,17 +216,7 @@ async def test_a_stop_while_a_step_retries_a_failing_dependency_ends_within_the_
 def intake_with_nessie_down(consumer: FakeConsumer, pipelined: bool) -> tuple[ChangeIntake, NessieDown, FakeMarks]:
     settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, shutdown_timeout_s=60.0)
     committer, marks = NessieDown(), FakeMarks()
-    applier = Applier(
-        settings,
-        marks=marks,
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=FakeWorlds(),
-        metrics=Metrics(),
-        clock=lambda: 100.0,
-        pipelined=pipelined,
-    )
-    intake = ChangeIntake(settings, applier)
+    intake = ChangeIntake(settings, applier_with(settings, committer, marks, pipelined=pipelined))
     intake._consumer = consumer  # type: ignore[assignment]
     return intake, committer, marks
 
@@ -299,6 +287,43 @@ async def test_the_membership_fence_recommits_the_committable_offset_and_a_refus
     await intake.applier.tick()
     assert dlq.letters == [] and intake.stats["fences_refused"] == 1
     assert intake.applier.tracker.committable((TOPIC, 0)) is None
+
+
+async def test_a_revoke_while_a_commit_settles_without_the_lock_commits_its_offsets_after_its_marks() -> None:
+    """A pipelined flush settles without the applier's lock; a revoke that comes while it waits in
+    its marks waits for it (the scheduler's drain), then commits the settled offsets (the marks are
+    written by then) and forgets the partition; the parked event is left to the next owner."""
+    consumer = FakeConsumer({P0})
+    settings = Settings.from_env({}).replace(batch_max_events=2, batch_max_seconds=60.0, batch_flush_when_idle=False)
+    committer, marks = FakeCommitter(), HeldMarks()
+    applier = applier_with(settings, committer, marks, pipelined=True)
+    intake = ChangeIntake(settings, applier)
+    intake._consumer = consumer  # type: ignore[assignment]
+    marks.writes_open.clear()
+    consumer.polls.append(
+        {P0: [record(P0, 0, event(0)), record(P0, 1, event(1)), record(P0, 2, event(2, caused_by="e9"))]}
+    )
+    await intake.step()  # e0, e1 due: committed in the background, then held in their marks
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert committed_ids(committer) == ["e0", "e1"] and marks.waiting == ["write"]
+    marked_at_commit: list[set[tuple[str, str]]] = []
+    commit = consumer.commit
+
+    async def recording(offsets: dict[TopicPartition, int]) -> None:
+        marked_at_commit.append(set(marks.marked))
+        await commit(offsets)
+
+    consumer.commit = recording  # type: ignore[method-assign]
+    revoke = asyncio.create_task(intake.on_revoked([P0]))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not revoke.done()  # waits for the settle
+    marks.writes_open.set()
+    await asyncio.wait_for(revoke, 5)
+    assert consumer.commits[-1] == {P0: 2}  # e0, e1 settled; e2 parked: re-read from 2
+    assert marked_at_commit[-1] == {("prod", "e0"), ("prod", "e1")}
+    assert intake.applier.tracker.partitions() == [] and committed_ids(committer) == ["e0", "e1"]
 
 
 async def test_aiokafkas_own_coordinator_answers_where_the_membership_fence_reads_it() -> None:
