@@ -34,7 +34,8 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("snapshot commit (manifests + list)", "pyiceberg.table.update.snapshot", "_SnapshotProducer._commit"),
     ("events log (all of it)", "sinks.committer", "BatchCommitter._append_events"),
     ("  Arrow rows (events)", "sinks.committer", "events_arrow"),
-    ("  append (Parquet + manifest)", "pyiceberg.table", "Transaction.append"),
+    ("  append (Parquet + manifest)", "pyiceberg.table", "Transaction.append"),  # before 2026-12-01
+    ("  Parquet data files (log)", "sinks.committer", "write_data_files_with_rows"),  # the append through RowDelta
     ("  log compaction", "sinks.committer", "compact_log"),
     ("snapshot expiry", "sinks.compaction", "Compaction.expire"),
     ("metadata update (pyiceberg, deep copies)", "pyiceberg.table", "update_table_metadata"),

@@ -128,10 +128,19 @@ from sinks.logcompact import compact_log
 from sinks.nessie import SyncNessieClient
 from sinks.occ import Occ
 from sinks.projection_write import apply_projection
-from sinks.rowdelta import FileCache
+from sinks.rowdelta import FileCache, RowDelta, write_data_files_with_rows
 from sinks.rowfiles import read_data_file, read_rows, stage_replacement
 from sinks.rows import events_arrow
-from sinks.tables import COMMON, EDGE, EVENTS, OFFSETS_PROPERTY, TRUNCATED_PROPERTY, TableDef, table_properties
+from sinks.tables import (
+    COMMON,
+    EDGE,
+    EVENTS,
+    OFFSETS_PROPERTY,
+    TRUNCATED_PROPERTY,
+    TableDef,
+    arrow_schema,
+    table_properties,
+)
 from sinks.truncates import truncate_guard
 from streams.settings import Settings
 
@@ -481,15 +490,25 @@ class BatchCommitter:
         tx = table.transaction()
         tx.set_properties(properties)
         if items:
-            arrow = events_arrow(items, batch.batch_id, now, stale_ids, table.schema().as_arrow())
-            tx.append(arrow)
+            arrow = events_arrow(items, batch.batch_id, now, stale_ids, arrow_schema(table.schema()))
+            # Through causeway's writer and snapshot producer, not pyiceberg's append: one writer
+            # set-up per flush, manifests written in one block and handed to the manifest cache
+            # (the log's compaction plans from them next), the snapshot still an "append".
+            written = write_data_files_with_rows(tx.table_metadata, arrow, table.io)
+            RowDelta(tx).add(f for f, _ in written).commit()
+            small = self.settings.target_file_bytes // 4
+            for f, rows in written:  # the log's compaction merges small files: it takes these rows
+                if f.file_size_in_bytes < small:
+                    self.file_cache.seed_rows(f.file_path, rows)
             stats.rows_written = arrow.num_rows
             snap = tx.table_metadata.current_snapshot()
             if snap is not None and snap.summary is not None:
                 stats.bytes_written = int(snap.summary.get("added-files-size", "0") or 0)
                 stats.files_added = int(snap.summary.get("added-data-files", "0") or 0)
             row_bytes = arrow.nbytes / arrow.num_rows
-            compact_log(tx, self.settings.target_file_bytes, stats, row_bytes=row_bytes)  # inside each partition
+            compact_log(  # inside each partition
+                tx, self.settings.target_file_bytes, stats, row_bytes=row_bytes, cache=self.file_cache
+            )
         self.compaction.expire(tx)
         tx.commit_transaction()
         return stats

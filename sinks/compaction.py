@@ -20,6 +20,7 @@ from sinks.flush_stats import FlushStats
 from sinks.logcompact import choose, small_file
 from sinks.rowdelta import FileCache, TableState, positions
 from sinks.rowfiles import kept_rows, read_data_file
+from sinks.tables import arrow_schema
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class Compaction:
 
         remove: list[str] = []
         carried: list[pa.Table] = []
-        schema = table.schema().as_arrow()
+        schema = arrow_schema(table.schema())
         for path, dead_set in chosen:
             live = state.files[path]
             kept = kept_rows(table, path, cache)

@@ -111,6 +111,11 @@ class TableUnreadable(StorageError):
         self.path = path
 
 
+class UnsupportedFileFormat(StorageError):
+    """A table asks for data files in a format causeway does not write (``write.format.default``
+    other than Parquet): a table causeway did not create; no retry changes it."""
+
+
 @contextmanager
 def unreadable_if_missing(what: str, *, path: str | None = None) -> Iterator[None]:
     """Reads of a branch's tables inside raise ``TableUnreadable`` for a missing warehouse file.

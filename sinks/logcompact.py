@@ -103,17 +103,25 @@ def live_data_files(metadata: Any, io: Any) -> dict[str, Any]:
 
 
 def compact_log(
-    tx: Any, target_file_bytes: int, stats: Any | None = None, fanout: int = FANOUT, row_bytes: float | None = None
+    tx: Any,
+    target_file_bytes: int,
+    stats: Any | None = None,
+    fanout: int = FANOUT,
+    row_bytes: float | None = None,
+    cache: Any | None = None,
 ) -> int:
     """Merge the log's small files per partition and tier inside ``tx``; returns files removed.
 
     ``stats`` (a ``FlushStats``) gets the rows and bytes rewritten and read. ``row_bytes`` (the
     in-memory bytes of a row, from the flush's own rows) lets tiers count rows: pyiceberg cuts
-    files at in-memory bytes, which on disk come out several times smaller.
+    files at in-memory bytes, which on disk come out several times smaller. ``cache`` (the
+    committer's ``FileCache``) holds the rows of small files the flushes wrote: those are not read
+    back from storage, and the merged ones are dropped from it.
     """
-    from sinks.committer import read_data_file
     from sinks.rowdelta import RowDelta, write_data_files
+    from sinks.rowfiles import kept_rows, read_data_file
     from sinks.rows import EVENTS_SORT
+    from sinks.tables import arrow_schema
 
     metadata = tx.table_metadata
     if metadata.current_snapshot() is None:
@@ -131,19 +139,22 @@ def compact_log(
     if not merges:
         return 0
     rd = RowDelta(tx, {"causeway.compaction": "log"})
-    schema = metadata.schema().as_arrow()
+    schema = arrow_schema(metadata.schema())
     removed = 0
     for paths in merges:
-        parts = [read_data_file(table, p) for p in paths]
+        kept = {p: kept_rows(table, p, cache) for p in paths}
+        parts = [k if k is not None else read_data_file(table, p) for p, k in kept.items()]
         merged = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
         merged = merged.sort_by([k for k in EVENTS_SORT if k[0] in schema.names])
         new = [df for chunk in cut(merged, target_file_bytes) for df in write_data_files(metadata, chunk, table.io)]
         rd.add(new)
         rd.remove(files[p] for p in paths)
+        if cache is not None:
+            cache.forget_rows(paths)
         removed += len(paths)
         if stats is not None:
             stats.rows_rewritten += merged.num_rows
-            stats.bytes_read += sum(files[p].file_size_in_bytes for p in paths)
+            stats.bytes_read += sum(files[p].file_size_in_bytes for p, k in kept.items() if k is None)
             written = sum(df.file_size_in_bytes for df in new)
             stats.bytes_rewritten += written
             stats.bytes_written += written

@@ -180,6 +180,33 @@ def _fetch_entries(manifest: ManifestFile, io: FileIO, discard_deleted: bool) ->
         ]
 
 
+def remember(manifest: ManifestFile, written: list[ManifestEntry]) -> None:
+    """Keep the entries of a manifest this process just wrote, as a read through ``manifest`` (its
+    manifest-list entry, sequence number assigned) would return them, so the next flush does not
+    read back what it wrote.
+
+    ``written`` are the entries as the writer encoded them: added ones carry no sequence number
+    (a read inherits the manifest's), and a written ``DataFile`` has no spec id (a read sets the
+    manifest's). Fresh entries are built; the written ones stay untouched.
+    """
+    key = CACHE.key(manifest, True)
+    if key is None:
+        return
+    kept = []
+    for e in written:
+        if e.status == ManifestEntryStatus.DELETED:
+            continue
+        entry = ManifestEntry.from_args(
+            status=e.status,
+            snapshot_id=e.snapshot_id,
+            sequence_number=e.sequence_number,
+            file_sequence_number=e.file_sequence_number,
+            data_file=e.data_file,
+        )
+        kept.append(_inherit_from_manifest(entry, manifest))
+    CACHE.put(key, kept)
+
+
 class _ListCache:
     """Manifest lists by path (immutable, like manifests), bounded (LRU); thread-safe."""
 
@@ -205,8 +232,20 @@ class _ListCache:
                 self._items.popitem(last=False)
         return list(read)
 
+    def put(self, path: str, manifests: list[ManifestFile]) -> None:
+        with self._lock:
+            self._items[path] = tuple(manifests)
+            while len(self._items) > self.max_lists:
+                self._items.popitem(last=False)
+
 
 LISTS = _ListCache()
+
+
+def remember_list(snapshot: Snapshot, listed: list[ManifestFile]) -> None:
+    """Keep the manifest list this process just wrote for ``snapshot``: ``listed`` as the list
+    holds them (sequence numbers assigned by the list writer)."""
+    LISTS.put(snapshot.manifest_list, listed)
 
 
 def manifests(snapshot: Snapshot, io: FileIO) -> list[ManifestFile]:

@@ -31,7 +31,7 @@ from sinks.rowdelta import (
     write_partition_deletes,
 )
 from sinks.rows import projection_arrow
-from sinks.tables import TableDef, contracts
+from sinks.tables import TableDef, arrow_schema, contracts
 
 
 def carry_stored_properties(table: Table, tdef: TableDef, plan: projection.Plan, keys: set[projection.Key]) -> None:
@@ -122,7 +122,7 @@ def apply_projection(
         list(plan.rows.values()),
         batch_id,
         now,
-        table.schema().as_arrow(),
+        arrow_schema(table.schema()),
         contracts(table.metadata.properties),
         unconverted,
     )

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
+    UNASSIGNED_SEQ,
     DataFile,
     DataFileContent,
     FileFormat,
@@ -36,18 +37,19 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
-    ManifestWriterV2,
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import TableProperties, Transaction
 from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
+from pyiceberg.table.update import AddSnapshotUpdate, UpdatesAndRequirements
 from pyiceberg.table.update.snapshot import _SnapshotProducer
 from pyiceberg.typedef import Record
 
 from sinks import manifest_cache
 from sinks.keyfilter import MIN_ROWS, KeyFilter, Probe
 from sinks.layout import KeyScan
+from sinks.manifest_write import ManifestWriter
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -605,20 +607,21 @@ def write_data_files(metadata: Any, df: pa.Table, io: FileIO) -> list[DataFile]:
 
 
 def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[tuple[DataFile, pa.Table]]:
-    """Data files of ``df`` under the current spec of ``metadata``, every partition in one pyiceberg
-    ``write_file`` call (its pool writes the files in parallel threads; Parquet encoding releases the
-    GIL).
+    """Data files of ``df`` under the current spec of ``metadata``, with the rows each one holds.
 
-    pyiceberg's own partitioned path filters the whole batch once per partition
-    (:func:`partition_runs`), and calling its writer once per partition paid its fixed cost
-    (schema conversion, a group-by, a pool round) per partition: the partitioned layout's extra
-    commit CPU (issue 21). The tasks and partition keys are the ones pyiceberg builds.
+    Rows are split by partition once (:func:`partition_runs`) and cut at the table's target size
+    as pyiceberg cuts them; :class:`sinks.datafiles.FileWriter` writes every file with one set-up
+    (pyiceberg's writer paid its schema conversions and statistics plan per file, and called once
+    per partition also a group-by and a pool round: the partitioned layout's extra commit CPU,
+    issue 21).
     """
-    from pyiceberg.io.pyarrow import bin_pack_arrow_table, pyarrow_to_schema, write_file
+    from pyiceberg.io.pyarrow import bin_pack_arrow_table
     from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
-    from pyiceberg.table import DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE, TableProperties, WriteTask
-    from pyiceberg.utils.config import Config
+    from pyiceberg.table import TableProperties
+    from pyiceberg.utils.concurrent import ExecutorFactory
     from pyiceberg.utils.properties import property_as_int
+
+    from sinks.datafiles import FileWriter
 
     if df.num_rows == 0:
         return []
@@ -628,14 +631,8 @@ def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
     )
-    task_schema = pyarrow_to_schema(
-        df.schema,
-        name_mapping=schema.name_mapping,
-        downcast_ns_timestamp_to_us=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE) or False,
-        format_version=metadata.format_version,
-    )
-    write_uuid = uuid.uuid4()
-    tasks: list[WriteTask] = []
+    writer = FileWriter(metadata, io)
+    chunks: list[tuple[pa.Table, PartitionKey | None]] = []
     for run, values in _keyed_runs(df, spec, schema):
         key = (
             None
@@ -647,17 +644,9 @@ def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[
             )
         )
         for batches in bin_pack_arrow_table(run.combine_chunks(), target):
-            tasks.append(
-                WriteTask(
-                    write_uuid=write_uuid,
-                    task_id=len(tasks),
-                    record_batches=batches,
-                    partition_key=key,
-                    schema=task_schema,
-                )
-            )
-    files = list(write_file(io, metadata, iter(tasks)))  # in task order
-    return [(f, pa.Table.from_batches(t.record_batches)) for f, t in zip(files, tasks, strict=True)]
+            chunks.append((pa.Table.from_batches(batches), key))
+    files = writer.write(chunks, ExecutorFactory.get_or_create())
+    return list(zip(files, (rows for rows, _ in chunks), strict=True))
 
 
 def new_delete_location(table: object) -> str:
@@ -673,15 +662,6 @@ def spec_of(df: DataFile, default: int) -> int:
         return df.spec_id or 0
     except AttributeError:
         return default
-
-
-class _DeleteManifestWriter(ManifestWriterV2):
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
 
 
 class RowDelta(_SnapshotProducer["RowDelta"]):
@@ -706,6 +686,8 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         self._added_deletes: list[DataFile] = []
         self._removed: set[str] = set()
         self._removed_files: list[DataFile] = []
+        self._wrote: dict[str, list[ManifestEntry]] = {}  # manifest path -> entries, as written
+        self._listed: list[ManifestFile] = []
 
     def add(self, files: Iterable[DataFile]) -> RowDelta:
         for df in files:
@@ -753,11 +735,29 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def _existing_manifests(self) -> list[ManifestFile]:
         return []
 
-    def _writer(self, content: ManifestContent, spec_id: int | None = None) -> ManifestWriterV2:
+    def _writer(self, content: ManifestContent, spec_id: int | None = None) -> ManifestWriter:
         metadata = self._transaction.table_metadata
         spec = metadata.spec() if spec_id is None else metadata.specs()[spec_id]
-        cls = _DeleteManifestWriter if content == ManifestContent.DELETES else ManifestWriterV2
-        return cls(spec, self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression)
+        output = self.new_manifest_output()
+        return ManifestWriter(spec, self.schema(), output, self._snapshot_id, self._compression, content)
+
+    def _commit(self) -> UpdatesAndRequirements:
+        # Iceberg's row-delta operation: only data files added is an append (what pyiceberg's
+        # append wrote for the log, and what incremental readers such as Spark's streaming source
+        # take); anything deleted or removed is an overwrite.
+        if self._added_data_files and not self._added_deletes and not self._removed:
+            self._operation = Operation.APPEND
+        updates, requirements = super()._commit()
+        # The next flush plans from this snapshot: give the manifest cache the list and the
+        # manifests written here instead of letting it read them back (~4 Avro reads a commit).
+        for update in updates:
+            if isinstance(update, AddSnapshotUpdate):
+                listed = [_as_listed(m, update.snapshot) for m in self._listed]
+                manifest_cache.remember_list(update.snapshot, listed)
+                for m in listed:
+                    if m.manifest_path in self._wrote:
+                        manifest_cache.remember(m, self._wrote[m.manifest_path])
+        return updates, requirements
 
     def _manifests(self) -> list[ManifestFile]:
         """The new snapshot's manifests: untouched ones kept, touched ones rewritten per spec.
@@ -796,7 +796,8 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         out = list(kept)
         for group in sorted(set(removed_entries) | set(surviving) | set(added), key=lambda g: (g[0].value, g[1])):
             content, spec_id = group
-            with self._writer(content, spec_id) as writer:
+            writer = self._writer(content, spec_id)
+            with writer:
                 for df in added.get(group, ()):
                     writer.add(
                         ManifestEntry.from_args(
@@ -807,5 +808,24 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
                     writer.existing(e)
                 for e in removed_entries.get(group, ()):
                     writer.delete(e)
-            out.append(writer.to_manifest_file())
+            written = writer.to_manifest_file()
+            self._wrote[written.manifest_path] = writer.entries
+            out.append(written)
+        self._listed = out
         return out
+
+
+def _as_listed(manifest: ManifestFile, snapshot: Any) -> ManifestFile:
+    """``manifest`` as the manifest list of ``snapshot`` holds it: the list writer assigns the
+    snapshot's sequence number to a manifest written in its commit (pyiceberg's
+    ``ManifestListWriterV2.prepare_manifest``)."""
+    from copy import copy
+
+    if manifest.sequence_number != UNASSIGNED_SEQ and manifest.min_sequence_number != UNASSIGNED_SEQ:
+        return manifest
+    listed = copy(manifest)
+    if listed.sequence_number == UNASSIGNED_SEQ:
+        listed.sequence_number = snapshot.sequence_number
+    if listed.min_sequence_number == UNASSIGNED_SEQ:
+        listed.min_sequence_number = snapshot.sequence_number
+    return listed

@@ -11,12 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.table import Table, Transaction
 
 from sinks.flush_stats import FlushStats
-from sinks.rowdelta import FileCache, RowDelta, read_state, write_partition_deletes
-from sinks.tables import TableDef
+from sinks.rowdelta import FileCache, RowDelta, read_state, write_data_files, write_partition_deletes
+from sinks.tables import TableDef, arrow_schema
 
 
 def kept_rows(table: Table, path: str, cache: FileCache | None) -> pa.Table | None:
@@ -24,7 +23,7 @@ def kept_rows(table: Table, path: str, cache: FileCache | None) -> pa.Table | No
     kept = None if cache is None else cache.rows(path)
     # Field ids included (Arrow field metadata): a column dropped and added again under its old
     # name and type is another column, which the kept rows do not hold.
-    if kept is not None and kept.schema.equals(table.schema().as_arrow(), check_metadata=True):
+    if kept is not None and kept.schema.equals(arrow_schema(table.schema()), check_metadata=True):
         return kept
     return None
 
@@ -42,7 +41,8 @@ def read_data_file(table: Table, path: str) -> pa.Table:
     file_schema = pyarrow_to_schema(raw.schema)
     wanted = table.schema()
     batches = [_to_requested_schema(wanted, file_schema, b) for b in raw.to_batches()]
-    return pa.Table.from_batches(batches, schema=wanted.as_arrow()) if batches else wanted.as_arrow().empty_table()
+    target = arrow_schema(wanted)
+    return pa.Table.from_batches(batches, schema=target) if batches else target.empty_table()
 
 
 def read_rows(
@@ -80,7 +80,7 @@ def stage_replacement(
     stats = FlushStats()
     rd = RowDelta(tx, properties)
     if rows.num_rows:
-        files = list(_dataframe_to_data_files(tx.table_metadata, rows, table.io))
+        files = write_data_files(tx.table_metadata, rows, table.io)
         rd.add(files)
         stats.rows_written = rows.num_rows
         stats.files_added += len(files)

@@ -268,9 +268,11 @@ def test_data_files_of_every_partition_are_written_in_one_writer_call_like_pyice
         schema=schema.as_arrow(),
     )
     io = load_file_io({}, f"file://{tmp_path}")
+    import sinks.datafiles as datafiles
+
     calls: list[int] = []
-    real_write_file = pio.write_file
-    monkeypatch.setattr(pio, "write_file", lambda *a, **kw: (calls.append(1), real_write_file(*a, **kw))[1])
+    real_write = datafiles.FileWriter.write  # one writer set-up and call for every partition's file
+    monkeypatch.setattr(datafiles.FileWriter, "write", lambda *a, **kw: (calls.append(1), real_write(*a, **kw))[1])
     ours = write_data_files(metadata, rows, io)
     assert len(calls) == 1
     calls.clear()
