@@ -145,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--keys", type=int, default=50_000)
     soak.add_argument("--workers", type=int, default=1)
     soak.add_argument("--out", type=Path, default=RESULTS)
+    soak.add_argument(
+        "--probe",
+        type=Path,
+        default=None,
+        help="write the workers' memory holders every 30 s to this JSON-lines file (bench/memory_probe.py)",
+    )
     dedupe_memory.add_parser(sub)
     args = ap.parse_args(argv)
 

@@ -66,6 +66,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         latency_rate=args.rate,
     )
     run = Run(profile, out_dir=args.out, log=lambda m: print(m, flush=True))
+    if getattr(args, "probe", None):
+        _with_memory_probe(args.probe)
     plan = run.plan("causeway")
     from streams.topics import ensure_topics
 
@@ -149,6 +151,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             "rate": args.rate,
             "worlds": args.worlds,
             "workers": args.workers,
+            "memory_probe": str(args.probe) if getattr(args, "probe", None) else None,
             "machine": machine(),
             "versions": versions(run.base),
         },
@@ -158,6 +161,18 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "lag": _flat([float(w["lag"] or 0) for w in windows], floor=float(args.rate)),
     }
     return doc
+
+
+def _with_memory_probe(path: Any) -> None:
+    """Workers started from now on load ``bench.memory_probe`` (they inherit our environment)."""
+    import os
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    os.environ["BENCH_MEMORY_PROBE"] = str(path)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(here / "worker_probe"), str(here.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
 
 
 def _chunk(run: Run, events: int, n: int) -> list[Any]:

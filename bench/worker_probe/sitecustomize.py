@@ -1,13 +1,23 @@
-"""Loads ``bench.commit_probe`` into a ``causeway worker`` started with BENCH_COMMIT_PROBE set.
+"""Loads a benchmark probe into a ``causeway worker``: ``bench.commit_probe`` when BENCH_COMMIT_PROBE
+is set, ``bench.memory_probe`` when BENCH_MEMORY_PROBE is set.
 
-Only for benchmark runs: put this directory first on PYTHONPATH (see ``bench/commit_probe.py``).
+Only for benchmark runs: put this directory first on PYTHONPATH (see those modules).
 Python imports ``sitecustomize`` at start-up in every process, so it checks it is a worker.
 """
 
 import os
 import sys
 
-if os.environ.get("BENCH_COMMIT_PROBE") and "worker" in sys.argv:
-    from bench.commit_probe import install
+if "worker" in sys.argv:
+    if os.environ.get("BENCH_COMMIT_PROBE"):
+        from bench.commit_probe import install
 
-    install(os.environ["BENCH_COMMIT_PROBE"])
+        install(os.environ["BENCH_COMMIT_PROBE"])
+    if os.environ.get("BENCH_MEMORY_PROBE"):
+        from bench.memory_probe import install as install_memory
+
+        install_memory(
+            os.environ["BENCH_MEMORY_PROBE"],
+            float(os.environ.get("BENCH_MEMORY_PROBE_INTERVAL", "30")),
+            release_every=int(os.environ.get("BENCH_MEMORY_PROBE_RELEASE_EVERY", "0")),
+        )

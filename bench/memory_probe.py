@@ -1,0 +1,437 @@
+"""Where a running worker's memory is, every ``interval`` seconds, under a benchmark's own load.
+
+The soak's RSS figure says how much, not who holds it. This probe is loaded into the worker only,
+through ``bench/worker_probe/sitecustomize.py`` (``python -m bench soak --probe DIR`` sets it up)::
+
+    BENCH_MEMORY_PROBE=/tmp/mem.jsonl PYTHONPATH=$PWD/bench/worker_probe:$PWD python -m bench soak ...
+    python -m bench.memory_probe /tmp/mem.jsonl          # a table at minutes 1, 3, 5, 8, ...
+
+Each sample (one JSON line) holds the process's RSS and anonymous memory, Arrow's live bytes (its
+default pool, mimalloc here, and the system pool), glibc malloc's in-use and free bytes, pymalloc's
+arenas, and the size of every bounded holder the worker has: the key-index cache (entries, the bytes
+it counts, the bytes its buffers really hold), its full-row share and delete splits, the manifest
+entry and manifest list caches, the causal gate, the applier's held records and batches, and
+aiokafka's fetched-but-unread records. Holders are found by wrapping their ``__init__`` (weak
+references: the probe keeps nothing alive), so the probe must be imported before the worker builds them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import gc
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ENV = "BENCH_MEMORY_PROBE"
+INTERVAL_ENV = "BENCH_MEMORY_PROBE_INTERVAL"
+MIB = 2**20
+
+_instances: dict[str, weakref.WeakSet[Any]] = {}
+
+
+def _register(cls: type, name: str) -> None:
+    """Remember every ``cls`` built from now on under ``name`` (weakly)."""
+    seen: weakref.WeakSet[Any] = _instances.setdefault(name, weakref.WeakSet())
+    init = cls.__init__  # type: ignore[misc]
+    if getattr(init, "_memory_probe", False):
+        return  # already wrapped
+
+    def __init__(self: Any, *a: Any, **kw: Any) -> None:
+        init(self, *a, **kw)
+        seen.add(self)
+
+    __init__._memory_probe = True  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
+
+
+def _live(name: str) -> list[Any]:
+    return list(_instances.get(name, ()))
+
+
+# --- process-level figures ------------------------------------------------------------------------
+
+
+def _status() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "RssAnon:", "RssFile:")):
+                key, value = line.split(":")
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (n, ctypes.c_size_t)
+        for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def _mallinfo() -> dict[str, int]:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _Mallinfo2
+        m = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    # arena: sbrk heap; hblkhd: mmapped blocks. uordblks in use, fordblks free but kept.
+    return {"malloc_in_use": m.uordblks + m.hblkhd, "malloc_free": m.fordblks}
+
+
+_ARENAS = re.compile(rb"# arenas allocated current\s*=\s*([\d,]+)")
+_COMMITTED = re.compile(rb"committed\s*:\s*\S+ \S+\s+\S+ \S+\s+([\d.]+) (\w+)")
+_UNITS = {b"B": 1, b"KiB": 2**10, b"MiB": 2**20, b"GiB": 2**30}
+
+
+def _captured(fn: Any) -> bytes:
+    """What ``fn`` (C code) writes to fd 1 and 2."""
+    with tempfile.TemporaryFile() as tmp:
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(tmp.fileno(), 1)
+            os.dup2(tmp.fileno(), 2)
+            fn()
+        finally:
+            for fd, old in zip((1, 2), saved, strict=True):
+                os.dup2(old, fd)
+                os.close(old)
+        tmp.seek(0)
+        return tmp.read()
+
+
+def _pymalloc_arenas() -> int | None:
+    """Bytes of pymalloc's arenas now mapped (``sys._debugmallocstats``)."""
+    found = _ARENAS.search(_captured(sys._debugmallocstats))
+    return int(found.group(1).replace(b",", b"")) * 256 * 1024 if found else None
+
+
+def _mimalloc_committed() -> int | None:
+    """Bytes Arrow's mimalloc has committed now (live allocations plus what it keeps)."""
+    import pyarrow as pa
+
+    pool = pa.default_memory_pool()
+    if pool.backend_name != "mimalloc":
+        return None
+    found = _COMMITTED.search(_captured(pool.print_stats))
+    return int(float(found.group(1)) * _UNITS.get(found.group(2), 1)) if found else None
+
+
+_SYSTEM = re.compile(rb'<system type="current" size="(\d+)"/>')
+_FREE = re.compile(rb'<total type="(fast|rest)" count="\d+" size="(\d+)"/>')
+_MMAP = re.compile(rb'<total type="mmap" count="\d+" size="(\d+)"/>')
+
+
+def _malloc_all_arenas() -> dict[str, int]:
+    """glibc malloc over every arena (``mallinfo2`` only sees the main one; threads get their own)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.fopen.restype = ctypes.c_void_p
+        with tempfile.NamedTemporaryFile() as tmp:
+            fp = libc.fopen(tmp.name.encode(), b"w")
+            libc.malloc_info(0, ctypes.c_void_p(fp))
+            libc.fclose(ctypes.c_void_p(fp))
+            xml = Path(tmp.name).read_bytes()
+    except (OSError, AttributeError):
+        return {}
+    tail = xml[xml.rfind(b"</heap>") :]  # the totals after the last arena
+    system = _SYSTEM.search(tail)
+    mmap = _MMAP.search(tail)
+    return {
+        "malloc_arenas": xml.count(b"<heap nr="),
+        "malloc_system": int(system.group(1)) if system else 0,
+        "malloc_all_free": sum(int(m.group(2)) for m in _FREE.finditer(tail)),
+        "malloc_mmap": int(mmap.group(1)) if mmap else 0,
+    }
+
+
+def release() -> dict[str, int]:
+    """RSS before and after handing back what the allocators keep free (Arrow's pool, then glibc)."""
+    import pyarrow as pa
+
+    before = _status()["VmRSS"]
+    pa.default_memory_pool().release_unused()
+    after_arrow = _status()["VmRSS"]
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    after_trim = _status()["VmRSS"]
+    return {
+        "rss_before": before,
+        "freed_by_arrow_release": before - after_arrow,
+        "freed_by_malloc_trim": after_arrow - after_trim,
+    }
+
+
+def _arrow() -> dict[str, int]:
+    import pyarrow as pa
+
+    return {
+        "arrow_total": pa.total_allocated_bytes(),
+        "arrow_default_pool": pa.default_memory_pool().bytes_allocated(),
+        "arrow_default_pool_peak": pa.default_memory_pool().max_memory() or 0,
+        "arrow_system_pool": pa.system_memory_pool().bytes_allocated(),
+    }
+
+
+# --- holders -------------------------------------------------------------------------------------
+
+
+def _buffers_bytes(tables: list[Any]) -> int:
+    """Bytes of the distinct buffers ``tables`` keep alive (a slice keeps its parent's whole buffer)."""
+    seen: dict[int, int] = {}
+    for table in tables:
+        for column in table.columns:
+            for chunk in column.chunks:
+                for buf in chunk.buffers():
+                    if buf is not None:
+                        seen[buf.address] = max(seen.get(buf.address, 0), buf.size)
+    return sum(seen.values())
+
+
+def _file_caches() -> list[dict[str, Any]]:
+    out = []
+    for cache in _live("file_cache"):
+        with cache._lock:
+            items = list(cache._items.values())
+            rows = list(cache._rows.values())
+            splits = list(cache._split.values())
+            counted, rows_counted = cache._bytes, cache._rows_bytes
+        out.append(
+            {
+                "max_bytes": cache.max_bytes,
+                "index_files": len(items),
+                "index_bytes": counted,
+                "index_buffers": _buffers_bytes(items),
+                "rows_files": len(rows),
+                "rows_bytes": rows_counted,
+                "rows_buffers": _buffers_bytes(rows),
+                "split_files": len(splits),
+                "split_bytes": sum(a.nbytes for s in splits for a in s.values()),
+            }
+        )
+    return out
+
+
+def _manifest_caches() -> dict[str, Any]:
+    from sinks import manifest_cache
+
+    entries, lists = manifest_cache.CACHE, manifest_cache.LISTS
+    with lists._lock:
+        held = list(lists._items.values())
+    return {
+        "manifests_cached": len(entries._items),
+        "manifest_entries": entries._entries,
+        "manifest_hits": entries.hits,
+        "manifest_misses": entries.misses,
+        "lists_cached": len(held),
+        "list_manifests": sum(len(x) for x in held),
+        "list_reads": lists.reads,
+    }
+
+
+def _appliers() -> list[dict[str, Any]]:
+    out = []
+    for applier in _live("applier"):
+        gate = applier.gate
+        records = [r for per in list(applier._records.values()) for r in list(per.values())]
+        out.append(
+            {
+                "gate_applied": len(gate._applied),
+                "gate_parked": len(gate._parked),
+                "gate_pending": len(gate._pending),
+                "gate_deadlines": len(gate._deadlines),
+                "gate_by_cause": len(gate._by_cause),
+                "held_handles": sum(map(len, list(applier._handles.values()))),
+                "held_records": len(records),
+                "held_record_bytes": sum(len(r.value or b"") + len(r.key or b"") for r in records),
+                "batched": applier.batches.size(),
+                "cause_seen": len(applier._cause_seen),
+                "parked_at": len(applier._parked_at),
+            }
+        )
+    return out
+
+
+def _consumers() -> list[dict[str, Any]]:
+    out = []
+    for consumer in _live("consumer"):
+        fetcher = getattr(consumer, "_fetcher", None)
+        records = getattr(fetcher, "_records", None) or {}
+        out.append({"fetched_partitions": len(records)})
+    return out
+
+
+def sample(census: bool = False) -> dict[str, Any]:
+    t0 = time.process_time()
+    doc: dict[str, Any] = {"t": round(time.time(), 1)}
+    doc.update(_status())
+    doc.update(_mallinfo())
+    doc.update(_malloc_all_arenas())
+    doc["mimalloc_committed"] = _mimalloc_committed()
+    doc["threads"] = threading.active_count()
+    doc["os_threads"] = len(os.listdir("/proc/self/task"))
+    doc.update(_arrow())
+    doc["pymalloc_blocks"] = sys.getallocatedblocks()
+    doc["pymalloc_arenas"] = _pymalloc_arenas()
+    doc["file_caches"] = _file_caches()
+    doc["manifests"] = _manifest_caches()
+    doc["appliers"] = _appliers()
+    doc["consumers"] = _consumers()
+    if census:
+        counts = Counter(type(o).__qualname__ for o in gc.get_objects())
+        doc["census"] = dict(counts.most_common(25))
+    doc["probe_cpu_s"] = round(time.process_time() - t0, 3)
+    return doc
+
+
+def _stacks(limit: int = 12) -> dict[str, list[str]]:
+    """Each other thread's innermost ``limit`` frames, as ``file:line function`` (innermost first)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = {}
+    for ident, frame in sys._current_frames().items():
+        if ident == threading.get_ident():
+            continue
+        lines: list[str] = []
+        f: Any = frame
+        while f is not None and len(lines) < limit:
+            code = f.f_code
+            lines.append(f"{'/'.join(code.co_filename.rsplit('/', 2)[-2:])}:{f.f_lineno} {code.co_name}")
+            f = f.f_back
+        out[names.get(ident, str(ident))] = lines
+    return out
+
+
+def watch_peaks(path: str, every: float = 0.01, step: int = 16 * MIB) -> None:
+    """Append the threads' stacks to ``path`` each time Arrow's live bytes pass a new high by ``step``:
+    where the allocation peaks that an allocator may keep afterwards are made."""
+    import pyarrow as pa
+
+    high = 0
+
+    def loop() -> None:
+        nonlocal high
+        while True:
+            time.sleep(every)
+            now = pa.total_allocated_bytes()
+            if now >= high + step:
+                high = now
+                with open(path, "a") as f:
+                    f.write(json.dumps({"t": round(time.time(), 2), "arrow": now, "stacks": _stacks()}) + "\n")
+
+    threading.Thread(target=loop, name="memory probe peaks", daemon=True).start()
+
+
+def install(path: str, interval: float = 30.0, census_every: int = 4, release_every: int = 0) -> None:
+    """Register the holders' classes and append a sample to ``path`` every ``interval`` seconds."""
+    from aiokafka import AIOKafkaConsumer
+
+    from agents.applier import Applier
+    from sinks.rowdelta import FileCache
+
+    _register(FileCache, "file_cache")
+    _register(Applier, "applier")
+    _register(AIOKafkaConsumer, "consumer")
+    started = time.time()
+    lock = threading.Lock()
+
+    def write(census: bool, released: bool = False) -> None:
+        with lock:
+            doc = sample(census)
+            if released:
+                doc["release"] = release()
+            doc["elapsed_s"] = round(doc["t"] - started, 1)
+            with open(path, "a") as f:
+                f.write(json.dumps(doc) + "\n")
+
+    def loop() -> None:
+        n = 0
+        while True:
+            time.sleep(interval)
+            n += 1
+            try:
+                write(
+                    census=census_every > 0 and n % census_every == 0,
+                    released=release_every > 0 and n % release_every == 0,
+                )
+            except Exception as exc:  # noqa: BLE001 - a failed sample must not stop the worker
+                print(f"memory probe: {exc!r}", file=sys.stderr)
+
+    threading.Thread(target=loop, name="memory probe", daemon=True).start()
+    watch_peaks(path + ".peaks")
+    atexit.register(lambda: write(census=False, released=True))
+    print(f"memory probe installed, writing {path} every {interval:.0f}s", file=sys.stderr)
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def rows(samples: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """One row per sample, in MiB: RSS and what each holder accounts for."""
+    out = []
+    for s in samples:
+        fc = s["file_caches"]
+        ap = s["appliers"]
+        out.append(
+            {
+                "min": round(s["elapsed_s"] / 60, 1),
+                "rss": s["VmRSS"] / MIB,
+                "anon": s.get("RssAnon", 0) / MIB,
+                "arrow": s["arrow_total"] / MIB,
+                "index": sum(c["index_buffers"] for c in fc) / MIB,
+                "index_files": sum(c["index_files"] for c in fc),
+                "rows": sum(c["rows_buffers"] for c in fc) / MIB,
+                "rows_files": sum(c["rows_files"] for c in fc),
+                "split_files": sum(c["split_files"] for c in fc),
+                "mimalloc": (s.get("mimalloc_committed") or 0) / MIB,
+                "malloc": ((s.get("malloc_system") or 0) + (s.get("malloc_mmap") or 0) or s.get("malloc_in_use", 0))
+                / MIB,
+                "malloc_free": (s.get("malloc_all_free") or s.get("malloc_free", 0)) / MIB,
+                "pymalloc": (s["pymalloc_arenas"] or 0) / MIB,
+                "blocks_k": s["pymalloc_blocks"] / 1000,
+                "m_entries": s["manifests"]["manifest_entries"],
+                "lists": s["manifests"]["lists_cached"],
+                "list_manifests": s["manifests"]["list_manifests"],
+                "gate_applied": sum(a["gate_applied"] for a in ap),
+                "held": sum(a["held_records"] for a in ap),
+                "held_mb": sum(a["held_record_bytes"] for a in ap) / MIB,
+                "batched": sum(a["batched"] for a in ap),
+            }
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("samples", type=Path, help="the JSON-lines file the probe wrote")
+    args = parser.parse_args(argv)
+    samples = [json.loads(line) for line in args.samples.read_text().splitlines() if line.strip()]
+    table = rows(samples)
+    if not table:
+        print("no samples")
+        return 1
+    cols = list(table[0])
+    print("| " + " | ".join(cols) + " |")
+    print("|" + " --- |" * len(cols))
+    for r in table:
+        print(
+            "| "
+            + " | ".join(f"{v:.0f}" if isinstance(v, float) and k != "min" else str(v) for k, v in r.items())
+            + " |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
