@@ -52,4 +52,6 @@ async def test_a_topic_created_up_front_is_produced_to_without_an_error_line(
         await admin.start()
         await admin.delete_topics([topic])
         await admin.close()
-    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    # The asyncio logger is left out: a task another test left pending can be garbage-collected
+    # during the send and logs "Task was destroyed but it is pending" (seen once in a full run).
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING and r.name != "asyncio"] == []
