@@ -25,16 +25,15 @@ import argparse
 import contextlib
 import random
 import statistics
-import tempfile
 import time
 import uuid
 from typing import Any
 
 from bench.commit_stages import StageTimer
+from bench.scratch import drop_world, scratch_world
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks import table_metadata
-from sinks.committer import Batch, BatchCommitter, Source
-from sinks.nessie import Reference, SyncNessieClient
+from sinks.committer import Batch, Source
 from streams.settings import Settings
 
 
@@ -68,11 +67,7 @@ def main() -> None:
     args = ap.parse_args()
 
     base = Settings.from_env()
-    settings = base.replace(warehouse=f"file://{tempfile.mkdtemp()}/warehouse")
-    client = SyncNessieClient(settings.nessie_url)
-    world = f"cpu{uuid.uuid4().hex[:10]}"
-    client.create_branch(f"world-{world}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
-    committer = BatchCommitter(settings, client)
+    settings, client, world, committer = scratch_world("cpu", base)
 
     counts = {"contents": 0, "metadata": 0, "nessie": 0}
     send = client._send
@@ -131,7 +126,7 @@ def main() -> None:
     finally:
         stages.__exit__(None, None, None)
         table_metadata.build = real_build
-        client.delete_reference(f"world-{world}", client.get_reference(f"world-{world}").hash, "BRANCH")
+        drop_world(client, world)
     print(
         f"commits={len(cpu)} events/commit={args.events} cpu_s/commit mean={statistics.mean(cpu):.4f} "
         f"median={statistics.median(cpu):.4f} min={min(cpu):.4f} "

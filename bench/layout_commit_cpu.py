@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import tempfile
 import time
-import uuid
 
 from bench.commit_stages import StageTimer
 from bench.keys_seeded import _event
+from bench.scratch import drop_world, scratch_world
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.layout_run import TableLayouts
-from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 from streams.settings import Settings
 
@@ -52,13 +50,10 @@ def main() -> None:
     ap.add_argument("--buckets", type=int, default=None, help="CAUSEWAY_PROJECTION_BUCKETS for the default layout")
     args = ap.parse_args()
 
-    settings = Settings.from_env().replace(warehouse=f"file://{tempfile.mkdtemp(prefix='layout-cpu-')}/warehouse")
+    settings = Settings.from_env()
     if args.buckets is not None:
         settings = settings.replace(projection_buckets=args.buckets)
-    client = SyncNessieClient(settings.nessie_url)
-    world = f"lay{uuid.uuid4().hex[:10]}"
-    client.create_branch(f"world-{world}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
-    committer = BatchCommitter(settings, client)
+    settings, client, world, committer = scratch_world("lay", settings)
     try:
         seed(committer, settings, world, args.keys, args.seed_batch, args.layout)
         timer = StageTimer()
@@ -86,7 +81,7 @@ def main() -> None:
         )
         print(timer.table(len(cpu), 0.0, sum(cpu)))
     finally:
-        client.delete_reference(f"world-{world}", client.get_reference(f"world-{world}").hash, "BRANCH")
+        drop_world(client, world)
 
 
 if __name__ == "__main__":

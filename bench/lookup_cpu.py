@@ -18,16 +18,14 @@ import argparse
 import json
 import random
 import statistics
-import tempfile
 import time
-import uuid
 from typing import Any
 
 from bench.commit_stages import StageTimer
 from bench.keys_seeded import _event
 from bench.layout_commit_cpu import seed
-from sinks.committer import Batch, BatchCommitter, Source
-from sinks.nessie import Reference, SyncNessieClient
+from bench.scratch import drop_world, scratch_world
+from sinks.committer import Batch, Source
 from streams.settings import Settings
 
 LOOKUP = "  key lookup (plan + read)"
@@ -77,11 +75,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=0, help="also print the stages per window of N commits")
     args = ap.parse_args()
 
-    settings = Settings.from_env().replace(warehouse=f"file://{tempfile.mkdtemp(prefix='lookup-cpu-')}/warehouse")
-    client = SyncNessieClient(settings.nessie_url)
-    world = f"lkp{uuid.uuid4().hex[:10]}"
-    client.create_branch(f"world-{world}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
-    committer = BatchCommitter(settings, client)
+    settings, client, world, committer = scratch_world("lkp", Settings.from_env())
     load = open("/proc/loadavg").read().split()[0]
     try:
         seed(committer, settings, world, args.keys, args.seed_batch, "default")
@@ -143,7 +137,7 @@ def main() -> None:
         print(json.dumps(out))
         print(timer.table(len(cpu), 0.0, sum(cpu)))
     finally:
-        client.delete_reference(f"world-{world}", client.get_reference(f"world-{world}").hash, "BRANCH")
+        drop_world(client, world)
 
 
 if __name__ == "__main__":

@@ -18,15 +18,14 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 import uuid
 from typing import Any
 
 import sinks.committer as committer_module
+from bench.scratch import drop_world, scratch_world
 from models.events import ChangeEvent, ChangeType, EntityKind, validate
-from sinks.committer import Batch, BatchCommitter
-from sinks.nessie import Reference, SyncNessieClient
+from sinks.committer import Batch
 from streams.settings import Settings
 
 
@@ -54,11 +53,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=2000)
     args = ap.parse_args()
 
-    settings = Settings.from_env().replace(warehouse=f"file://{tempfile.mkdtemp()}/warehouse")
-    client = SyncNessieClient(settings.nessie_url)
-    world = f"trc{uuid.uuid4().hex[:10]}"
-    client.create_branch(f"world-{world}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
-    committer = BatchCommitter(settings, client)
+    settings, client, world, committer = scratch_world("trc", Settings.from_env())
 
     looked_up = [0]
     logged = committer_module.logged_events
@@ -91,7 +86,7 @@ def main() -> None:
             ids.append(looked_up[0])
     finally:
         committer_module.logged_events = logged
-        client.delete_reference(f"world-{world}", client.get_reference(f"world-{world}").hash, "BRANCH")
+        drop_world(client, world)
     print(
         json.dumps(
             {
