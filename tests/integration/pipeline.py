@@ -21,6 +21,7 @@ from bench.procs import ROOT, Worker, free_port, start_worker, wait_healthy, wor
 from cli.workload import Record, WorkloadParams, expected_state
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent, EntityKind
+from models.worlds import WorldNaming
 from sinks.readback import BranchState, read_world
 from streams.lag_probe import group_lag
 from streams.security import kafka_client_options, nessie_http_options
@@ -69,6 +70,24 @@ class Pipeline:
             resp.raise_for_status()
         return cls(unique, tmp, settings, env)
 
+    async def create_worlds(self, worlds: set[str]) -> None:
+        """Branches from Nessie's empty root for the worlds that have none (prod is the main branch)."""
+        naming = WorldNaming(self.settings.prod_world, self.settings.main_branch)
+        async with httpx.AsyncClient(
+            base_url=self.settings.nessie_url,
+            headers={"Nessie-Client-Spec": "2"},
+            **nessie_http_options(self.settings),
+        ) as http:
+            root = (await http.get("/config")).raise_for_status().json()["noAncestorHash"]
+            for world in sorted(worlds - {self.settings.prod_world}):
+                branch = naming.branch(world)
+                if (await http.get(f"/trees/{branch}")).status_code == 200:
+                    continue
+                empty = {"type": "BRANCH", "name": "main", "hash": root}
+                resp = await http.post("/trees", params={"name": branch, "type": "BRANCH"}, json=empty)
+                if resp.status_code != 409:  # another publish made it meanwhile
+                    resp.raise_for_status()
+
     def params(self, **kw: object) -> WorkloadParams:
         """Workload parameters whose worlds and event ids belong to this pipeline only."""
         defaults: dict[str, object] = {"world_prefix": f"t{self.unique[:8]}-", "id_prefix": f"{self.unique}-"}
@@ -108,7 +127,17 @@ class Pipeline:
     def topic_of(self, kind: EntityKind) -> str:
         return self.settings.objects_topic if kind is EntityKind.OBJECT else self.settings.links_topic
 
-    async def publish(self, records: list[Record]) -> None:
+    async def publish(self, records: list[Record], create_worlds: bool = True) -> None:
+        """Send the records; under the 'create' policy, first give each new world an empty branch.
+
+        The model (``expected_state``) starts every world empty, but a world the worker creates
+        forks the main branch as it is at that moment: when the prod world's first commit landed
+        before another world's first event was read, that world would hold prod's rows too (seen
+        once in CI). Creating the branches here makes the outcome independent of timing;
+        ``test_an_unknown_world_is_forked_from_main_when_first_seen`` covers the policy itself.
+        """
+        if create_worlds and self.settings.unknown_world_policy == "create":
+            await self.create_worlds({r.event.world_id for r in records if r.event is not None})
         producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap, linger_ms=5, **kafka_client_options(self.settings)
         )

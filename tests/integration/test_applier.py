@@ -153,6 +153,26 @@ async def _three_workers(pipe: Pipeline) -> None:
     assert_matches_model(pipe, wl.valid_events)
 
 
+async def test_an_unknown_world_is_forked_from_main_when_first_seen(unique: str, tmp_path: Path) -> None:
+    """Policy 'create': a world's first event forks the main branch as it stands then."""
+    pipe = await Pipeline.create(unique, tmp_path)
+    try:
+        prod = [_event(pipe, i, f"p-{i}") for i in range(3)]
+        pipe.start_worker()
+        await pipe.publish([_rec(ev) for ev in prod])
+        await pipe.wait_drained()
+        world = f"fork{pipe.unique[:6]}"
+        own = ChangeEvent(**_fields(_event(pipe, 10, "w-1"), world_id=world))
+        await pipe.publish([_rec(own)], create_worlds=False)  # the worker must create it
+        await pipe.wait_drained()
+        forked = pipe.state(world)
+        assert set(forked.objects) == {"p-0", "p-1", "p-2", "w-1"}
+        assert set(forked.event_ids) == {ev.event_id for ev in prod} | {own.event_id}
+        assert set(pipe.state("prod").objects) == {"p-0", "p-1", "p-2"}
+    finally:
+        pipe.stop_all()
+
+
 async def test_bad_input_corpus_never_takes_good_events_down(unique: str, tmp_path: Path) -> None:
     """Every kind of bad input of the unit corpus, plus the kinds only a running worker can see
     (unknown world, stale version, causal cycle, missing cause), interleaved with good events."""
