@@ -221,5 +221,9 @@ async def probe_all(
 
     ``nessie``: a kept-open client for the Nessie probe (the dependency watcher's); None opens a fresh one.
     """
-    probes = {"kafka": probe_kafka, "redis": probe_redis, "nessie": partial(probe_nessie, client=nessie)}
+    probes: dict[str, Callable[[Settings, float], Awaitable[ProbeResult]]] = {
+        "kafka": probe_kafka,
+        "redis": probe_redis,
+        "nessie": partial(probe_nessie, client=nessie),
+    }
     return list(await asyncio.gather(*(probes[s](settings, timeout_s) for s in services)))
