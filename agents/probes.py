@@ -17,6 +17,7 @@ import errno
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from monitoring.health import Health
@@ -50,13 +51,21 @@ class NotNessieV2(NessieNotAnApi):
     """The URL is a Nessie server, but not its REST API v2 (e.g. ``/api/v1``)."""
 
 
-async def nessie_config(settings: Settings, timeout_s: float) -> Config:
-    """``GET /config``, checked to be Nessie's REST API v2; raises NessieNotAnApi or NessieUnavailable."""
-    client = NessieClient(
+def _nessie_client(settings: Settings, timeout_s: float) -> NessieClient:
+    return NessieClient(
         settings.nessie_url, timeout=timeout_s, retry=RetryPolicy(attempts=1), **nessie_http_options(settings)
     )
-    async with client:
-        config = await client.config()
+
+
+async def nessie_config(settings: Settings, timeout_s: float, client: NessieClient | None = None) -> Config:
+    """``GET /config``, checked to be Nessie's REST API v2; raises NessieNotAnApi or NessieUnavailable.
+
+    ``client``: one the caller keeps open (the dependency watcher's); None opens and closes a fresh one.
+    """
+    if client is None:
+        async with _nessie_client(settings, timeout_s) as fresh:
+            return await nessie_config(settings, timeout_s, fresh)
+    config = await client.config()
     if config.api_version != 2 or not config.no_ancestor_hash:
         raise NotNessieV2(
             f"/config has no REST v2 fields (actualApiVersion {config.api_version}, "
@@ -133,8 +142,8 @@ async def _redis(url: str, timeout_s: float, **options: Any) -> str:
         await client.aclose()
 
 
-async def _nessie(settings: Settings, timeout_s: float) -> str:
-    config = await nessie_config(settings, timeout_s)
+async def _nessie(settings: Settings, timeout_s: float, client: NessieClient | None = None) -> str:
+    config = await nessie_config(settings, timeout_s, client)
     return f"REST API v{config.api_version}, spec {config.spec_version}, default branch {config.default_branch}"
 
 
@@ -173,8 +182,9 @@ async def probe_redis(settings: Settings, timeout_s: float = 5.0) -> ProbeResult
     )
 
 
-async def probe_nessie(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
-    return await _timed("nessie", timeout_s, asyncio.ensure_future(_nessie(settings, timeout_s)))
+async def probe_nessie(settings: Settings, timeout_s: float = 5.0, client: NessieClient | None = None) -> ProbeResult:
+    """``client``: a kept-open one to probe through (see ``nessie_config``)."""
+    return await _timed("nessie", timeout_s, asyncio.ensure_future(_nessie(settings, timeout_s, client)))
 
 
 def dependency_watcher(
@@ -191,16 +201,29 @@ def dependency_watcher(
         health.register_dependency(name)
 
     async def watch() -> None:
-        while not stopping():
-            for result in await probe_all(settings, services, timeout_s):
-                detail = "" if result.ok else f"{result.verdict}: {result.detail}"
-                health.set_dependency(result.service, result.ok, detail)
-            await asyncio.sleep(interval_s)
+        # One Nessie client for the watcher's life: a fresh one per round built a TLS context and a
+        # connection pool, ~47 ms of the event loop's CPU every round (docs/benchmarks.md). Its
+        # connection is kept alive between rounds; a dropped one is opened again by the next request.
+        async with _nessie_client(settings, timeout_s) as nessie:
+            while not stopping():
+                for result in await probe_all(settings, services, timeout_s, nessie=nessie):
+                    detail = "" if result.ok else f"{result.verdict}: {result.detail}"
+                    health.set_dependency(result.service, result.ok, detail)
+                await asyncio.sleep(interval_s)
 
     return watch
 
 
-async def probe_all(settings: Settings, services: tuple[str, ...], timeout_s: float = 5.0) -> list[ProbeResult]:
-    """The named probes (kafka, redis, nessie) concurrently; at most ``timeout_s`` in all."""
-    probes = {"kafka": probe_kafka, "redis": probe_redis, "nessie": probe_nessie}
+async def probe_all(
+    settings: Settings, services: tuple[str, ...], timeout_s: float = 5.0, *, nessie: NessieClient | None = None
+) -> list[ProbeResult]:
+    """The named probes (kafka, redis, nessie) concurrently; at most ``timeout_s`` in all.
+
+    ``nessie``: a kept-open client for the Nessie probe (the dependency watcher's); None opens a fresh one.
+    """
+    probes: dict[str, Callable[[Settings, float], Awaitable[ProbeResult]]] = {
+        "kafka": probe_kafka,
+        "redis": probe_redis,
+        "nessie": partial(probe_nessie, client=nessie),
+    }
     return list(await asyncio.gather(*(probes[s](settings, timeout_s) for s in services)))

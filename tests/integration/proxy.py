@@ -16,6 +16,7 @@ class CuttableProxy:
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self.accepted = 0  # connections the proxy took: how often a client connected afresh
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
 
@@ -31,6 +32,7 @@ class CuttableProxy:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         except OSError:

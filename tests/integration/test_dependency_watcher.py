@@ -1,0 +1,61 @@
+"""The worker's dependency watcher probes Nessie over one kept connection, and still sees it go down.
+
+A fresh Nessie client per probe built a TLS context and an HTTP pool every round (~47 ms of the
+event loop's CPU every 5 s in a worker, docs/benchmarks.md); the watcher keeps one client, so a
+round is one request on an open connection. Nessie is reached through a proxy the test counts
+connections on, cuts and restores (the shared server keeps running).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+
+from agents.probes import dependency_watcher
+from monitoring.health import Health
+from streams.settings import Settings
+from tests.integration.proxy import proxied
+
+pytestmark = pytest.mark.integration
+
+
+def _nessie(health: Health) -> str:
+    [dep] = [d for d in health.report().dependencies if d.name == "nessie"]
+    return dep.verdict
+
+
+async def _until(check: Callable[[], bool], timeout: float = 20.0) -> None:  # noqa: ASYNC109
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the watcher never reported it"
+        await asyncio.sleep(0.05)
+
+
+async def test_the_watcher_keeps_one_nessie_connection_and_still_sees_an_outage() -> None:
+    base = Settings.from_env()
+    proxy, url = proxied(base.nessie_url)
+    health = Health()
+    rounds = 0
+
+    def stopping() -> bool:
+        nonlocal rounds
+        rounds += 1  # asked once before each round
+        return False
+
+    watch = dependency_watcher(health, base.replace(nessie_url=url), stopping, interval_s=0.05, timeout_s=2.0)
+    task = asyncio.create_task(watch())
+    try:
+        await _until(lambda: rounds >= 6)
+        assert _nessie(health) == "up"
+        assert proxy.accepted == 1, f"{proxy.accepted} connections to Nessie for {rounds - 1} probe rounds"
+
+        proxy.cut()
+        await _until(lambda: _nessie(health) == "down")
+        proxy.restore()
+        await _until(lambda: _nessie(health) == "up")
+    finally:
+        task.cancel()
+        proxy.close()
