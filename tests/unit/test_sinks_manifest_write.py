@@ -25,30 +25,40 @@ def _entries(tmp_path: Path, n: int) -> tuple[Any, list[ManifestEntry]]:
         COMMON.schema, COMMON.spec_with(4), COMMON.sort_order, f"file://{tmp_path}/t", table_properties(1 << 20)
     )
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    rows = pa.Table.from_pylist(
-        [
-            {
-                "object_type_id": ("person", "place")[i % 2],
-                "object_pk": f"k{i:05d}" + "é" * (i % 30),
-                "version": -i if i % 3 else 2**40 + i,
-                "properties": None if i % 4 == 0 else f'{{"n": {i}}}',
-                "deleted": i % 5 == 0,
-                "updated_at": now,
-                "committed_at": now,
-                "event_id": f"e{i}",
-                "batch_id": "b",
-                "schema_version": 0,
-            }
-            for i in range(n)
-        ],
-        schema=arrow_schema(COMMON.schema),
-    )
+    columns: dict[str, list[Any]] = {
+        "object_type_id": [("person", "place")[i % 2] for i in range(n)],
+        "object_pk": [f"k{i:05d}" + "é" * (i % 30) for i in range(n)],
+        "version": [-i if i % 3 else 2**40 + i for i in range(n)],  # negative and wide longs
+        "properties": [None if i % 4 == 0 else f'{{"n": {i}}}' for i in range(n)],
+        "deleted": [i % 5 == 0 for i in range(n)],
+        "updated_at": [now] * n,
+        "committed_at": [now] * n,
+        "event_id": [f"e{i}" for i in range(n)],
+        "batch_id": ["b"] * n,
+        "schema_version": [0] * n,
+    }
+    rows = pa.Table.from_pydict(columns, schema=arrow_schema(COMMON.schema))
     files = write_data_files(metadata, rows, PyArrowFileIO())
     entries = [
         ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=7, data_file=f, sequence_number=None)
         for f in files
     ]
     return metadata, entries
+
+
+def _manifest(tmp_path: Path, metadata: Any, entries: list[ManifestEntry]) -> ManifestWriter:
+    writer = ManifestWriter(
+        metadata.spec(),
+        metadata.schema(),
+        PyArrowFileIO().new_output(f"file://{tmp_path}/m.avro"),
+        7,
+        "deflate",
+        ManifestContent.DATA,
+    )
+    with writer:
+        for e in entries:
+            writer.add(e)
+    return writer
 
 
 def _pyiceberg_bytes(tree: Any, records: list[Any]) -> bytes:
@@ -79,17 +89,7 @@ def test_a_long_is_the_varint_pyiceberg_writes(value: int) -> None:
 
 def test_manifest_entries_and_list_records_encode_to_pyiceberg_bytes(tmp_path: Path) -> None:
     metadata, entries = _entries(tmp_path, 120)
-    writer = ManifestWriter(
-        metadata.spec(),
-        metadata.schema(),
-        PyArrowFileIO().new_output(f"file://{tmp_path}/m.avro"),
-        7,
-        "deflate",
-        ManifestContent.DATA,
-    )
-    with writer:
-        for e in entries:
-            writer.add(e)
+    writer = _manifest(tmp_path, metadata, entries)
     manifest = writer.to_manifest_file()
     tree = writer._writer.writer  # noqa: SLF001 - the writer tree the file was written with
     assert _block_bytes(tree, writer.entries) == _pyiceberg_bytes(tree, writer.entries)
@@ -117,16 +117,6 @@ def test_a_manifest_is_written_with_a_few_stream_writes_not_one_per_varint_byte(
         real(self, b)
 
     monkeypatch.setattr(BinaryEncoder, "write", counting)
-    writer = ManifestWriter(
-        metadata.spec(),
-        metadata.schema(),
-        PyArrowFileIO().new_output(f"file://{tmp_path}/m.avro"),
-        7,
-        "deflate",
-        ManifestContent.DATA,
-    )
-    with writer:
-        for e in entries:
-            writer.add(e)
+    _manifest(tmp_path, metadata, entries)
     assert len(entries) == 8
     assert len(writes) < 100  # the header's and the block's
