@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -31,7 +32,16 @@ from pyiceberg.avro.file import (
     AvroOutputFile,
 )
 from pyiceberg.avro.resolver import construct_writer, resolve_writer
-from pyiceberg.avro.writer import Writer
+from pyiceberg.avro.writer import (
+    BinaryWriter,
+    DefaultWriter,
+    IntegerWriter,
+    ListWriter,
+    MapWriter,
+    OptionWriter,
+    StructWriter,
+    Writer,
+)
 from pyiceberg.io import OutputFile
 from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
@@ -101,6 +111,42 @@ class _OneBlockAvroFile(AvroOutputFile[Any]):
         self.encoder.write(self.sync_bytes)
 
 
+@dataclass(frozen=True)
+class _IntMapWriter(Writer):
+    """pyiceberg's ``MapWriter`` of an int-keyed map whose values one encoder call writes (the
+    column metrics maps of a manifest entry: sizes and counts as longs, bounds as bytes), without
+    a writer call per key and per value."""
+
+    binary_values: bool
+
+    def write(self, encoder: BinaryEncoder, val: dict[int, Any]) -> None:
+        write_int = encoder.write_int
+        write_value = encoder.write_bytes if self.binary_values else write_int
+        write_int(len(val))
+        for k, v in val.items():
+            write_int(k)
+            write_value(v)
+        if val:
+            write_int(0)
+
+
+def _with_int_maps(tree: Writer) -> Writer:
+    """``tree`` with every map of int keys to longs or bytes written by :class:`_IntMapWriter`."""
+    if isinstance(tree, MapWriter) and type(tree.key_writer) is IntegerWriter:
+        if type(tree.value_writer) in (IntegerWriter, BinaryWriter):
+            return _IntMapWriter(type(tree.value_writer) is BinaryWriter)
+        return MapWriter(tree.key_writer, _with_int_maps(tree.value_writer))
+    if isinstance(tree, StructWriter):
+        return StructWriter(tuple((pos, _with_int_maps(w)) for pos, w in tree.field_writers))
+    if isinstance(tree, OptionWriter):
+        return OptionWriter(_with_int_maps(tree.option))
+    if isinstance(tree, ListWriter):
+        return ListWriter(_with_int_maps(tree.element_writer))
+    if isinstance(tree, DefaultWriter):
+        return DefaultWriter(_with_int_maps(tree.writer), tree.value)
+    return tree
+
+
 class BlockEncoder(BinaryEncoder):
     """pyiceberg's Avro ``BinaryEncoder`` into a byte buffer, a varint in one pass: pyiceberg's writes
     every byte of a varint as its own ``bytes`` through the stream's ``write``, and a manifest entry
@@ -161,7 +207,9 @@ class ManifestWriter(ManifestWriterV2):
             setup = _SETUPS.get(key)
         if setup is None:
             file_schema = self._with_partition(self.version)
-            tree = resolve_writer(record_schema=self._with_partition(DEFAULT_READ_VERSION), file_schema=file_schema)
+            tree = _with_int_maps(
+                resolve_writer(record_schema=self._with_partition(DEFAULT_READ_VERSION), file_schema=file_schema)
+            )
             avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_entry"))
             setup = (file_schema, tree, avro)
             with _LOCK:
@@ -185,7 +233,9 @@ def _list_setup(version: int) -> _Setup:
         setup = _SETUPS.get(key)
     if setup is None:
         file_schema = MANIFEST_LIST_FILE_SCHEMAS[version]
-        tree = resolve_writer(record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION], file_schema=file_schema)
+        tree = _with_int_maps(
+            resolve_writer(record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION], file_schema=file_schema)
+        )
         avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_file"))
         setup = (file_schema, tree, avro)
         with _LOCK:

@@ -14,6 +14,7 @@ from pyiceberg.table.metadata import new_table_metadata
 
 from sinks.rowdelta import write_data_files_with_rows
 from sinks.tables import COMMON, table_properties
+from tests.calls import count_calls
 
 
 def _metadata(tmp_path: Path) -> Any:
@@ -52,26 +53,13 @@ def _local(path: str) -> str:
     return path.removeprefix("file://")
 
 
-def _count_calls(monkeypatch: Any, owner: Any, name: str) -> list[object]:
-    """Calls of ``owner.name`` from now on (the arguments of each), still made."""
-    calls: list[object] = []
-    real = getattr(owner, name)
-
-    def counting(*a: Any, **kw: Any) -> Any:
-        calls.append(a)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(owner, name, counting)
-    return calls
-
-
 def test_the_writer_is_set_up_once_per_schema_not_per_file_or_flush(tmp_path: Path, monkeypatch: Any) -> None:
     # pyiceberg's writer built its statistics plan (a schema visitor) and more for every file; a
     # partitioned flush writes one file per (type, bucket) it touches (failed before: 8 plans for
     # 8 files; then one per call until the set-up was kept per schema).
     import pyiceberg.io.pyarrow as pyarrow_io
 
-    plans = _count_calls(monkeypatch, pyarrow_io, "compute_statistics_plan")
+    plans = count_calls(monkeypatch, pyarrow_io, "compute_statistics_plan")
     import sinks.datafiles
 
     sinks.datafiles._SETUPS.clear()  # noqa: SLF001 - counted from a cold process
@@ -126,7 +114,7 @@ def test_file_metrics_are_pyiceberg_metrics_without_its_per_file_function(tmp_pa
     from sinks import datafiles
 
     real = pyarrow_io.data_file_statistics_from_parquet_metadata
-    calls = _count_calls(monkeypatch, pyarrow_io, "data_file_statistics_from_parquet_metadata")
+    calls = count_calls(monkeypatch, pyarrow_io, "data_file_statistics_from_parquet_metadata")
     metadata = _metadata(tmp_path)
     written = write_data_files_with_rows(metadata, _rows(metadata, 40), PyArrowFileIO())
     assert written and calls == []
@@ -185,7 +173,7 @@ def test_a_partition_directory_is_derived_once_per_partition_not_per_file(tmp_pa
     metadata = _metadata(tmp_path)
     ours = write_data_files_with_rows(metadata, _rows(metadata, 200), PyArrowFileIO())
     real = PartitionSpec.partition_type
-    builds = _count_calls(monkeypatch, PartitionSpec, "partition_type")
+    builds = count_calls(monkeypatch, PartitionSpec, "partition_type")
     again = write_data_files_with_rows(metadata, _rows(metadata, 200), PyArrowFileIO())
     assert len(again) == 8 and builds == []
     monkeypatch.setattr(PartitionSpec, "partition_type", real)
