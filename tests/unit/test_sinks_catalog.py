@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +41,39 @@ def test_begin_with_tables_to_read_refuses_a_tag(tmp_path: Path) -> None:
     with pytest.raises(ReadOnlyReference):
         cat.reading([("onto", "entity_events")]).begin()
     assert not cat.staging
+
+
+def test_writing_table_metadata_reads_pyiceberg_configuration_once_per_process(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # pyiceberg's metadata writer read ~/.pyiceberg.yaml and the environment for every file: three
+    # tables a commit (failed before: one Config per file written).
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.table.metadata import new_table_metadata
+    from pyiceberg.utils import config
+
+    from sinks.tables import COMMON, table_properties
+
+    metadata = new_table_metadata(
+        COMMON.schema, COMMON.spec_with(4), COMMON.sort_order, f"file://{tmp_path}/t", table_properties(1 << 20)
+    )
+    io = PyArrowFileIO()
+    NessieCatalog._write_metadata(metadata, io, f"file://{tmp_path}/t/metadata/00000-a.metadata.json")
+    made: list[object] = []
+    real = config.Config.__init__
+
+    def counting(self: Any) -> None:
+        made.append(self)
+        real(self)
+
+    monkeypatch.setattr(config.Config, "__init__", counting)
+    for n in range(3):
+        NessieCatalog._write_metadata(metadata, io, f"file://{tmp_path}/t/metadata/0000{n + 1}-a.metadata.json")
+    assert made == []
+    # The file is what pyiceberg writes and reads: no current snapshot is left out, not written as -1.
+    from pyiceberg.serializers import FromInputFile, ToOutputFile
+
+    ToOutputFile.table_metadata(metadata, io.new_output(f"file://{tmp_path}/t/metadata/theirs.metadata.json"))
+    ours = (tmp_path / "t/metadata/00001-a.metadata.json").read_bytes()
+    assert ours == (tmp_path / "t/metadata/theirs.metadata.json").read_bytes()
+    assert FromInputFile.table_metadata(io.new_input(f"file://{tmp_path}/t/metadata/00001-a.metadata.json")) == metadata

@@ -76,3 +76,14 @@ def test_key_filters_stay_within_an_eighth_of_the_bound_and_go_oldest_first() ->
     assert FileCache(0).key_filter("f5.parquet", "entity_pk") is None  # no bound, no filters
     cache.seed_filter("small.parquet", "entity_pk", keys.slice(0, cache.min_filter_rows - 1))
     assert cache.key_filter("small.parquet", "entity_pk") is None  # read whole: cheaper than a filter
+
+
+def test_rows_of_concatenated_files_know_their_file_and_position() -> None:
+    from sinks.rowdelta import _with_file_positions
+
+    files = [pa.table({"k": ["a", "b", "c"]}), pa.table({"k": ["d"]}), pa.table({"k": ["e", "f"]})]
+    whole = _with_file_positions(pa.concat_tables(files), [3, 1, 2])
+    assert whole.column("k").to_pylist() == ["a", "b", "c", "d", "e", "f"]
+    assert whole.column("_fid").to_pylist() == [0, 0, 0, 1, 2, 2]
+    assert whole.column("_pos").to_pylist() == [0, 1, 2, 0, 0, 1]
+    assert whole.schema.field("_pos").type == whole.schema.field("_fid").type == pa.int64()

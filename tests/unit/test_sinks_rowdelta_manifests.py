@@ -114,3 +114,31 @@ def test_only_added_data_files_commit_as_an_append(tmp_path: Path) -> None:
     # pyiceberg's own planning reads the written manifests (one Avro block each): the removed file is gone.
     after = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
     assert {t.file.file_path for t in after.scan().plan_files()} == {f.file_path for f in files[1:]}
+
+
+def test_a_manifest_list_is_written_without_deriving_its_avro_schema_again(tmp_path: Path, monkeypatch: Any) -> None:
+    # pyiceberg's manifest list writer resolved a writer tree and converted the list schema to Avro
+    # JSON for every list, one list per table per commit (failed before: one conversion per commit).
+    from pyiceberg.utils.schema_conversion import AvroSchemaConversion
+
+    table = _table(tmp_path)
+    tx = table.transaction()
+    RowDelta(tx).add(write_data_files(tx.table_metadata, _rows(10), table.io)).commit()  # sets up the writers
+    conversions: list[str] = []
+    real = AvroSchemaConversion.iceberg_to_avro
+
+    def counting(self: AvroSchemaConversion, schema: Any, schema_name: str | None = None) -> Any:
+        conversions.append(str(schema_name))
+        return real(self, schema, schema_name=schema_name)
+
+    monkeypatch.setattr(AvroSchemaConversion, "iceberg_to_avro", counting)
+    for start in (10, 20, 30):
+        RowDelta(tx).add(write_data_files(tx.table_metadata, _rows(10, start), table.io)).commit()
+    assert conversions == []
+    # The lists read back as pyiceberg reads them: every snapshot's manifests, sequence numbers assigned.
+    after = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
+    snapshot = after.current_snapshot()
+    assert snapshot is not None and snapshot.sequence_number == 4
+    assert all(m.sequence_number is not None and m.sequence_number >= 1 for m in snapshot.manifests(table.io))
+    assert sum(t.file.record_count for t in after.scan().plan_files()) == 40
+    assert after.scan().to_arrow().num_rows == 40
