@@ -99,7 +99,9 @@ def test_merged_runs_hold_every_input_row_once_in_sort_order(
 ) -> None:
     """The merge equals the inputs' rows (none lost, none repeated) in the log's sort order."""
     parts = [log_rows(sorted(r) if presorted else rnd.sample(r, len(r)), f"r{i}") for i, r in enumerate(runs)]
-    merged = merge_runs(parts, EVENTS_SORT)
+    given_parts = list(parts)
+    merged = merge_runs(given_parts, EVENTS_SORT)
+    assert given_parts == []  # handed over: the caller keeps no input alive through the write
     expected = pa.concat_tables(parts).to_pylist()
     got = merged.to_pylist()
     key = lambda r: (r["entity_type"], r["entity_pk"], r["version"], r["batch_seq"])  # noqa: E731
