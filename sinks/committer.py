@@ -513,6 +513,7 @@ class BatchCommitter:
                 row_bytes=row_bytes,
                 cache=self.file_cache,
                 max_rows=self.settings.log_merge_max_rows,
+                max_bytes=self.settings.log_merge_max_bytes,
             )
         self.compaction.expire(tx)
         tx.commit_transaction()

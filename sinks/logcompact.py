@@ -12,16 +12,17 @@ are grouped by partition and by size tier (tier ``k`` holds files of ``FANOUT**k
 next power), and a tier is merged once it holds ``FANOUT`` files; the merged output lands about
 one tier up, or is cut into full-size files. A row is therefore rewritten at most
 ``log_FANOUT(target / flush file size)`` times (about 3 for 64 MiB targets and 100 KiB flush
-files). Files of at least half the target size (counted in rows at the flush's in-memory row
-size, the measure pyiceberg cuts files by) are never compacted again. Everything happens in the
-flush's own transaction, published with its Nessie commit; compaction never crosses a partition
+files). Files of at least half the merge bound below (counted in rows at the flush's in-memory
+row size, the measure pyiceberg cuts files by; at most half the target) are never compacted
+again. Everything happens in the flush's own transaction, published with its Nessie commit;
+compaction never crosses a partition
 (files of an older spec are compacted among themselves and rewritten under the current spec,
 which is how an evolved log migrates).
 
-One merge is bounded in rows (``CAUSEWAY_LOG_MERGE_MAX_ROWS``) and in bytes (a target file of
-in-memory rows): a full tier is packed into as many merges as it needs, not merged whole, because
+One merge is bounded in rows and in in-memory bytes (``CAUSEWAY_LOG_MERGE_MAX_ROWS``,
+``CAUSEWAY_LOG_MERGE_MAX_BYTES``): a full tier is packed into as many merges as it needs, not merged whole, because
 the merge's transient tables (its inputs, the sorted copy, the writer's copies) are what the
-worker's allocator keeps afterwards. Files of at least half that bound are done. The flush files
+worker's allocator keeps afterwards. The flush files
 are already sorted runs, so runs whose key ranges do not overlap are concatenated as they are;
 only overlapping runs are sorted (and everything is, when a run is not sorted).
 """
@@ -104,9 +105,18 @@ def pack(files: list[Candidate], max_size: int) -> list[list[Candidate]]:
     return [g for g in groups if len(g) > 1]
 
 
-def merge_bound(target_file_bytes: int, row_bytes: float, max_rows: int) -> int:
-    """Rows one log merge may hold: ``max_rows``, and no more than a target file of in-memory rows."""
-    return max(1, min(max_rows, int(target_file_bytes / row_bytes)))
+def merge_bound(row_bytes: float, max_rows: int, max_bytes: int) -> int:
+    """Rows one log merge may hold: at most ``max_rows``, and ``max_bytes`` of in-memory rows."""
+    return max(2, min(max_rows, int(max_bytes / row_bytes)))
+
+
+def done_rows(target_file_bytes: int, row_bytes: float, bound: int) -> int:
+    """Rows from which a log file is never merged again: half a target file, or half the merge bound.
+
+    A file of half the bound fits no merge with another one of its size anyway; a target file's
+    worth is cut into files with disjoint key ranges, which is what the merges are for.
+    """
+    return max(1, min(int(target_file_bytes / row_bytes), bound) // 2)
 
 
 def merge_runs(parts: list[pa.Table], sort_keys: list[tuple[str, str]]) -> pa.Table:
@@ -233,6 +243,7 @@ def compact_log(
     row_bytes: float | None = None,
     cache: Any | None = None,
     max_rows: int | None = None,
+    max_bytes: int | None = None,
 ) -> int:
     """Merge the log's small files per partition and tier inside ``tx``; returns files removed.
 
@@ -240,9 +251,9 @@ def compact_log(
     in-memory bytes of a row, from the flush's own rows) lets tiers count rows: pyiceberg cuts
     files at in-memory bytes, which on disk come out several times smaller. ``cache`` (the
     committer's ``FileCache``) holds the rows of small files the flushes wrote: those are not read
-    back from storage, and the merged ones are dropped from it. ``max_rows``
-    (``Settings.log_merge_max_rows``) bounds one merge's rows; without ``row_bytes`` a merge holds
-    at most ``target_file_bytes`` of files.
+    back from storage, and the merged ones are dropped from it. ``max_rows`` and ``max_bytes``
+    (``Settings.log_merge_max_rows``, ``log_merge_max_bytes``: in-memory bytes at ``row_bytes``)
+    bound one merge; without ``row_bytes``, ``max_bytes`` bounds the merged files' bytes.
     """
     from sinks.rowdelta import RowDelta, write_data_files
     from sinks.rows import EVENTS_SORT
@@ -256,13 +267,13 @@ def compact_log(
     deletes = [small_file(p, df) for p, df in live_delete_files(metadata, table.io).items()]
     candidates = unmasked([small_file(p, df) for p, df in files.items()], deletes)
     if row_bytes:
-        # Measured in rows: a file of half the bound is done, whatever its compressed size on
-        # disk, so it is never merged again; any two files under it fit one merge.
-        bound = merge_bound(target_file_bytes, row_bytes, max_rows or 2**62)
+        # Measured in rows: a file cut at the target size holds target / row_bytes rows, whatever
+        # its compressed size on disk, so it counts as done; any two files under done fit a merge.
+        bound = merge_bound(row_bytes, max_rows or 2**62, max_bytes or 2**62)
         rows = [replace(c, size=files[c.path].record_count) for c in candidates]
-        merges = choose(rows, max(1, bound // 2), fanout, base=1, max_size=bound)
+        merges = choose(rows, done_rows(target_file_bytes, row_bytes, bound), fanout, base=1, max_size=bound)
     else:
-        merges = choose(candidates, target_file_bytes // 2, fanout, max_size=target_file_bytes)
+        merges = choose(candidates, target_file_bytes // 2, fanout, max_size=max_bytes)
     if not merges:
         return 0
     rd = RowDelta(tx, {"causeway.compaction": "log"})

@@ -8,7 +8,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sinks.logcompact import Candidate, choose, is_sorted, merge_bound, merge_runs, pack, unmasked
+from sinks.logcompact import Candidate, choose, done_rows, is_sorted, merge_bound, merge_runs, pack, unmasked
 from sinks.rows import EVENTS_SORT
 
 KEYS = [k for k, _ in EVENTS_SORT]
@@ -48,10 +48,12 @@ def test_packing_drops_a_group_of_one_and_keeps_files_of_other_partitions_apart(
     assert len(merges) == 4 and all(len({p[0] for p in g}) == 1 for g in merges)  # never across partitions
 
 
-def test_the_bound_is_the_rows_setting_or_a_target_file_of_in_memory_rows() -> None:
-    assert merge_bound(64 * 2**20, 512.0, 100_000) == 100_000
-    assert merge_bound(64 * 2**20, 2048.0, 100_000) == 32_768
-    assert merge_bound(1, 2048.0, 100_000) == 1
+def test_the_bound_is_the_rows_or_the_bytes_setting_and_files_are_done_at_half_of_it_or_of_a_target() -> None:
+    assert merge_bound(512.0, 100_000, 64 * 2**20) == 100_000
+    assert merge_bound(2048.0, 100_000, 64 * 2**20) == 32_768
+    assert merge_bound(2048.0, 100_000, 1) == 2  # a merge still takes two files
+    assert done_rows(64 * 2**20, 256.0, 100_000) == 50_000
+    assert done_rows(192 * 1024, 512.0, 100_000) == 192  # a small target: done at half of it, as before
 
 
 def test_files_a_delete_may_apply_to_are_not_merged() -> None:
