@@ -507,7 +507,13 @@ class BatchCommitter:
                 stats.files_added = int(snap.summary.get("added-data-files", "0") or 0)
             row_bytes = arrow.nbytes / arrow.num_rows
             compact_log(  # inside each partition
-                tx, self.settings.target_file_bytes, stats, row_bytes=row_bytes, cache=self.file_cache
+                tx,
+                self.settings.target_file_bytes,
+                stats,
+                row_bytes=row_bytes,
+                cache=self.file_cache,
+                max_rows=self.settings.log_merge_max_rows,
+                max_bytes=self.settings.log_merge_max_bytes,
             )
         self.compaction.expire(tx)
         tx.commit_transaction()

@@ -202,6 +202,17 @@ class Settings:
     commit_backoff_s: float = _opt(0.05, "Base of the jittered exponential backoff between commit retries.")
     snapshot_expire_every: int = _opt(20, "Expire old snapshots every N commits per table to bound metadata.")
     target_file_bytes: int = _opt(64 * 1024 * 1024, "Roll data files at about this many bytes.")
+    log_merge_max_rows: int = _opt(
+        100_000,
+        "Rows one merge of the event log's small files may hold. Bounds the transient Arrow tables a commit "
+        "makes, which the allocator keeps: lower means less memory, and log files that stop growing at half "
+        "of it, so an entity's audit trail opens more of them.",
+    )
+    log_merge_max_bytes: int = _opt(
+        64 * 1024 * 1024,
+        "In-memory bytes of rows (at the flush's row size) one merge of the event log's small files may hold: "
+        "CAUSEWAY_LOG_MERGE_MAX_ROWS for wide rows.",
+    )
     index_cache_bytes: int = _opt(
         256 * 1024 * 1024,
         "Bytes of parsed projection key columns (the worker's key index, one entry per data file, so per "
@@ -388,6 +399,8 @@ class Settings:
             "max_unacked_records",
             "commit_retries",
             "cdc_max_records",
+            "log_merge_max_rows",
+            "log_merge_max_bytes",
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
