@@ -621,12 +621,16 @@ def _keyed_runs(df: pa.Table, spec: PartitionSpec, schema: Schema) -> list[tuple
         index = encoded.indices.cast(pa.int64())
         codes = index if codes is None else pc.add(pc.multiply(codes, len(encoded.dictionary)), index)
     assert codes is not None
-    order = pc.sort_indices(codes)  # stable
-    ordered, sorted_codes = df.take(order), codes.take(order)
+    order: pa.Array | None = None
+    if len(codes) > 1 and not pc.all(pc.greater_equal(codes[1:], codes[:-1])).as_py():
+        order = pc.sort_indices(codes)  # stable
+    # Rows already grouped (one partition: every log merge, most flushes of one type) are sliced
+    # as they are: the take copied the whole table, a second copy of a merge's rows at its peak.
+    ordered, sorted_codes = (df, codes) if order is None else (df.take(order), codes.take(order))
     counts = pc.value_counts(sorted_codes).field("counts").to_pylist()  # in order of appearance: sorted
     out, start = [], 0
     for n in counts:
-        first = order[start].as_py()
+        first = start if order is None else order[start].as_py()
         out.append((ordered.slice(start, n), [values[first].as_py() for values in transformed]))
         start += n
     return out

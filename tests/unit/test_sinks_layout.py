@@ -231,6 +231,29 @@ def test_partition_runs_cut_rows_into_one_slice_per_partition_in_their_order() -
     assert partition_runs(rows, partition_spec((), COMMON.schema), COMMON.schema) == [rows]
 
 
+def test_rows_already_grouped_by_partition_are_sliced_without_a_copy() -> None:
+    import pyarrow as pa
+
+    from sinks.rowdelta import partition_runs
+
+    spec = partition_spec(parse_spec("default", COMMON.name, buckets=4), COMMON.schema)
+    one = [f"pk-{i}" for i in range(4000) if BucketTransform(4).transform(StringType())(f"pk-{i}") == 1][:500]
+    rows = pa.table(
+        {
+            "object_type_id": pa.array(["widget"] * 300 + ["zed"] * 200),
+            "object_pk": pa.array(one),
+            "version": pa.array(range(500), pa.int64()),
+        }
+    )
+    runs = partition_runs(rows, spec, COMMON.schema)
+    assert [r.num_rows for r in runs] == [300, 200]
+    address = rows.column("version").chunk(0).buffers()[1].address
+    assert runs[0].column("version").chunk(0).buffers()[1].address == address, "a slice, not a copy"
+    assert runs[1].column("version").to_pylist() == list(range(300, 500))
+    shuffled = rows.take(pa.array([*range(300, 500), *range(300)]))  # grouped, not in code order
+    assert sorted(r.num_rows for r in partition_runs(shuffled, spec, COMMON.schema)) == [200, 300]
+
+
 def test_data_files_of_every_partition_are_written_in_one_writer_call_like_pyiceberg(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
