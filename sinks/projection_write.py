@@ -138,11 +138,10 @@ def apply_projection(
         written_rows = write_data_files_with_rows(tx.table_metadata, data, table.io)  # one writer call
         files = [f for f, _ in written_rows]
         index_columns = _index_columns(tdef)
-        small = policy.target_file_bytes // 4  # the small-file merge's bound (Compaction.rewrites)
         for f, file_rows in written_rows:  # the next flush's key lookup reads these files: keep them
             cache.seed(f.file_path, index_columns, file_rows.select(list(index_columns)))
             cache.seed_filter(f.file_path, pk_col, file_rows.column(pk_col))  # which keys it may hold
-            if f.file_size_in_bytes < small:  # and a later small-file merge reads all of it
+            if f.file_size_in_bytes < policy.small_file_bytes:  # and a later small-file merge reads all of it
                 cache.seed_rows(f.file_path, file_rows)
         rd.add(files)
         new_bytes = sum(f.file_size_in_bytes for f in files)

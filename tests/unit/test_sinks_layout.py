@@ -333,6 +333,40 @@ def test_delete_files_are_merged_per_partition_not_across_them() -> None:
     assert deletes_to_merge(files, files, 3) == ["d1-0", "d1-1"]
 
 
+def test_a_small_file_merge_never_rewrites_a_few_files_into_the_tier_they_came_from() -> None:
+    """Each flush leaves a small file in every partition it touches; merging only the start of a
+    partition's full tier (what the budget leaves) would write a file of that same tier, which the
+    next merge of that tier rewrites again."""
+    import pyarrow as pa
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    from sinks.compaction import Compaction
+    from sinks.rowdelta import LiveFile, TableState
+
+    def data_file(path: str, bucket: int, rows: int) -> DataFile:
+        df = DataFile.from_args(
+            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+            partition=Record("widget", bucket), record_count=rows, file_size_in_bytes=3_300 + 41 * rows,
+        )  # fmt: skip
+        df.spec_id = 1
+        return df
+
+    policy = Compaction(64 * 1024 * 1024, 100)  # budget: small_files_min_rows = 4,096 rows
+    # Two partitions with a full tier (17 files): bucket 0's tier 0 (17 x 100 rows) is merged first
+    # and leaves 2,396 rows of the budget, enough for one of bucket 1's 1,400-row files (tier 1).
+    files = {f"b0-{i:02d}": data_file(f"b0-{i:02d}", 0, 100) for i in range(17)}
+    files |= {f"b1-{i:02d}": data_file(f"b1-{i:02d}", 1, 1_400) for i in range(17)}
+    state = TableState(files={p: LiveFile(df, pa.array([], pa.int64())) for p, df in files.items()})
+    picked = [p for p, _ in policy.pick(state, {})]
+    assert sorted(picked) == sorted(p for p in files if p.startswith("b0-")), "no part of bucket 1's tier"
+    # With budget for most of a tier, its start is merged: that file lands a tier up and the
+    # partition's file count falls.
+    many = {f"b2-{i:02d}": data_file(f"b2-{i:02d}", 2, 400) for i in range(17)}
+    state = TableState(files={p: LiveFile(df, pa.array([], pa.int64())) for p, df in many.items()})
+    picked = [p for p, _ in policy.pick(state, {})]
+    assert picked == sorted(many)[:10]  # 10 x 400 rows of the 4,096
+
+
 def test_a_small_delete_file_carries_no_footer_overhead_and_reads_back(tmp_path: Path) -> None:
     """A partitioned flush writes one delete file per partition: its fixed bytes count per partition."""
     import pyarrow.parquet as pq
