@@ -33,6 +33,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
 from sinks.errors import UnsupportedFileFormat
+from sinks.fileio import open_output
 from sinks.tables import arrow_schema
 
 #: Below this many in-memory bytes a call writes its files in the calling thread: encoding a small
@@ -313,8 +314,7 @@ class FileWriter:
 
         rows = self.to_file_schema(rows)
         path = self.location.new_data_location(data_file_name=name, partition_key=key)
-        out = self.io.new_output(path)
-        with out.create(overwrite=True) as f:
+        with open_output(self.io, path) as f:
             # The footer keeps the Arrow schema (~1.9 KiB of a small file): without it Parquet reads
             # give ``string`` where the table's Arrow schema has ``large_string``, and every
             # ``pq.read_table`` of causeway (row reads, the key index, the small-file merge) would
@@ -322,6 +322,7 @@ class FileWriter:
             with pq.ParquetWriter(f, schema=rows.schema, store_decimal_as_integer=True, **self.kwargs) as writer:
                 writer.write(rows, row_group_size=self.row_group_size)
             metadata = writer.writer.metadata
+            size = f.tell()  # the whole file: the writer closed it with the footer; no stat after
         stats = None if self.metrics is None else file_metrics(metadata, self.metrics)
         if stats is None:
             stats = data_file_statistics_from_parquet_metadata(
@@ -332,7 +333,7 @@ class FileWriter:
             file_path=path,
             file_format=FileFormat.PARQUET,
             partition=key.partition if key is not None else Record(),
-            file_size_in_bytes=len(out),
+            file_size_in_bytes=size,
             sort_order_id=None,
             spec_id=self.spec_id,
             equality_ids=None,

@@ -14,7 +14,7 @@ from pyiceberg.table.metadata import new_table_metadata
 
 from sinks.rowdelta import write_data_files_with_rows
 from sinks.tables import COMMON, table_properties
-from tests.calls import count_calls
+from tests.calls import count_calls, counting_local_fs
 
 
 def _metadata(tmp_path: Path) -> Any:
@@ -184,3 +184,36 @@ def test_a_partition_directory_is_derived_once_per_partition_not_per_file(tmp_pa
         return {p.rsplit("/", 1)[0] for p in paths}
 
     assert directories([f.file_path for f, _ in ours]) == directories([f.file_path for f in theirs])
+
+
+def test_a_data_file_is_written_without_a_stat_or_a_directory_call_per_file(tmp_path: Path) -> None:
+    # pyiceberg's output file ran a recursive create_dir of the partition directory before every
+    # open, and len(output) stat'ed the file just written for its size (failed before: 8 of each
+    # for the second flush's 8 files). Now a directory is created when the open finds it missing.
+    metadata = _metadata(tmp_path)
+    io = PyArrowFileIO()
+    fs, counts = counting_local_fs()
+    io.fs_by_scheme = lambda scheme, netloc: fs  # type: ignore[method-assign]
+    first = write_data_files_with_rows(metadata, _rows(metadata, 200), io)
+    assert len(first) == 8 and counts == {"create_dir": 8, "get_file_info": 0}  # 8 new directories
+    counts.update(create_dir=0)
+    again = write_data_files_with_rows(metadata, _rows(metadata, 200), io)
+    assert len(again) == 8 and counts == {"create_dir": 0, "get_file_info": 0}
+    for f, rows in first + again:
+        # The size the writer took from its stream is the file's; its rows read back as written.
+        assert f.file_size_in_bytes == Path(_local(f.file_path)).stat().st_size
+        assert pq.read_table(_local(f.file_path)).equals(rows)
+
+
+def test_a_data_file_is_what_pyiceberg_output_file_writes(tmp_path: Path) -> None:
+    # The same bytes as through io.new_output(path).create(): only the way the file is opened changed.
+    from sinks import datafiles
+
+    metadata = _metadata(tmp_path)
+    rows = _rows(metadata, 50)
+    ours = datafiles.FileWriter(metadata, PyArrowFileIO()).write([(rows, None)], None)[0]
+    with PyArrowFileIO().new_output(f"file://{tmp_path}/theirs.parquet").create(overwrite=True) as f:
+        w = datafiles.FileWriter(metadata, PyArrowFileIO())
+        with pq.ParquetWriter(f, schema=rows.schema, store_decimal_as_integer=True, **w.kwargs) as writer:
+            writer.write(rows, row_group_size=w.row_group_size)
+    assert Path(_local(ours.file_path)).read_bytes() == (tmp_path / "theirs.parquet").read_bytes()
