@@ -60,6 +60,7 @@ from pyiceberg.table.update.snapshot import _new_manifest_list_file_name, _Snaps
 from pyiceberg.typedef import Record
 
 from sinks import manifest_cache
+from sinks.fileio import open_output
 from sinks.keyfilter import MIN_ROWS, KeyFilter, Probe
 from sinks.layout import KeyScan
 from sinks.manifest_write import ManifestListWriter, ManifestWriter
@@ -511,13 +512,12 @@ def write_position_deletes(
     if not paths:
         return None
     table = pa.table({"file_path": pa.concat_arrays(paths), "pos": pa.concat_arrays(pos_parts)}, schema=DELETE_SCHEMA)
-    out = io.new_output(location)
-    with out.create(overwrite=True) as f:
+    with open_output(io, location) as f:
         # No Arrow schema in the footer and no Parquet statistics on file_path (both ~1.3 KiB of a
         # 275-position file's 2.7): a partitioned flush writes a delete file per partition, and
         # readers match them by the manifest's bounds (set below), not the footer.
         pq.write_table(table, f, compression="zstd", store_schema=False, write_statistics=["pos"])
-    size = len(io.new_input(location))
+        size = f.tell()  # the whole file, footer included: no stat of it after
     names = sorted(deletes)
     lower, upper = names[0].encode(), names[-1].encode()
     df = DataFile.from_args(

@@ -217,3 +217,22 @@ def test_a_data_file_is_what_pyiceberg_output_file_writes(tmp_path: Path) -> Non
         with pq.ParquetWriter(f, schema=rows.schema, store_decimal_as_integer=True, **w.kwargs) as writer:
             writer.write(rows, row_group_size=w.row_group_size)
     assert Path(_local(ours.file_path)).read_bytes() == (tmp_path / "theirs.parquet").read_bytes()
+
+
+def test_a_delete_file_is_written_without_a_stat_or_a_directory_call(tmp_path: Path) -> None:
+    # A partitioned flush writes a position-delete file per partition it masks rows in; each was
+    # opened after a create_dir of its directory and stat'ed for its size (failed before: 3 and 3).
+    from pyiceberg.io.pyarrow import _read_deletes
+
+    from sinks.rowdelta import write_position_deletes
+
+    io = PyArrowFileIO()
+    fs, counts = counting_local_fs()
+    io.fs_by_scheme = lambda scheme, netloc: fs  # type: ignore[method-assign]
+    (tmp_path / "d").mkdir()
+    data = f"file://{tmp_path}/data/00000-0-abc.parquet"
+    written = [write_position_deletes(io, f"file://{tmp_path}/d/del-{n}.parquet", {data: [n, 9]}) for n in range(3)]
+    assert counts == {"create_dir": 0, "get_file_info": 0}
+    for n, w in enumerate(written):
+        assert w is not None and w.file_size_in_bytes == (tmp_path / f"d/del-{n}.parquet").stat().st_size
+        assert _read_deletes(io, w)[data].to_pylist() == [n, 9]
