@@ -236,3 +236,65 @@ def test_a_delete_file_is_written_without_a_stat_or_a_directory_call(tmp_path: P
     for n, w in enumerate(written):
         assert w is not None and w.file_size_in_bytes == (tmp_path / f"d/del-{n}.parquet").stat().st_size
         assert _read_deletes(io, w)[data].to_pylist() == [n, 9]
+
+
+def test_file_metrics_of_numbers_dates_and_timestamps_are_pyiceberg_bounds(tmp_path: Path) -> None:
+    # These bounds are taken from Parquet's physical values, not pyarrow's logical ones (a datetime
+    # built per timestamp bound): the same bytes as pyiceberg's function, across row groups and nulls.
+    from datetime import date, time, timedelta
+
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        BooleanType,
+        DateType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        NestedField,
+        TimestampType,
+        TimestamptzType,
+        TimeType,
+    )
+
+    from sinks import datafiles
+
+    kinds = [IntegerType(), LongType(), FloatType(), DoubleType(), BooleanType(), DateType(), TimeType()]
+    kinds += [TimestampType(), TimestamptzType()]
+    schema = Schema(*(NestedField(i + 1, f"c{i}", k, required=False) for i, k in enumerate(kinds)))
+    plan, ids = compute_statistics_plan(schema, {}), parquet_path_to_id_mapping(schema)
+    metrics = datafiles._metrics_plan(plan, ids)  # noqa: SLF001 - the plan under test
+    assert metrics is not None and all(m.raw for m in metrics.values())
+    when = datetime(2026, 12, 1, 13, 45, 7, 123456)
+
+    def value(i: int) -> list[Any]:
+        step = (i * 7919) % 1000 - 500  # neither sorted nor positive
+        return [
+            step,
+            step * 10**12,
+            step / 7,
+            step / 3,
+            step > 0,
+            date(2026, 12, 1) + timedelta(days=step),
+            time(13, 45, (step + 500) % 60, 17),
+            when + timedelta(seconds=step, microseconds=i),
+            (when + timedelta(minutes=step)).replace(tzinfo=UTC),
+        ]
+
+    names = [f"c{i}" for i in range(len(kinds))]
+    rows = pa.Table.from_pylist(
+        [dict(zip(names, [None] * len(kinds) if i % 9 == 0 else value(i), strict=True)) for i in range(600)],
+        schema=schema.as_arrow(),
+    )
+    pq.write_table(rows, tmp_path / "r.parquet", row_group_size=128)
+    parquet = pq.ParquetFile(tmp_path / "r.parquet").metadata
+    assert parquet.num_row_groups == 5
+    theirs = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=parquet, stats_columns=plan, parquet_column_mapping=ids
+    ).to_serialized_dict()
+    assert datafiles.file_metrics(parquet, metrics) == theirs
