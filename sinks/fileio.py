@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Any
 
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
 from pyiceberg.typedef import Properties
 
 _IOS: dict[tuple[Any, ...], FileIO] = {}
@@ -75,3 +75,50 @@ def _open(fs: Any, path: str, buffer_size: int) -> Any:
         # base class only opens (a missing parent raises FileNotFoundError, handled above).
         return LocalFileSystem.open_output_stream(fs, path, buffer_size=buffer_size)
     return fs.open_output_stream(path, buffer_size=buffer_size)
+
+
+class SizedOutputFile(OutputFile):
+    """pyiceberg's ``OutputFile`` for files written once through :func:`open_output`, whose length
+    is the size its stream had when it was closed (pyiceberg's ``len()`` stats the file: a
+    manifest's length is asked once it is written, for its entry in the manifest list)."""
+
+    def __init__(self, io: FileIO, location: str) -> None:
+        super().__init__(location)
+        self._io = io
+        self._size: int | None = None
+
+    def create(self, overwrite: bool = False) -> Any:
+        # Manifest and manifest-list names carry a fresh UUID: nothing to overwrite, no check.
+        return _SizedStream(open_output(self._io, self.location), self)
+
+    def __len__(self) -> int:
+        return self._size if self._size is not None else len(self._io.new_input(self.location))
+
+    def exists(self) -> bool:
+        return self._size is not None or self._io.new_input(self.location).exists()
+
+    def to_input_file(self) -> InputFile:
+        return self._io.new_input(self.location)
+
+
+class _SizedStream:
+    """An output stream that tells its file its size when closed."""
+
+    def __init__(self, stream: Any, file: SizedOutputFile) -> None:
+        self._stream = stream
+        self._file = file
+        self.write = stream.write  # bound once: Avro encoders write many small pieces
+
+    def tell(self) -> int:
+        return int(self._stream.tell())
+
+    def close(self) -> None:
+        if not self._stream.closed:
+            self._file._size = self._stream.tell()
+            self._stream.close()
+
+    def __enter__(self) -> _SizedStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
