@@ -48,7 +48,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import FileIO
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import CommitTableResponse, StagedTable, Table
@@ -59,6 +59,7 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from sinks import table_metadata
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound, unreadable_if_missing
+from sinks.fileio import file_io, open_output
 from sinks.nessie import IcebergTable, Namespace, Operation, SyncNessieClient
 
 if TYPE_CHECKING:
@@ -414,9 +415,13 @@ class NessieCatalog(MetastoreCatalog):
         # outage, no retry brings it back.
         with unreadable_if_missing(f"table {'.'.join(key)} on {self.read_ref}: metadata", path=location):
             metadata = table_metadata.CACHE.read(  # metadata files are immutable
-                (self.spec.name, key), load_file_io(self.properties, location), location
+                (self.spec.name, key), file_io(self.properties, location), location
             )
         return metadata, location, content.id
+
+    def _load_file_io(self, properties: Properties = EMPTY_DICT, location: str | None = None) -> FileIO:
+        # pyiceberg's builds a FileIO (and, on first use, its filesystem) per table load and commit.
+        return file_io({**self.properties, **properties}, location)
 
     def _identifier(self, identifier: str | Identifier) -> Identifier:
         ident = self.identifier_to_tuple(identifier)
@@ -460,12 +465,15 @@ class NessieCatalog(MetastoreCatalog):
     def _write_metadata(metadata: TableMetadata, io: FileIO, metadata_path: str) -> None:
         """pyiceberg's ``ToOutputFile.table_metadata``, its configuration read once per process:
         it read ``~/.pyiceberg.yaml`` and the environment for every file written (~0.5 ms a table,
-        three tables a commit)."""
+        three tables a commit).
+
+        Opened without pyiceberg's existence check (a stat) and parent ``create_dir``: the name
+        carries a fresh UUID, and that check could not stop a concurrent writer anyway."""
         from pyiceberg.serializers import Compressor
 
         data = metadata.model_dump_json(exclude_none=not _legacy_snapshot_id()).encode()
         data = Compressor.get_compressor(metadata_path).bytes_compressor()(data)
-        with io.new_output(metadata_path).create(overwrite=False) as out:
+        with open_output(io, metadata_path) as out:
             out.write(data)
 
     def _resolve_table_location(self, location: str | None, database_name: str, table_name: str) -> str:
@@ -498,7 +506,7 @@ class NessieCatalog(MetastoreCatalog):
         if current is not None and not overwrite:
             raise TableAlreadyExistsError(f"table already exists: {'.'.join(key)}")
         metadata = table_metadata.CACHE.read(
-            (self.spec.name, key), load_file_io(self.properties, metadata_location), metadata_location
+            (self.spec.name, key), file_io(self.properties, metadata_location), metadata_location
         )
         content_id = current.id if current is not None else None
         self._put(key, content_id, metadata, metadata_location, f"register table {'.'.join(key)}")

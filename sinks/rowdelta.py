@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
-from pyiceberg.io import FileIO
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     UNASSIGNED_SEQ,
     DataFile,
@@ -60,6 +60,7 @@ from pyiceberg.table.update.snapshot import _new_manifest_list_file_name, _Snaps
 from pyiceberg.typedef import Record
 
 from sinks import manifest_cache
+from sinks.fileio import SizedOutputFile, open_output
 from sinks.keyfilter import MIN_ROWS, KeyFilter, Probe
 from sinks.layout import KeyScan
 from sinks.manifest_write import ManifestListWriter, ManifestWriter
@@ -511,13 +512,12 @@ def write_position_deletes(
     if not paths:
         return None
     table = pa.table({"file_path": pa.concat_arrays(paths), "pos": pa.concat_arrays(pos_parts)}, schema=DELETE_SCHEMA)
-    out = io.new_output(location)
-    with out.create(overwrite=True) as f:
+    with open_output(io, location) as f:
         # No Arrow schema in the footer and no Parquet statistics on file_path (both ~1.3 KiB of a
         # 275-position file's 2.7): a partitioned flush writes a delete file per partition, and
         # readers match them by the manifest's bounds (set below), not the footer.
         pq.write_table(table, f, compression="zstd", store_schema=False, write_statistics=["pos"])
-    size = len(io.new_input(location))
+        size = f.tell()  # the whole file, footer included: no stat of it after
     names = sorted(deletes)
     lower, upper = names[0].encode(), names[-1].encode()
     df = DataFile.from_args(
@@ -799,6 +799,11 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
     def _existing_manifests(self) -> list[ManifestFile]:
         return []
 
+    def new_manifest_output(self) -> OutputFile:
+        """pyiceberg's manifest location, written through :class:`sinks.fileio.SizedOutputFile`: no
+        ``create_dir`` before the open, no stat for the manifest's length."""
+        return SizedOutputFile(self._io, super().new_manifest_output().location)
+
     def _writer(self, content: ManifestContent, spec_id: int | None = None) -> ManifestWriter:
         metadata = self._transaction.table_metadata
         spec = metadata.spec() if spec_id is None else metadata.specs()[spec_id]
@@ -837,8 +842,9 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         name = _new_manifest_list_file_name(snapshot_id=self._snapshot_id, attempt=0, commit_uuid=self.commit_uuid)
         path = self._transaction._table.location_provider().new_metadata_location(name)
         self._written_manifest_lists.append(path)
+        out = SizedOutputFile(self._io, path)
         with ManifestListWriter(
-            self._io.new_output(path), self._snapshot_id, self._parent_snapshot_id, sequence_number, self._compression
+            out, self._snapshot_id, self._parent_snapshot_id, sequence_number, self._compression
         ) as writer:
             writer.add_manifests(manifests)
         snapshot = Snapshot(  # type: ignore[call-arg]

@@ -77,3 +77,47 @@ def test_writing_table_metadata_reads_pyiceberg_configuration_once_per_process(
     ours = (tmp_path / "t/metadata/00001-a.metadata.json").read_bytes()
     assert ours == (tmp_path / "t/metadata/theirs.metadata.json").read_bytes()
     assert FromInputFile.table_metadata(io.new_input(f"file://{tmp_path}/t/metadata/00001-a.metadata.json")) == metadata
+
+
+def test_tables_share_one_file_io_and_its_filesystem(tmp_path: Path, monkeypatch: Any) -> None:
+    # pyiceberg's catalog built a FileIO for every table load and commit, and each FileIO its own
+    # filesystem on first use (an S3 client for s3://): failed before, 3 FileIOs for 3 loads.
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from sinks import fileio
+    from tests.calls import count_calls
+
+    monkeypatch.setattr(fileio, "_IOS", {}, raising=False)
+    built = count_calls(monkeypatch, PyArrowFileIO, "__init__")
+    cat = NessieCatalog(client=OneCall(), ref="world-a", warehouse=f"file://{tmp_path}")  # type: ignore[arg-type]
+    ios = {id(cat._load_file_io({"write.x": "1"}, f"file://{tmp_path}/t{i}/metadata/m.json")) for i in range(3)}
+    assert len(ios) == 1 and len(built) == 1
+    # Other properties (another table's S3 settings) or another scheme get their own.
+    cat._load_file_io({"write.x": "2"}, f"file://{tmp_path}/t/metadata/m.json")
+    cat._load_file_io({"write.x": "1"}, "s3://b/t/metadata/m.json")
+    assert len(built) == 3
+
+
+def test_table_metadata_is_written_without_a_stat_or_a_directory_call(tmp_path: Path) -> None:
+    # pyiceberg's create(overwrite=False) stat'ed the new name and ran a recursive create_dir of
+    # the metadata directory for every file, three a commit (failed before: 3 of each for 3 files).
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.serializers import FromInputFile
+    from pyiceberg.table.metadata import new_table_metadata
+
+    from sinks.tables import COMMON, table_properties
+    from tests.calls import counting_local_fs
+
+    metadata = new_table_metadata(
+        COMMON.schema, COMMON.spec_with(4), COMMON.sort_order, f"file://{tmp_path}/t", table_properties(1 << 20)
+    )
+    io = PyArrowFileIO()
+    fs, counts = counting_local_fs()
+    io.fs_by_scheme = lambda scheme, netloc: fs  # type: ignore[method-assign]
+    NessieCatalog._write_metadata(metadata, io, f"file://{tmp_path}/t/metadata/00000-a.metadata.json")
+    assert counts == {"create_dir": 1, "get_file_info": 0}  # the new metadata directory
+    counts.update(create_dir=0)
+    for n in range(3):
+        NessieCatalog._write_metadata(metadata, io, f"file://{tmp_path}/t/metadata/0000{n + 1}-a.metadata.json")
+    assert counts == {"create_dir": 0, "get_file_info": 0}
+    assert FromInputFile.table_metadata(io.new_input(f"file://{tmp_path}/t/metadata/00003-a.metadata.json")) == metadata

@@ -14,7 +14,7 @@ from pyiceberg.table.metadata import new_table_metadata
 
 from sinks.rowdelta import write_data_files_with_rows
 from sinks.tables import COMMON, table_properties
-from tests.calls import count_calls
+from tests.calls import count_calls, counting_local_fs
 
 
 def _metadata(tmp_path: Path) -> Any:
@@ -184,3 +184,117 @@ def test_a_partition_directory_is_derived_once_per_partition_not_per_file(tmp_pa
         return {p.rsplit("/", 1)[0] for p in paths}
 
     assert directories([f.file_path for f, _ in ours]) == directories([f.file_path for f in theirs])
+
+
+def test_a_data_file_is_written_without_a_stat_or_a_directory_call_per_file(tmp_path: Path) -> None:
+    # pyiceberg's output file ran a recursive create_dir of the partition directory before every
+    # open, and len(output) stat'ed the file just written for its size (failed before: 8 of each
+    # for the second flush's 8 files). Now a directory is created when the open finds it missing.
+    metadata = _metadata(tmp_path)
+    io = PyArrowFileIO()
+    fs, counts = counting_local_fs()
+    io.fs_by_scheme = lambda scheme, netloc: fs  # type: ignore[method-assign]
+    first = write_data_files_with_rows(metadata, _rows(metadata, 200), io)
+    assert len(first) == 8 and counts == {"create_dir": 8, "get_file_info": 0}  # 8 new directories
+    counts.update(create_dir=0)
+    again = write_data_files_with_rows(metadata, _rows(metadata, 200), io)
+    assert len(again) == 8 and counts == {"create_dir": 0, "get_file_info": 0}
+    for f, rows in first + again:
+        # The size the writer took from its stream is the file's; its rows read back as written.
+        assert f.file_size_in_bytes == Path(_local(f.file_path)).stat().st_size
+        assert pq.read_table(_local(f.file_path)).equals(rows)
+
+
+def test_a_data_file_is_what_pyiceberg_output_file_writes(tmp_path: Path) -> None:
+    # The same bytes as through io.new_output(path).create(): only the way the file is opened changed.
+    from sinks import datafiles
+
+    metadata = _metadata(tmp_path)
+    rows = _rows(metadata, 50)
+    ours = datafiles.FileWriter(metadata, PyArrowFileIO()).write([(rows, None)], None)[0]
+    with PyArrowFileIO().new_output(f"file://{tmp_path}/theirs.parquet").create(overwrite=True) as f:
+        w = datafiles.FileWriter(metadata, PyArrowFileIO())
+        with pq.ParquetWriter(f, schema=rows.schema, store_decimal_as_integer=True, **w.kwargs) as writer:
+            writer.write(rows, row_group_size=w.row_group_size)
+    assert Path(_local(ours.file_path)).read_bytes() == (tmp_path / "theirs.parquet").read_bytes()
+
+
+def test_a_delete_file_is_written_without_a_stat_or_a_directory_call(tmp_path: Path) -> None:
+    # A partitioned flush writes a position-delete file per partition it masks rows in; each was
+    # opened after a create_dir of its directory and stat'ed for its size (failed before: 3 and 3).
+    from pyiceberg.io.pyarrow import _read_deletes
+
+    from sinks.rowdelta import write_position_deletes
+
+    io = PyArrowFileIO()
+    fs, counts = counting_local_fs()
+    io.fs_by_scheme = lambda scheme, netloc: fs  # type: ignore[method-assign]
+    (tmp_path / "d").mkdir()
+    data = f"file://{tmp_path}/data/00000-0-abc.parquet"
+    written = [write_position_deletes(io, f"file://{tmp_path}/d/del-{n}.parquet", {data: [n, 9]}) for n in range(3)]
+    assert counts == {"create_dir": 0, "get_file_info": 0}
+    for n, w in enumerate(written):
+        assert w is not None and w.file_size_in_bytes == (tmp_path / f"d/del-{n}.parquet").stat().st_size
+        assert _read_deletes(io, w)[data].to_pylist() == [n, 9]
+
+
+def test_file_metrics_of_numbers_dates_and_timestamps_are_pyiceberg_bounds(tmp_path: Path) -> None:
+    # These bounds are taken from Parquet's physical values, not pyarrow's logical ones (a datetime
+    # built per timestamp bound): the same bytes as pyiceberg's function, across row groups and nulls.
+    from datetime import date, time, timedelta
+
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        BooleanType,
+        DateType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        NestedField,
+        TimestampType,
+        TimestamptzType,
+        TimeType,
+    )
+
+    from sinks import datafiles
+
+    kinds = [IntegerType(), LongType(), FloatType(), DoubleType(), BooleanType(), DateType(), TimeType()]
+    kinds += [TimestampType(), TimestamptzType()]
+    schema = Schema(*(NestedField(i + 1, f"c{i}", k, required=False) for i, k in enumerate(kinds)))
+    plan, ids = compute_statistics_plan(schema, {}), parquet_path_to_id_mapping(schema)
+    metrics = datafiles._metrics_plan(plan, ids)  # noqa: SLF001 - the plan under test
+    assert metrics is not None and all(m.raw for m in metrics.values())
+    when = datetime(2026, 12, 1, 13, 45, 7, 123456)
+
+    def value(i: int) -> list[Any]:
+        step = (i * 7919) % 1000 - 500  # neither sorted nor positive
+        return [
+            step,
+            step * 10**12,
+            step / 7,
+            step / 3,
+            step > 0,
+            date(2026, 12, 1) + timedelta(days=step),
+            time(13, 45, (step + 500) % 60, 17),
+            when + timedelta(seconds=step, microseconds=i),
+            (when + timedelta(minutes=step)).replace(tzinfo=UTC),
+        ]
+
+    names = [f"c{i}" for i in range(len(kinds))]
+    rows = pa.Table.from_pylist(
+        [dict(zip(names, [None] * len(kinds) if i % 9 == 0 else value(i), strict=True)) for i in range(600)],
+        schema=schema.as_arrow(),
+    )
+    pq.write_table(rows, tmp_path / "r.parquet", row_group_size=128)
+    parquet = pq.ParquetFile(tmp_path / "r.parquet").metadata
+    assert parquet.num_row_groups == 5
+    theirs = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=parquet, stats_columns=plan, parquet_column_mapping=ids
+    ).to_serialized_dict()
+    assert datafiles.file_metrics(parquet, metrics) == theirs

@@ -142,3 +142,25 @@ def test_a_manifest_list_is_written_without_deriving_its_avro_schema_again(tmp_p
     assert all(m.sequence_number is not None and m.sequence_number >= 1 for m in snapshot.manifests(table.io))
     assert sum(t.file.record_count for t in after.scan().plan_files()) == 40
     assert after.scan().to_arrow().num_rows == 40
+
+
+def test_manifests_and_lists_are_written_without_a_stat_or_a_directory_call(tmp_path: Path) -> None:
+    # pyiceberg's output file ran a recursive create_dir of the metadata directory before opening
+    # each manifest and manifest list, and stat'ed each manifest for its length (failed before:
+    # 2 create_dir and 1 stat for the second commit's manifest and list).
+    from tests.calls import counting_local_fs
+
+    table = _table(tmp_path)
+    fs, counts = counting_local_fs()
+    table.io.fs_by_scheme = lambda scheme, netloc: fs  # type: ignore[attr-defined]
+    tx = table.transaction()
+    RowDelta(tx).add(write_data_files(tx.table_metadata, _rows(10), table.io)).commit()
+    files = write_data_files(tx.table_metadata, _rows(10), table.io)  # the same partitions again
+    counts.update(create_dir=0, get_file_info=0)
+    RowDelta(tx).add(files).commit()
+    assert counts == {"create_dir": 0, "get_file_info": 0}, counts
+    snapshot = tx.table_metadata.current_snapshot()
+    assert snapshot is not None
+    for m in snapshot.manifests(table.io):  # each length as the file is, and pyiceberg reads it
+        assert m.manifest_length == Path(m.manifest_path.removeprefix("file://")).stat().st_size
+        assert len(m.fetch_manifest_entry(table.io)) >= 1
