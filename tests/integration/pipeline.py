@@ -22,6 +22,8 @@ from cli.workload import Record, WorkloadParams, expected_state
 from models.deadletter import DeadLetter
 from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
+from sinks.errors import NessieConflict
+from sinks.nessie import NessieClient, Reference
 from sinks.readback import BranchState, read_world
 from streams.lag_probe import group_lag
 from streams.security import kafka_client_options, nessie_http_options
@@ -78,19 +80,15 @@ class Pipeline:
         if not worlds:
             return
         naming = WorldNaming(self.settings.prod_world, self.settings.main_branch)
-        async with httpx.AsyncClient(
-            base_url=self.direct_nessie_url or self.settings.nessie_url,  # an outage test may have cut the proxy
-            headers={"Nessie-Client-Spec": "2"},
-            **nessie_http_options(self.settings),
-        ) as http:
-            root = (await http.get("/config")).raise_for_status().json()["noAncestorHash"]
+        # Nessie itself: an outage test may have cut the worker's proxy before publishing.
+        direct = self.settings.replace(nessie_url=self.direct_nessie_url or self.settings.nessie_url)
+        async with NessieClient.from_settings(direct) as nessie:
+            root = Reference("main", "BRANCH", (await nessie.config()).no_ancestor_hash)
             for world in sorted(worlds):
-                branch = naming.branch(world)
-                if (await http.get(f"/trees/{branch}")).status_code != 200:
-                    empty = {"type": "BRANCH", "name": "main", "hash": root}
-                    resp = await http.post("/trees", params={"name": branch, "type": "BRANCH"}, json=empty)
-                    if resp.status_code != 409:  # another publish made it meanwhile
-                        resp.raise_for_status()
+                try:
+                    await nessie.create_branch(naming.branch(world), root)
+                except NessieConflict:  # it exists (an earlier publish, another test's run)
+                    pass
                 self.made_worlds.add(world)
 
     def params(self, **kw: object) -> WorkloadParams:
