@@ -26,35 +26,14 @@ import contextlib
 import random
 import statistics
 import time
-import uuid
 from typing import Any
 
 from bench.commit_stages import StageTimer
-from bench.scratch import drop_world, scratch_world
-from models.events import ChangeEvent, ChangeType, EntityKind
+from bench.scratch import drop_world, scratch_event, scratch_world
+from models.events import EntityKind
 from sinks import table_metadata
 from sinks.committer import Batch, Source
 from streams.settings import Settings
-
-
-def _event(world: str, kind: EntityKind, pk: str, version: int, n: int) -> ChangeEvent:
-    return ChangeEvent(
-        event_id=f"{world}-{pk}-{version}-{uuid.uuid4().hex[:8]}",
-        world_id=world,
-        kind=kind,
-        entity_type="person" if kind is EntityKind.OBJECT else "knows",
-        entity_pk=pk,
-        change_type=ChangeType.SNAPSHOT,
-        version=version,
-        before=None,
-        after={"n": n, "name": f"p{n}"},
-        caused_by=None,
-        causal_order=None,
-        occurred_at_ms=1_700_000_000_000 + n,
-        schema_version=0,
-        source="bench",
-        **({"from_pk": "a", "to_pk": "b"} if kind is EntityKind.LINK else {}),  # type: ignore[arg-type]
-    )
 
 
 def main() -> None:
@@ -106,7 +85,7 @@ def main() -> None:
                 pk = f"k{rng.randrange(args.keys)}"
                 versions[pk] = versions.get(pk, 0) + 1
                 topic = "onto.changes.links" if kind is EntityKind.LINK else "onto.changes.objects"
-                items.append((_event(world, kind, pk, versions[pk], n), Source(topic, 0, offset)))
+                items.append((scratch_event(world, kind, pk, versions[pk], n), Source(topic, 0, offset)))
                 offset += 1
             batch = Batch.from_sources(world, f"cpu-{i}", items)
             counts.update(contents=0, metadata=0, nessie=0)

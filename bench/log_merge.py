@@ -26,8 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from bench.commit_cpu import _event
-from bench.scratch import drop_world, scratch_world
+from bench.scratch import drop_world, scratch_event, scratch_world
 from models.events import EntityKind
 from sinks import committer as committer_module
 from sinks.committer import Batch, Source
@@ -119,7 +118,7 @@ def main() -> None:
     RowDelta.remove = removing  # type: ignore[method-assign]
     try:
         # One commit creates the world's tables; from then on only the log is written.
-        seed = [(_event(world, EntityKind.OBJECT, "seed", 1, 0), Source("onto.changes.objects", 0, 0))]
+        seed = [(scratch_event(world, EntityKind.OBJECT, "seed", 1, 0), Source("onto.changes.objects", 0, 0))]
         committer.commit_batch(Batch.from_sources(world, "seed", seed))
         table = committer.catalog(f"world-{world}").load_table((settings.namespace, "entity_events"))
         committer_module.compact_log = measured
@@ -128,7 +127,7 @@ def main() -> None:
             for i in range(args.flushes):
                 items = [
                     (
-                        _event(world, EntityKind.OBJECT, f"k{rng.getrandbits(48):012x}", 1, n),
+                        scratch_event(world, EntityKind.OBJECT, f"k{rng.getrandbits(48):012x}", 1, n),
                         Source("onto.changes.objects", 0, 1 + i * args.events + n),
                     )
                     for n in range(args.events)
