@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.procs import ROOT, Worker, free_port, start_worker, wait_healthy, worker_env
@@ -26,7 +25,7 @@ from sinks.errors import NessieConflict
 from sinks.nessie import NessieClient, Reference
 from sinks.readback import BranchState, read_world
 from streams.lag_probe import group_lag
-from streams.security import kafka_client_options, nessie_http_options
+from streams.security import kafka_client_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -63,15 +62,8 @@ class Pipeline:
         settings = base.replace(**values)
         env = worker_env(settings)
         await ensure_topics(settings)
-        headers = {"Nessie-Client-Spec": "2"}
-        async with httpx.AsyncClient(
-            base_url=settings.nessie_url, headers=headers, **nessie_http_options(settings)
-        ) as http:
-            # Start from Nessie's empty root, not main: main may hold the demo's data.
-            root = (await http.get("/config")).raise_for_status().json()["noAncestorHash"]
-            main = {"type": "BRANCH", "name": "main", "hash": root}
-            resp = await http.post("/trees", params={"name": settings.main_branch, "type": "BRANCH"}, json=main)
-            resp.raise_for_status()
+        # Start from Nessie's empty root, not main: main may hold the demo's data.
+        await _branches_from_empty_root(settings, [settings.main_branch], exist_ok=False)
         return cls(unique, tmp, settings, env, direct_nessie_url=base.nessie_url)
 
     async def create_worlds(self, worlds: set[str]) -> None:
@@ -82,14 +74,9 @@ class Pipeline:
         naming = WorldNaming(self.settings.prod_world, self.settings.main_branch)
         # Nessie itself: an outage test may have cut the worker's proxy before publishing.
         direct = self.settings.replace(nessie_url=self.direct_nessie_url or self.settings.nessie_url)
-        async with NessieClient.from_settings(direct) as nessie:
-            root = Reference("main", "BRANCH", (await nessie.config()).no_ancestor_hash)
-            for world in sorted(worlds):
-                try:
-                    await nessie.create_branch(naming.branch(world), root)
-                except NessieConflict:  # it exists (an earlier publish, another test's run)
-                    pass
-                self.made_worlds.add(world)
+        # An earlier publish or another test's run may have made some: those are kept.
+        await _branches_from_empty_root(direct, [naming.branch(w) for w in sorted(worlds)], exist_ok=True)
+        self.made_worlds |= worlds
 
     def params(self, **kw: object) -> WorkloadParams:
         """Workload parameters whose worlds and event ids belong to this pipeline only."""
@@ -220,3 +207,15 @@ def assert_matches_model(pipe: Pipeline, events: list[ChangeEvent]) -> None:
         )
         assert got.objects == want.objects, f"{world}: entity_common differs from the model"
         assert got.links == want.links, f"{world}: entity_edge differs from the model"
+
+
+async def _branches_from_empty_root(settings: Settings, names: list[str], *, exist_ok: bool) -> None:
+    """Branches ``names`` from Nessie's empty root (not main, which may hold other data)."""
+    async with NessieClient.from_settings(settings) as nessie:
+        root = Reference("main", "BRANCH", (await nessie.config()).no_ancestor_hash)
+        for name in names:
+            try:
+                await nessie.create_branch(name, root)
+            except NessieConflict:
+                if not exist_ok:
+                    raise
