@@ -582,13 +582,17 @@ def add_metrics_page(app: Any, metrics: Metrics, *, pattern: str = "/metrics") -
     series count and nothing here reads them.
     """
     from aiohttp.web import Response
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from monitoring.exposition import Exposition
 
     disable_created_metrics()
+    # generate_latest's bytes, without re-formatting every series at each scrape (monitoring/exposition.py).
+    page = Exposition()
 
     @app.page(pattern)
     async def metrics_page(web: Any, request: Any) -> Any:
-        return Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return Response(body=page.render(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def serve(metrics: Metrics | Any, port: int, addr: str = "127.0.0.1") -> Any:
