@@ -68,7 +68,8 @@ class Exposition:
     """Renders a registry in the text format; keeps each series' line prefix between scrapes."""
 
     def __init__(self) -> None:
-        self._heads: dict[int, str] = {}
+        # By the metric's id, holding the metric itself: an id is not reused while its entries live.
+        self._heads: dict[int, tuple[Any, str]] = {}
         self._prefixes: dict[tuple[int, tuple[str, ...]], list[str]] = {}
 
     def render(self, registry: CollectorRegistry) -> bytes:
@@ -114,10 +115,10 @@ class Exposition:
                 return False
             values.append((labels, child, read))
         key = id(metric)
-        head = self._heads.get(key)
-        if head is None:
-            head = self._heads[key] = self._line_texts(metric, [])[0]
-        out.append(head)
+        kept = self._heads.get(key)
+        if kept is None:
+            kept = self._heads[key] = (metric, self._line_texts(metric, [])[0])
+        out.append(kept[1])
         for labels, child, read in values:
             prefixes = self._prefixes.get((key, labels))
             if prefixes is None:
