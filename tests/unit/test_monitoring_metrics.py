@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -418,3 +419,43 @@ def test_observe_many_counts_as_observing_one_value_at_a_time(batches: list[list
     assert got.keys() == want.keys()
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-9), key
+
+
+def _poll_flush_and_tick(m: Metrics, world: str, count: int) -> None:
+    """What the applier records per poll, per flush and per tick for one world."""
+    m.consumed("onto.changes.objects", 5)
+    m.idempotency(world, lookups=5, duplicates=1)
+    m.event_outcome(world, "duplicate", 1)
+    m.released(world, [0.1])
+    m.dependency("redis", True)
+    m.committed(world, duration_s=0.2, rows=4, nbytes=100, occurred_at=[1.0] * 4, at=10.0)
+    m.event_outcome(world, "applied", 4)
+    m.set_parked(world, 0)
+    m.inflight(world, count, 5.0 if count else None)
+
+
+def test_the_hot_path_looks_a_series_up_once(m: Metrics, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per poll, flush and tick the helpers reuse the series they created: ``labels()`` converts,
+    checks and locks on every call, a few thousand calls a second at 100 worlds."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    _poll_flush_and_tick(m, "w1", 0)
+    real, calls = MetricWrapperBase.labels, []
+
+    def counting(self: Any, *values: Any, **kw: Any) -> Any:
+        calls.append(values)
+        return real(self, *values, **kw)
+
+    monkeypatch.setattr(MetricWrapperBase, "labels", counting)
+    _poll_flush_and_tick(m, "w1", 0)
+    assert calls == []
+    # The series still move: the counts add up, and the oldest-in-flight series comes and goes.
+    get = m.registry.get_sample_value
+    assert get("causeway_events_total", {"world": "w1", "outcome": "applied", "reason": ""}) == 8
+    assert get("causeway_idempotency_lookups_total", {"world": "w1"}) == 10
+    assert get("causeway_commits_total", {"world": "w1", "outcome": "committed"}) == 2
+    _poll_flush_and_tick(m, "w1", 3)
+    assert get("causeway_inflight_oldest_timestamp_seconds", {"world": "w1"}) == 5.0
+    _poll_flush_and_tick(m, "w1", 0)
+    assert get("causeway_inflight_oldest_timestamp_seconds", {"world": "w1"}) is None
+    assert get("causeway_inflight_events", {"world": "w1"}) == 0
