@@ -166,14 +166,16 @@ class FileCache:
         with self._lock:
             self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
 
-    def seed_rows(self, path: str, table: pa.Table) -> None:
-        """Keep every column of the file just written at ``path`` (see ``_rows``)."""
+    def seed_rows(self, path: str, table: pa.Table) -> pa.Table:
+        """Keep every column of the file just written at ``path`` (see ``_rows``); returns the
+        rows as kept (buffers of their own), which ``seed`` then keeps without copying again."""
         bound = self.max_bytes // 4
         if table.nbytes > bound:
-            return
+            return table
         table = _own_buffers(table)
         with self._lock:
             self._rows_bytes = _lru_put(self._rows, path, table, self._rows_bytes, bound)
+        return table
 
     def rows(self, path: str) -> pa.Table | None:
         """The rows kept by ``seed_rows`` for ``path``, if still held; reads nothing."""
@@ -270,7 +272,19 @@ def read_state(
         return state
     if isinstance(row_filter, KeyScan):
         schema, specs = table.schema(), table.specs()
-        tasks = plan_live_files(table, lambda df: row_filter.keeps(df.partition, specs[df.spec_id or 0], schema))
+        kept: dict[tuple[Any, ...], bool] = {}
+
+        def keeps(df: DataFile) -> bool:
+            # Decided once per (spec, partition): a partition holds up to ~16 small files and
+            # their delete files, and the scan's check resolves the spec's fields each time.
+            partition: Any = df.partition or ()
+            where = (df.spec_id or 0, *partition)
+            found = kept.get(where)
+            if found is None:
+                found = kept[where] = row_filter.keeps(df.partition, specs[df.spec_id or 0], schema)
+            return found
+
+        tasks = plan_live_files(table, keeps)
     else:
         planned = table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()
         tasks = [LiveTask(t.file, frozenset(t.delete_files)) for t in planned]
@@ -498,27 +512,44 @@ def write_position_deletes(
     """
 
     assert isinstance(io, FileIO)
-    paths: list[pa.Array] = []
-    pos_parts: list[pa.Array] = []
-    split: dict[str, pa.Array] = {}
+    # Positions given as Python ints (every flush's) are sorted and made unique in Python and
+    # become one array: three or four compute calls per data file named cost more than that at a
+    # flush's few positions a file, and a partitioned flush writes a delete file per partition.
+    names: list[str] = []
+    counts: list[int] = []
+    parts: list[pa.Array | list[int]] = []
     for path in sorted(deletes):
         p = deletes[path]
-        arr = pc.unique(p if isinstance(p, pa.Array) else pa.array(list(p), pa.int64()))
-        arr = arr.take(pc.array_sort_indices(arr))
-        if len(arr):
-            paths.append(pa.array([path] * len(arr), pa.string()))
-            pos_parts.append(arr.cast(pa.int64()))
-            split[path] = pos_parts[-1]
-    if not paths:
+        if isinstance(p, pa.Array):
+            arr = pc.unique(p)
+            ordered: pa.Array | list[int] = arr.take(pc.array_sort_indices(arr)).cast(pa.int64())
+        else:
+            ordered = sorted(set(p))
+        if len(ordered):
+            names.append(path)
+            counts.append(len(ordered))
+            parts.append(ordered)
+    if not names:
         return None
-    table = pa.table({"file_path": pa.concat_arrays(paths), "pos": pa.concat_arrays(pos_parts)}, schema=DELETE_SCHEMA)
+    if all(isinstance(part, list) for part in parts):
+        positions_all = pa.array(list(itertools.chain.from_iterable(parts)), pa.int64())
+    else:
+        positions_all = pa.concat_arrays([p if isinstance(p, pa.Array) else pa.array(p, pa.int64()) for p in parts])
+    split: dict[str, pa.Array] = {}
+    start = 0
+    for path, n in zip(names, counts, strict=True):
+        split[path] = positions_all.slice(start, n)
+        start += n
+    file_paths = pa.array(
+        list(itertools.chain.from_iterable([path] * n for path, n in zip(names, counts, strict=True))), pa.string()
+    )
+    table = pa.table({"file_path": file_paths, "pos": positions_all}, schema=DELETE_SCHEMA)
     with open_output(io, location) as f:
         # No Arrow schema in the footer and no Parquet statistics on file_path (both ~1.3 KiB of a
         # 275-position file's 2.7): a partitioned flush writes a delete file per partition, and
         # readers match them by the manifest's bounds (set below), not the footer.
         pq.write_table(table, f, compression="zstd", store_schema=False, write_statistics=["pos"])
         size = f.tell()  # the whole file, footer included: no stat of it after
-    names = sorted(deletes)
     lower, upper = names[0].encode(), names[-1].encode()
     df = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
@@ -782,7 +813,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         limit = metadata.properties.get(
             TableProperties.WRITE_PARTITION_SUMMARY_LIMIT, TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT
         )
-        ssc = SnapshotSummaryCollector(partition_summary_limit=int(limit))
+        ssc = _SummaryCollector(partition_summary_limit=int(limit))
         for df in [*self._added_data_files, *self._added_deletes]:
             ssc.add_file(data_file=df, partition_spec=specs[spec_of(df, default)], schema=schema)
         for df in self._deleted_data_files:
@@ -925,6 +956,33 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             out.append(written)
         self._listed = out
         return out
+
+
+class _SummaryCollector(SnapshotSummaryCollector):
+    """pyiceberg's snapshot summary collector, each partition's path derived once per snapshot.
+
+    pyiceberg derives the path (``type=person/bucket=3``, the key of its per-partition counts) for
+    every file added or removed, building the spec's partition type (pydantic models) each time;
+    a small commit on the partitioned layout adds and removes several files per partition.
+    """
+
+    def __init__(self, partition_summary_limit: int = 0) -> None:
+        super().__init__(partition_summary_limit)
+        self._paths: dict[tuple[Any, ...], str] = {}
+
+    def update_partition_metrics(
+        self, partition_spec: PartitionSpec, file: DataFile, is_add_file: bool, schema: Schema
+    ) -> None:
+        partition: Any = file.partition  # a pyiceberg Record: iterable, typed as not
+        where = (partition_spec.spec_id, *partition)
+        path = self._paths.get(where)
+        if path is None:
+            path = self._paths[where] = partition_spec.partition_to_path(file.partition, schema)
+        metrics = self.partition_metrics[path]
+        if is_add_file:
+            metrics.add_file(file)
+        else:
+            metrics.remove_file(file)
 
 
 def _as_listed(manifest: ManifestFile, snapshot: Any) -> ManifestFile:
