@@ -231,3 +231,41 @@ def test_the_key_lookup_decides_each_partition_once_not_each_file(tmp_path: Path
     assert {("person", "k00002"), ("place", "k00043")} <= set(
         zip(state.index.column("object_type_id").to_pylist(), state.index.column("object_pk").to_pylist(), strict=True)
     )
+
+
+def test_the_key_lookup_masks_deleted_rows_of_every_file_with_a_fixed_number_of_compute_calls(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # A lookup reads every small file of the partitions it touches (up to ~16 each on the
+    # partitioned layout), most with deletes; each added two compute calls. Failed before: one
+    # pc.add per file with deletes (here 3 flushes x 8 partitions, plus the index's own).
+    import pyarrow.compute as pc
+
+    from sinks.layout import key_filter
+    from sinks.rowdelta import read_state, write_partition_deletes
+
+    table = _table(tmp_path)
+    tx = table.transaction()
+    files = []
+    for start in (0, 40, 80):
+        written = write_data_files(tx.table_metadata, _rows(40, start), table.io)
+        RowDelta(tx).add(written).commit()
+        files += written
+    scratch = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
+    RowDelta(tx).add(write_partition_deletes(scratch, None, {f.file_path: [0] for f in files})).commit()
+    RowDelta(tx).add(write_partition_deletes(scratch, None, {f.file_path: [0, 1] for f in files[:4]})).commit()
+    after = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
+    keys = {(("person", "place")[i % 2], f"k{i:05d}") for i in range(120)}
+    adds = count_calls(monkeypatch, pc, "add")
+    state = read_state(
+        after, ["object_type_id", "object_pk"], None, None, key_filter("object_type_id", "object_pk", keys)
+    )
+    assert len(adds) <= 2
+    assert state.index is not None
+    first_rows = {(f.file_path, p) for f in files for p in (0,)} | {(f.file_path, 1) for f in files[:4]}
+    got = set(zip(state.index.column("_file").to_pylist(), state.index.column("_pos").to_pylist(), strict=True))
+    assert len(got) == 120 - len(first_rows)
+    assert not got & first_rows
+    assert {p: len(f.deleted) for p, f in state.files.items()} == {
+        f.file_path: 2 if i < 4 else 1 for i, f in enumerate(files)
+    }
