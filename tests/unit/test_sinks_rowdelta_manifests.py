@@ -167,6 +167,16 @@ def test_manifests_and_lists_are_written_without_a_stat_or_a_directory_call(tmp_
         assert len(m.fetch_manifest_entry(table.io)) >= 1
 
 
+def _three_flushes(table: Table, tx: Any) -> list[Any]:
+    """Three flushes of 40 rows each committed in ``tx``: their data files (up to 8 partitions each)."""
+    files = []
+    for start in (0, 40, 80):
+        written = write_data_files(tx.table_metadata, _rows(40, start), table.io)
+        RowDelta(tx).add(written).commit()
+        files += written
+    return files
+
+
 def _partitions(files: list[Any]) -> set[tuple[Any, ...]]:
     return {tuple(f.partition) for f in files}
 
@@ -215,11 +225,7 @@ def test_the_key_lookup_decides_each_partition_once_not_each_file(tmp_path: Path
 
     table = _table(tmp_path)
     tx = table.transaction()
-    files = []
-    for start in (0, 40, 80):
-        written = write_data_files(tx.table_metadata, _rows(40, start), table.io)
-        RowDelta(tx).add(written).commit()
-        files += written
+    files = _three_flushes(table, tx)
     after = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
     checks = count_calls(monkeypatch, KeyScan, "keeps")
     keys = {("person", "k00002"), ("place", "k00043")}
@@ -246,11 +252,7 @@ def test_the_key_lookup_masks_deleted_rows_of_every_file_with_a_fixed_number_of_
 
     table = _table(tmp_path)
     tx = table.transaction()
-    files = []
-    for start in (0, 40, 80):
-        written = write_data_files(tx.table_metadata, _rows(40, start), table.io)
-        RowDelta(tx).add(written).commit()
-        files += written
+    files = _three_flushes(table, tx)
     scratch = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
     RowDelta(tx).add(write_partition_deletes(scratch, None, {f.file_path: [0] for f in files})).commit()
     RowDelta(tx).add(write_partition_deletes(scratch, None, {f.file_path: [0, 1] for f in files[:4]})).commit()
