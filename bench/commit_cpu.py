@@ -4,7 +4,9 @@ Commits ``--commits`` batches of ``--events`` object updates (``--keys`` random 
 to a fresh world branch and reports this process's CPU seconds per commit (``time.process_time``,
 not wall time: the box is shared), the Nessie contents calls and ``Transaction.table_metadata``
 reads per commit, and every Nessie round trip. The first ``--warmup`` commits (table creation,
-first files) are left out.
+first files) are left out. ``--object-types 3`` spreads the objects over three types as the
+benchmark's workload does (three object types, one link type), so a commit touches each (type,
+bucket) partition of ``entity_common``; the default keeps every object a ``person``.
 
     python -m bench.commit_cpu --commits 30 --events 2000
 
@@ -26,6 +28,7 @@ import contextlib
 import random
 import statistics
 import time
+from dataclasses import replace
 from typing import Any
 
 from bench.commit_stages import StageTimer
@@ -42,6 +45,12 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--events", type=int, default=2000)
     ap.add_argument("--keys", type=int, default=20000)
+    ap.add_argument(
+        "--object-types",
+        type=int,
+        default=1,
+        help="object types the keys are spread over (the benchmark's workload has 3; default 1: 'person' only)",
+    )
     ap.add_argument("--stages", action="store_true", help="print wall and CPU ms per commit per stage (markdown)")
     args = ap.parse_args()
 
@@ -85,7 +94,10 @@ def main() -> None:
                 pk = f"k{rng.randrange(args.keys)}"
                 versions[pk] = versions.get(pk, 0) + 1
                 topic = "onto.changes.links" if kind is EntityKind.LINK else "onto.changes.objects"
-                items.append((scratch_event(world, kind, pk, versions[pk], n), Source(topic, 0, offset)))
+                event = scratch_event(world, kind, pk, versions[pk], n)
+                if kind is EntityKind.OBJECT and args.object_types > 1:  # a key keeps its type
+                    event = replace(event, entity_type=f"type{int(pk[1:]) % args.object_types}")
+                items.append((event, Source(topic, 0, offset)))
                 offset += 1
             batch = Batch.from_sources(world, f"cpu-{i}", items)
             counts.update(contents=0, metadata=0, nessie=0)

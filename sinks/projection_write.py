@@ -139,10 +139,10 @@ def apply_projection(
         files = [f for f, _ in written_rows]
         index_columns = _index_columns(tdef)
         for f, file_rows in written_rows:  # the next flush's key lookup reads these files: keep them
+            if f.file_size_in_bytes < policy.small_file_bytes:  # and a later small-file merge reads all of it
+                file_rows = cache.seed_rows(f.file_path, file_rows)  # copied once, for both entries
             cache.seed(f.file_path, index_columns, file_rows.select(list(index_columns)))
             cache.seed_filter(f.file_path, pk_col, file_rows.column(pk_col))  # which keys it may hold
-            if f.file_size_in_bytes < policy.small_file_bytes:  # and a later small-file merge reads all of it
-                cache.seed_rows(f.file_path, file_rows)
         rd.add(files)
         new_bytes = sum(f.file_size_in_bytes for f in files)
         stats.bytes_written += new_bytes

@@ -166,14 +166,16 @@ class FileCache:
         with self._lock:
             self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
 
-    def seed_rows(self, path: str, table: pa.Table) -> None:
-        """Keep every column of the file just written at ``path`` (see ``_rows``)."""
+    def seed_rows(self, path: str, table: pa.Table) -> pa.Table:
+        """Keep every column of the file just written at ``path`` (see ``_rows``); returns the
+        rows as kept (buffers of their own), which ``seed`` then keeps without copying again."""
         bound = self.max_bytes // 4
         if table.nbytes > bound:
-            return
+            return table
         table = _own_buffers(table)
         with self._lock:
             self._rows_bytes = _lru_put(self._rows, path, table, self._rows_bytes, bound)
+        return table
 
     def rows(self, path: str) -> pa.Table | None:
         """The rows kept by ``seed_rows`` for ``path``, if still held; reads nothing."""
@@ -270,7 +272,19 @@ def read_state(
         return state
     if isinstance(row_filter, KeyScan):
         schema, specs = table.schema(), table.specs()
-        tasks = plan_live_files(table, lambda df: row_filter.keeps(df.partition, specs[df.spec_id or 0], schema))
+        kept: dict[tuple[Any, ...], bool] = {}
+
+        def keeps(df: DataFile) -> bool:
+            # Decided once per (spec, partition): a partition holds up to ~16 small files and
+            # their delete files, and the scan's check resolves the spec's fields each time.
+            partition: Any = df.partition or ()
+            where = (df.spec_id or 0, *partition)
+            found = kept.get(where)
+            if found is None:
+                found = kept[where] = row_filter.keeps(df.partition, specs[df.spec_id or 0], schema)
+            return found
+
+        tasks = plan_live_files(table, keeps)
     else:
         planned = table.scan(row_filter=row_filter or AlwaysTrue()).plan_files()
         tasks = [LiveTask(t.file, frozenset(t.delete_files)) for t in planned]
@@ -295,11 +309,14 @@ def read_state(
     parts: list[pa.Table] = []
     sizes: list[int] = []
     paths: list[str] = []
-    dead_keys: list[pa.Array] = []
+    dead: list[pa.Array] = []  # deleted positions of the files read, and each one's file index
+    dead_fids: list[int] = []
     for task in tasks:
         df = task.file
         dels = deletes.get(df.file_path)
-        deleted = pc.unique(pa.concat_arrays(dels)) if dels else _NO_POSITIONS
+        # Each delete file's positions of a data file are unique (``_delete_positions``); a file
+        # named by one delete file, the common case, needs no compute call.
+        deleted = (dels[0] if len(dels) == 1 else pc.unique(pa.concat_arrays(dels))) if dels else _NO_POSITIONS
         state.files[df.file_path] = LiveFile(df, deleted)
         kf = cache.key_filter(df.file_path, pks) if pks else None
         if kf is not None and not kf.may_hold(_probe(probes, row_filter, df, table)):
@@ -317,15 +334,16 @@ def read_state(
         parts.append(t)
         sizes.append(t.num_rows)
         if len(deleted):
-            dead_keys.append(pc.add(deleted.cast(pa.int64()), fid << 32))
+            dead.append(deleted)
+            dead_fids.append(fid)
     if not parts:
         return state
     whole = _with_file_positions(pa.concat_tables(parts, promote_options="permissive"), sizes)
     if match is not None:
         whole = whole.filter(pc.fill_null(match(whole), False))
-    if dead_keys and whole.num_rows:
+    if dead and whole.num_rows:
         keys = pc.add(whole.column("_pos"), pc.shift_left(whole.column("_fid").cast(pa.int64()), 32))
-        whole = whole.filter(pc.invert(pc.is_in(keys, value_set=pa.concat_arrays(dead_keys))))
+        whole = whole.filter(pc.invert(pc.is_in(keys, value_set=_file_position_keys(dead, dead_fids))))
     if whole.num_rows:
         files = pa.array(paths, pa.string()).take(whole.column("_fid"))
         state.index = whole.drop_columns(["_fid"]).append_column("_file", files)
@@ -349,6 +367,23 @@ def _with_file_positions(whole: pa.Table, sizes: list[int]) -> pa.Table:
     starts = pa.array([end - size for end, size in zip(ends, sizes, strict=True)], pa.int64())
     pos = pc.subtract(positions(whole.num_rows), pc.take(starts, fids))
     return whole.append_column("_pos", pos).append_column("_fid", fids)
+
+
+def _file_position_keys(positions_of: list[pa.Array], fids: list[int]) -> pa.Array:
+    """``pos + (fid << 32)`` for every position of each file, the files' arrays concatenated. Pure.
+
+    Built over the concatenation (three compute calls), not per file: on the partitioned layout a
+    lookup reads every small file of the partitions it touches (up to ~16 each), most with deletes,
+    and two calls a file were a tenth of the lookup.
+    """
+    sizes = [len(p) for p in positions_of]
+    fid_of_row = pc.run_end_decode(
+        pa.RunEndEncodedArray.from_arrays(
+            pa.array(list(itertools.accumulate(sizes)), pa.int64()), pa.array(fids, pa.int64())
+        )
+    )
+    every = pa.concat_arrays([p.cast(pa.int64()) if p.type != pa.int64() else p for p in positions_of])
+    return pc.add(every, pc.shift_left(fid_of_row, 32))
 
 
 def _filtered_pk(row_filter: object, columns: tuple[str, ...], cache: FileCache) -> str | None:
@@ -462,7 +497,9 @@ def _delete_positions(cache: FileCache, io: FileIO, path: str) -> tuple[dict[str
         counts = pc.value_counts(names)
         start = 0
         for value, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True):
-            split[value] = pos.slice(start, n).combine_chunks()
+            # Unique per data file (a lookup takes a file named by one delete file as it is);
+            # causeway's writer never repeats a position, another writer might.
+            split[value] = pc.unique(pos.slice(start, n).combine_chunks())
             start += n
     with cache._lock:
         if cache.max_bytes:
@@ -498,27 +535,44 @@ def write_position_deletes(
     """
 
     assert isinstance(io, FileIO)
-    paths: list[pa.Array] = []
-    pos_parts: list[pa.Array] = []
-    split: dict[str, pa.Array] = {}
+    # Positions given as Python ints (every flush's) are sorted and made unique in Python and
+    # become one array: three or four compute calls per data file named cost more than that at a
+    # flush's few positions a file, and a partitioned flush writes a delete file per partition.
+    names: list[str] = []
+    counts: list[int] = []
+    parts: list[pa.Array | list[int]] = []
     for path in sorted(deletes):
         p = deletes[path]
-        arr = pc.unique(p if isinstance(p, pa.Array) else pa.array(list(p), pa.int64()))
-        arr = arr.take(pc.array_sort_indices(arr))
-        if len(arr):
-            paths.append(pa.array([path] * len(arr), pa.string()))
-            pos_parts.append(arr.cast(pa.int64()))
-            split[path] = pos_parts[-1]
-    if not paths:
+        if isinstance(p, pa.Array):
+            arr = pc.unique(p)
+            ordered: pa.Array | list[int] = arr.take(pc.array_sort_indices(arr)).cast(pa.int64())
+        else:
+            ordered = sorted(set(p))
+        if len(ordered):
+            names.append(path)
+            counts.append(len(ordered))
+            parts.append(ordered)
+    if not names:
         return None
-    table = pa.table({"file_path": pa.concat_arrays(paths), "pos": pa.concat_arrays(pos_parts)}, schema=DELETE_SCHEMA)
+    if all(isinstance(part, list) for part in parts):
+        positions_all = pa.array(list(itertools.chain.from_iterable(parts)), pa.int64())
+    else:
+        positions_all = pa.concat_arrays([p if isinstance(p, pa.Array) else pa.array(p, pa.int64()) for p in parts])
+    split: dict[str, pa.Array] = {}
+    start = 0
+    for path, n in zip(names, counts, strict=True):
+        split[path] = positions_all.slice(start, n)
+        start += n
+    file_paths = pa.array(
+        list(itertools.chain.from_iterable([path] * n for path, n in zip(names, counts, strict=True))), pa.string()
+    )
+    table = pa.table({"file_path": file_paths, "pos": positions_all}, schema=DELETE_SCHEMA)
     with open_output(io, location) as f:
         # No Arrow schema in the footer and no Parquet statistics on file_path (both ~1.3 KiB of a
         # 275-position file's 2.7): a partitioned flush writes a delete file per partition, and
         # readers match them by the manifest's bounds (set below), not the footer.
         pq.write_table(table, f, compression="zstd", store_schema=False, write_statistics=["pos"])
         size = f.tell()  # the whole file, footer included: no stat of it after
-    names = sorted(deletes)
     lower, upper = names[0].encode(), names[-1].encode()
     df = DataFile.from_args(
         content=DataFileContent.POSITION_DELETES,
@@ -782,7 +836,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         limit = metadata.properties.get(
             TableProperties.WRITE_PARTITION_SUMMARY_LIMIT, TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT
         )
-        ssc = SnapshotSummaryCollector(partition_summary_limit=int(limit))
+        ssc = _SummaryCollector(partition_summary_limit=int(limit))
         for df in [*self._added_data_files, *self._added_deletes]:
             ssc.add_file(data_file=df, partition_spec=specs[spec_of(df, default)], schema=schema)
         for df in self._deleted_data_files:
@@ -925,6 +979,33 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             out.append(written)
         self._listed = out
         return out
+
+
+class _SummaryCollector(SnapshotSummaryCollector):
+    """pyiceberg's snapshot summary collector, each partition's path derived once per snapshot.
+
+    pyiceberg derives the path (``type=person/bucket=3``, the key of its per-partition counts) for
+    every file added or removed, building the spec's partition type (pydantic models) each time;
+    a small commit on the partitioned layout adds and removes several files per partition.
+    """
+
+    def __init__(self, partition_summary_limit: int = 0) -> None:
+        super().__init__(partition_summary_limit)
+        self._paths: dict[tuple[Any, ...], str] = {}
+
+    def update_partition_metrics(
+        self, partition_spec: PartitionSpec, file: DataFile, is_add_file: bool, schema: Schema
+    ) -> None:
+        partition: Any = file.partition  # a pyiceberg Record: iterable, typed as not
+        where = (partition_spec.spec_id, *partition)
+        path = self._paths.get(where)
+        if path is None:
+            path = self._paths[where] = partition_spec.partition_to_path(file.partition, schema)
+        metrics = self.partition_metrics[path]
+        if is_add_file:
+            metrics.add_file(file)
+        else:
+            metrics.remove_file(file)
 
 
 def _as_listed(manifest: ManifestFile, snapshot: Any) -> ManifestFile:

@@ -23,7 +23,7 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.table.metadata import new_table_metadata
 
-from sinks.manifest_write import BlockEncoder, ManifestWriter, _list_setup
+from sinks.manifest_write import BlockEncoder, ManifestWriter, _IntMapWriter, _list_setup
 from sinks.rowdelta import write_data_files
 from sinks.tables import COMMON, arrow_schema, table_properties
 from tests.calls import count_calls
@@ -132,3 +132,30 @@ def test_a_manifest_is_written_in_a_few_stream_writes_without_a_writer_call_per_
     assert len(entries) == 8
     assert len(writes) < 100  # the header's and the block's
     assert len(longs) <= 10 * len(entries)  # the entry's own longs (snapshot id, record count, size, ...)
+
+
+def test_a_data_file_is_encoded_once_and_its_bytes_reused_when_a_later_manifest_keeps_or_deletes_it(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # A commit that removes a file rewrites every entry of its manifest as EXISTING (or DELETED):
+    # the data_file struct of those entries is the same bytes as when it was added. Failed before:
+    # every rewrite encoded every entry's metrics maps again (6 map writes an entry).
+    metadata, entries = _entries(tmp_path, 120)
+    writer = _manifest(tmp_path, metadata, entries)
+    ours = writer._writer.writer  # noqa: SLF001 - the writer tree the file was written with
+    theirs = resolve_writer(
+        record_schema=writer._with_partition(DEFAULT_READ_VERSION), file_schema=writer._with_partition(2)
+    )
+    later = [
+        ManifestEntry.from_args(
+            status=(ManifestEntryStatus.EXISTING, ManifestEntryStatus.DELETED)[i % 2],
+            snapshot_id=7,
+            sequence_number=3 + i,
+            file_sequence_number=3 + i,
+            data_file=e.data_file,
+        )
+        for i, e in enumerate(entries)
+    ]
+    maps = count_calls(monkeypatch, _IntMapWriter, "write")
+    assert _block_bytes(ours, later) == _pyiceberg_bytes(theirs, later)
+    assert maps == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from sinks.rowdelta import FileCache
@@ -87,3 +89,58 @@ def test_rows_of_concatenated_files_know_their_file_and_position() -> None:
     assert whole.column("_fid").to_pylist() == [0, 0, 0, 1, 2, 2]
     assert whole.column("_pos").to_pylist() == [0, 1, 2, 0, 0, 1]
     assert whole.schema.field("_pos").type == whole.schema.field("_fid").type == pa.int64()
+
+
+def test_a_small_files_rows_are_copied_once_for_the_rows_and_the_key_index() -> None:
+    # A flush keeps a small file's rows (for the small-file merge) and its key columns (for the
+    # next lookup); each was a copy of the slice of the flush's batch. Failed before: seed_rows
+    # returned nothing, and the key columns were a second copy.
+    batch = pa.table({"entity_pk": [f"k{i:08d}" for i in range(4000)], "version": list(range(4000))})
+    cache = FileCache(max_bytes=64 * batch.nbytes)
+    kept = cache.seed_rows("f.parquet", batch.slice(1000, 1000))
+    assert kept.equals(batch.slice(1000, 1000))
+    cache.seed("f.parquet", ("entity_pk",), kept.select(["entity_pk"]))
+    rows = cache.rows("f.parquet")
+    index, hit = cache.get(None, "f.parquet", ("entity_pk",))  # type: ignore[arg-type]
+    assert hit and rows is not None
+    shared = {b.address for b in rows.column("entity_pk").chunk(0).buffers() if b is not None}
+    assert {b.address for b in index.column("entity_pk").chunk(0).buffers() if b is not None} == shared
+    assert rows.get_total_buffer_size() <= batch.slice(1000, 1000).nbytes + 4096  # its own buffers, not the batch's
+
+
+def test_a_delete_file_holds_each_files_positions_sorted_once_and_is_bounded_by_the_files_it_names(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    # A flush's positions are Python ints; they were made unique and sorted by three compute calls
+    # per data file named (a partitioned flush writes a delete file per partition). The file-path
+    # bounds named every path given, even one without positions. Failed before: pc.unique called
+    # per path, and the upper bound was "z.parquet".
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from sinks.rowdelta import FILE_PATH_ID, write_position_deletes
+    from tests.calls import count_calls
+
+    uniques = count_calls(monkeypatch, pc, "unique")
+    cache = FileCache()
+    df = write_position_deletes(
+        PyArrowFileIO(),
+        f"file://{tmp_path}/d.parquet",
+        {"b.parquet": [5, 1, 5, 3], "a.parquet": {9, 0}, "z.parquet": [], "c.parquet": pa.array([7, 2, 7], pa.int32())},
+        cache=cache,
+    )
+    assert df is not None
+    assert len(uniques) == 1  # the Arrow input only
+    t = pq.read_table(f"{tmp_path}/d.parquet")
+    assert t.column("file_path").to_pylist() == ["a.parquet"] * 2 + ["b.parquet"] * 3 + ["c.parquet"] * 2
+    assert t.column("pos").to_pylist() == [0, 9, 1, 3, 5, 2, 7]
+    assert t.schema.field("pos").type == pa.int64()
+    assert (df.lower_bounds[FILE_PATH_ID], df.upper_bounds[FILE_PATH_ID]) == (b"a.parquet", b"c.parquet")
+    assert df.record_count == 7
+    split = cache._split[f"file://{tmp_path}/d.parquet"]  # noqa: SLF001 - what the next lookup takes
+    assert {p: v.to_pylist() for p, v in split.items()} == {
+        "a.parquet": [0, 9],
+        "b.parquet": [1, 3, 5],
+        "c.parquet": [2, 7],
+    }

@@ -17,6 +17,7 @@ from pyiceberg.table.snapshots import Operation
 from sinks import manifest_cache
 from sinks.rowdelta import RowDelta, write_data_files
 from sinks.tables import COMMON, arrow_schema, table_properties
+from tests.calls import count_calls
 
 
 def _table(tmp_path: Path) -> Table:
@@ -164,3 +165,109 @@ def test_manifests_and_lists_are_written_without_a_stat_or_a_directory_call(tmp_
     for m in snapshot.manifests(table.io):  # each length as the file is, and pyiceberg reads it
         assert m.manifest_length == Path(m.manifest_path.removeprefix("file://")).stat().st_size
         assert len(m.fetch_manifest_entry(table.io)) >= 1
+
+
+def _three_flushes(table: Table, tx: Any) -> list[Any]:
+    """Three flushes of 40 rows each committed in ``tx``: their data files (up to 8 partitions each)."""
+    files = []
+    for start in (0, 40, 80):
+        written = write_data_files(tx.table_metadata, _rows(40, start), table.io)
+        RowDelta(tx).add(written).commit()
+        files += written
+    return files
+
+
+def _partitions(files: list[Any]) -> set[tuple[Any, ...]]:
+    return {tuple(f.partition) for f in files}
+
+
+def test_a_snapshot_summary_derives_each_partition_path_once_and_counts_as_pyiceberg(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # pyiceberg's collector derived a partition's path (building the spec's partition type) for
+    # every file added or removed; a partitioned flush adds a data and a delete file and removes
+    # merged files in each partition it touches. Failed before: one derivation per file (12 here).
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.table.snapshots import SnapshotSummaryCollector
+
+    from sinks.rowdelta import write_partition_deletes
+
+    table = _table(tmp_path)
+    tx = table.transaction()
+    tx.set_properties({"write.summary.partition-limit": "100"})
+    first = write_data_files(tx.table_metadata, _rows(60), table.io)
+    RowDelta(tx).add(first).commit()
+    second = write_data_files(tx.table_metadata, _rows(60, 60), table.io)
+    scratch = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
+    deletes = write_partition_deletes(scratch, None, {f.file_path: [0] for f in first[1:]})
+    paths = count_calls(monkeypatch, PartitionSpec, "partition_to_path")
+    RowDelta(tx).add(second).add(deletes).remove(first[:1]).commit()
+    snapshot = tx.table_metadata.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    touched = _partitions(second) | _partitions(deletes) | _partitions(first[:1])
+    assert len(paths) == len(touched) < len(second) + len(deletes) + 1
+
+    theirs = SnapshotSummaryCollector(partition_summary_limit=100)
+    metadata = tx.table_metadata
+    for f in [*second, *deletes]:
+        theirs.add_file(f, metadata.schema(), metadata.spec())
+    theirs.remove_file(first[0], metadata.schema(), metadata.spec())
+    expected = theirs.build()
+    got = snapshot.summary.additional_properties
+    assert {k: got[k] for k in expected} == expected
+
+
+def test_the_key_lookup_decides_each_partition_once_not_each_file(tmp_path: Path, monkeypatch: Any) -> None:
+    # A partition holds up to ~16 small files and their delete files; the scan's check resolved
+    # the spec's fields for each of them. Failed before: one check per data file (3 flushes' files).
+    from sinks.layout import KeyScan, key_filter
+    from sinks.rowdelta import read_state
+
+    table = _table(tmp_path)
+    tx = table.transaction()
+    files = _three_flushes(table, tx)
+    after = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
+    checks = count_calls(monkeypatch, KeyScan, "keeps")
+    keys = {("person", "k00002"), ("place", "k00043")}
+    state = read_state(
+        after, ["object_type_id", "object_pk", "version"], None, None, key_filter("object_type_id", "object_pk", keys)
+    )
+    assert len(checks) == len(_partitions(files)) < len(files)
+    assert state.index is not None
+    assert {("person", "k00002"), ("place", "k00043")} <= set(
+        zip(state.index.column("object_type_id").to_pylist(), state.index.column("object_pk").to_pylist(), strict=True)
+    )
+
+
+def test_the_key_lookup_masks_deleted_rows_of_every_file_with_a_fixed_number_of_compute_calls(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # A lookup reads every small file of the partitions it touches (up to ~16 each on the
+    # partitioned layout), most with deletes; each added two compute calls. Failed before: one
+    # pc.add per file with deletes (here 3 flushes x 8 partitions, plus the index's own).
+    import pyarrow.compute as pc
+
+    from sinks.layout import key_filter
+    from sinks.rowdelta import read_state, write_partition_deletes
+
+    table = _table(tmp_path)
+    tx = table.transaction()
+    files = _three_flushes(table, tx)
+    scratch = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
+    RowDelta(tx).add(write_partition_deletes(scratch, None, {f.file_path: [0] for f in files})).commit()
+    RowDelta(tx).add(write_partition_deletes(scratch, None, {f.file_path: [0, 1] for f in files[:4]})).commit()
+    after = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
+    keys = {(("person", "place")[i % 2], f"k{i:05d}") for i in range(120)}
+    adds = count_calls(monkeypatch, pc, "add")
+    state = read_state(
+        after, ["object_type_id", "object_pk"], None, None, key_filter("object_type_id", "object_pk", keys)
+    )
+    assert len(adds) <= 2
+    assert state.index is not None
+    first_rows = {(f.file_path, p) for f in files for p in (0,)} | {(f.file_path, 1) for f in files[:4]}
+    got = set(zip(state.index.column("_file").to_pylist(), state.index.column("_pos").to_pylist(), strict=True))
+    assert len(got) == 120 - len(first_rows)
+    assert not got & first_rows
+    assert {p: len(f.deleted) for p, f in state.files.items()} == {
+        f.file_path: 2 if i < 4 else 1 for i, f in enumerate(files)
+    }
