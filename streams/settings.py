@@ -220,6 +220,21 @@ class Settings:
         "grow; an evicted file is read again from storage when a flush touches its bucket. Up to a quarter more "
         "holds every column of the small files the flushes wrote, which the small-file merge reads back.",
     )
+    memory_pool: str = _opt(
+        "default",
+        "Arrow's memory pool in the worker: default (pyarrow's choice, mimalloc), system (glibc malloc), jemalloc "
+        "or mimalloc. Set once at start-up.",
+    )
+    malloc_arena_max: int = _opt(
+        0,
+        "Most glibc malloc arenas the worker's threads spread over (0: glibc's default, 8 per core). Fewer "
+        "arenas keep less freed memory per thread; set once at start-up, before the threads exist.",
+    )
+    memory_release_interval_s: float = _opt(
+        0.0,
+        "Every this many seconds the worker hands back what Arrow's pool and glibc malloc keep free "
+        "(malloc_trim); 0 never.",
+    )
     projection_buckets: int = _opt(
         4,
         "Buckets of the key in a new projection table's layout (identity(type), bucket(N, pk); 0 = type only). "
