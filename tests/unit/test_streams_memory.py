@@ -71,3 +71,11 @@ def test_the_releaser_releases_until_stopped() -> None:
     off.start()
     time.sleep(0.05)
     assert off.releases == 0 and off._thread is None  # noqa: SLF001 - 0 means no thread at all
+
+
+def test_by_default_the_worker_uses_the_system_pool_two_arenas_and_releases(restore_pool: None) -> None:
+    # The soak A/B (docs/benchmarks.md, 2026-12-01 evening): mimalloc, Arrow's default, kept
+    # ~210-230 MiB resident above Arrow's live bytes after 6 minutes; glibc trimmed every 30 s none.
+    settings = Settings.from_env({})
+    assert memory.configure(settings.memory_pool, settings.malloc_arena_max) == memory.Applied("system", 2)
+    assert settings.memory_release_interval_s > 0
