@@ -142,6 +142,7 @@ class FileCache:
         #: rebuilt when its file is next read (the lookup then reads that file whole, as before).
         self._filters: OrderedDict[tuple[str, str], KeyFilter] = OrderedDict()
         self._filters_bytes = 0
+        self._filter_columns: set[str] = set()  # as ``_column_sets``, for ``forget``
         self.min_filter_rows = MIN_ROWS
 
     def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None) -> tuple[pa.Table, bool]:
@@ -198,12 +199,11 @@ class FileCache:
         files): reads are planned from the live snapshot, so they are not read again, and left to
         LRU eviction they filled the bound with dead files (a 20-minute soak: ~32k index entries)."""
         with self._lock:
-            filter_columns = {column for _, column in self._filters}
             for path in paths:
                 self._rows_bytes -= _cost(self._rows.pop(path, None))
                 for columns in self._column_sets:
                     self._bytes -= _cost(self._items.pop((path, columns), None))
-                for column in filter_columns:
+                for column in self._filter_columns:
                     self._filters_bytes -= _cost(self._filters.pop((path, column), None))
                 self._split.pop(path, None)
 
@@ -225,6 +225,7 @@ class FileCache:
         if built.nbytes > bound:
             return
         with self._lock:
+            self._filter_columns.add(column)
             self._filters_bytes = _lru_put(self._filters, (path, column), built, self._filters_bytes, bound)
 
     def seed_split(self, path: str, split: dict[str, pa.Array]) -> None:
