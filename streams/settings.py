@@ -223,7 +223,7 @@ class Settings:
     memory_pool: str = _opt(
         "system",
         "Arrow's memory pool in the worker: system (glibc malloc, which CAUSEWAY_MEMORY_RELEASE_INTERVAL_S "
-        "trims), jemalloc, mimalloc or default (pyarrow's choice, mimalloc). mimalloc kept ~210-230 MiB "
+        "trims), jemalloc, mimalloc or default (pyarrow's choice, mimalloc). mimalloc kept ~215-275 MiB "
         "resident above Arrow's live bytes after 6 minutes of a 1,500 events/s soak; system with the release "
         "none (docs/benchmarks.md, 2026-12-01 evening). Set once at start-up.",
     )

@@ -75,7 +75,7 @@ def test_the_releaser_releases_until_stopped() -> None:
 
 def test_by_default_the_worker_uses_the_system_pool_two_arenas_and_releases(restore_pool: None) -> None:
     # The soak A/B (docs/benchmarks.md, 2026-12-01 evening): mimalloc, Arrow's default, kept
-    # ~210-230 MiB resident above Arrow's live bytes after 6 minutes; glibc trimmed every 30 s none.
+    # ~215-275 MiB resident above Arrow's live bytes after 6 minutes; glibc trimmed every 30 s none.
     settings = Settings.from_env({})
     assert memory.configure(settings.memory_pool, settings.malloc_arena_max) == memory.Applied("system", 2)
     assert settings.memory_release_interval_s > 0
