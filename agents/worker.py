@@ -34,6 +34,7 @@ from monitoring.metrics import Metrics, add_metrics_page
 from sinks.committer import BatchCommitter
 from sinks.nessie import NessieClient
 from sinks.readback import recent_event_ids
+from streams import memory
 from streams.app import create_app
 from streams.security import kafka_client_options, redis_options
 from streams.settings import Settings
@@ -158,6 +159,9 @@ def _settled(totals: dict[str, int]) -> int:
 def run_worker(settings: Settings) -> None:
     """Run one worker until stopped (SIGTERM/SIGINT); blocks."""
     gc.set_threshold(*GC_THRESHOLD)
+    # Process-wide allocator knobs: before any thread allocates (an arena cap binds new threads only).
+    memory.configure(settings.memory_pool, settings.malloc_arena_max)
+    memory.Releaser(settings.memory_release_interval_s).start()
     app, _ = build_worker(settings)  # first: validates the CDC mapping before any topic is created
     asyncio.run(ensure_topics(settings))
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)

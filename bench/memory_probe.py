@@ -207,7 +207,8 @@ def _file_caches() -> list[dict[str, Any]]:
             items = list(cache._items.values())
             rows = list(cache._rows.values())
             splits = list(cache._split.values())
-            counted, rows_counted = cache._bytes, cache._rows_bytes
+            filters = len(cache._filters)
+            counted, rows_counted, filters_counted = cache._bytes, cache._rows_bytes, cache._filters_bytes
         out.append(
             {
                 "max_bytes": cache.max_bytes,
@@ -219,6 +220,8 @@ def _file_caches() -> list[dict[str, Any]]:
                 "rows_buffers": _buffers_bytes(rows),
                 "split_files": len(splits),
                 "split_bytes": sum(a.nbytes for s in splits for a in s.values()),
+                "filter_files": filters,
+                "filter_bytes": filters_counted,
             }
         )
     return out
@@ -394,6 +397,7 @@ def rows(samples: list[dict[str, Any]]) -> list[dict[str, float]]:
                 "rows": sum(c["rows_buffers"] for c in fc) / MIB,
                 "rows_files": sum(c["rows_files"] for c in fc),
                 "split_files": sum(c["split_files"] for c in fc),
+                "filter_files": sum(c.get("filter_files", 0) for c in fc),
                 "mimalloc": (s.get("mimalloc_committed") or 0) / MIB,
                 "malloc": ((s.get("malloc_system") or 0) + (s.get("malloc_mmap") or 0) or s.get("malloc_in_use", 0))
                 / MIB,

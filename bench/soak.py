@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -165,7 +166,6 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
 
 def _with_memory_probe(path: Any) -> None:
     """Workers started from now on load ``bench.memory_probe`` (they inherit our environment)."""
-    import os
     from pathlib import Path
 
     here = Path(__file__).resolve().parent
@@ -202,7 +202,9 @@ async def _window(
     d_rec, d_rec_n = rec_total - prev.get("rec_sum", 0.0), rec_count - prev.get("rec_count", 0.0)
     prev.update(rec_sum=rec_total, rec_count=rec_count)
     progress = await watch.progress()
-    sampler.cpu_now()
+    cpu, _ = sampler.cpu_now()
+    d_cpu = cpu - prev.get("cpu", 0.0)
+    prev.update(cpu=cpu)
     return {
         "window": index,
         "commits": int(d_count),
@@ -212,6 +214,10 @@ async def _window(
         "reconcile_s": round(d_rec, 2),
         "rss_mb": round((sampler.rss_series[-1][1] if sampler.rss_series else 0) / 2**20, 1),
         "lag": progress.lag,
+        # the workers' CPU in the window (children counted once they exit) and the box's load:
+        # on a shared box commits per window follow the load, CPU per commit much less
+        "worker_cpu_s": round(d_cpu, 2),
+        "load_1m": round(os.getloadavg()[0], 2),
     }
 
 

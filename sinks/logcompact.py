@@ -329,5 +329,5 @@ def _merged_rows(
 
     parts = [rows(p) for p in paths]  # merge_runs empties it: the merge holds the only references
     if cache is not None:
-        cache.forget_rows(paths)
+        cache.forget(paths)
     return merge_runs(parts, sort_keys), sum(read)

@@ -150,7 +150,7 @@ def apply_projection(
         if stats.rows_rewritten and data.num_rows:
             stats.bytes_rewritten += int(new_bytes * stats.rows_rewritten / data.num_rows)
     rd.remove(state.files[p].data_file for p in to_remove)
-    cache.forget_rows(to_remove)
+    cache.forget(to_remove)
     stats.files_removed += len(to_remove)
 
     # Delete files: drop those that name no surviving data file; when there are too many,
@@ -168,6 +168,7 @@ def apply_projection(
                 survivors.setdefault(path, []).extend(pos.to_pylist())
         obsolete.append(state.delete_files[d])
     rd.remove(obsolete)
+    cache.forget(d.file_path for d in obsolete)
     stats.files_removed += len(obsolete)
     if survivors:  # one delete file per partition: deletes never cross a partition
         dfiles = write_partition_deletes(table, state.files, survivors, cache)

@@ -115,9 +115,17 @@ class FileCache:
     still decided from the snapshot being committed against on every attempt.
     """
 
+    #: What a cached entry costs beyond its buffers' ``nbytes``: the C++ objects of a small table
+    #: (schema, arrays, buffer headers; 2.8-4.1 KB of glibc malloc for a 4-column key-index entry,
+    #: measured) and the pool's rounding. A soak's index entries average ~5 KB of buffers, so
+    #: counting buffers only let the cache keep about twice its bound.
+    ENTRY_BYTES = 4096
+
     def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
+        #: Every column set ``_items`` was keyed with (a handful): ``forget`` finds a path's entries.
+        self._column_sets: set[tuple[str, ...]] = set()
         self._bytes = 0
         self._lock = threading.Lock()
         #: Delete files split per data file they name (a delete file's few paths; small).
@@ -134,6 +142,7 @@ class FileCache:
         #: rebuilt when its file is next read (the lookup then reads that file whole, as before).
         self._filters: OrderedDict[tuple[str, str], KeyFilter] = OrderedDict()
         self._filters_bytes = 0
+        self._filter_columns: set[str] = set()  # as ``_column_sets``, for ``forget``
         self.min_filter_rows = MIN_ROWS
 
     def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None) -> tuple[pa.Table, bool]:
@@ -148,6 +157,7 @@ class FileCache:
             table = pq.read_table(f, columns=list(columns) if columns else None)
         with self._lock:
             if table.nbytes <= self.max_bytes:
+                self._column_sets.add(key[1])
                 self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
         return table, False
 
@@ -164,6 +174,7 @@ class FileCache:
             return
         table = _own_buffers(table)
         with self._lock:
+            self._column_sets.add(columns)
             self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
 
     def seed_rows(self, path: str, table: pa.Table) -> pa.Table:
@@ -185,13 +196,18 @@ class FileCache:
                 self._rows.move_to_end(path)
             return hit
 
-    def forget_rows(self, paths: Iterable[str]) -> None:
-        """Drop the rows of files a commit removed (merged): they are not read again."""
+    def forget(self, paths: Iterable[str]) -> None:
+        """Drop everything kept for files a commit removed (merged data files, dropped delete
+        files): reads are planned from the live snapshot, so they are not read again, and left to
+        LRU eviction they filled the bound with dead files (a 20-minute soak: ~32k index entries)."""
         with self._lock:
             for path in paths:
-                old = self._rows.pop(path, None)
-                if old is not None:
-                    self._rows_bytes -= old.nbytes
+                self._rows_bytes -= _cost(self._rows.pop(path, None))
+                for columns in self._column_sets:
+                    self._bytes -= _cost(self._items.pop((path, columns), None))
+                for column in self._filter_columns:
+                    self._filters_bytes -= _cost(self._filters.pop((path, column), None))
+                self._split.pop(path, None)
 
     def key_filter(self, path: str, column: str) -> KeyFilter | None:
         """The key filter of ``column`` of the data file at ``path``, if held; reads nothing."""
@@ -211,6 +227,7 @@ class FileCache:
         if built.nbytes > bound:
             return
         with self._lock:
+            self._filter_columns.add(column)
             self._filters_bytes = _lru_put(self._filters, (path, column), built, self._filters_bytes, bound)
 
     def seed_split(self, path: str, split: dict[str, pa.Array]) -> None:
@@ -228,11 +245,16 @@ def _lru_put(items: OrderedDict[Any, Any], key: Any, table: Any, held: int, boun
     if key in items:
         return held
     items[key] = table
-    held += table.nbytes
+    held += _cost(table)
     while held > bound:
         _, old = items.popitem(last=False)
-        held -= old.nbytes
+        held -= _cost(old)
     return held
+
+
+def _cost(entry: Any) -> int:
+    """What ``entry`` (a cached table or key filter; None: absent) counts against its bound."""
+    return 0 if entry is None else entry.nbytes + FileCache.ENTRY_BYTES
 
 
 def _own_buffers(table: pa.Table) -> pa.Table:

@@ -220,6 +220,23 @@ class Settings:
         "grow; an evicted file is read again from storage when a flush touches its bucket. Up to a quarter more "
         "holds every column of the small files the flushes wrote, which the small-file merge reads back.",
     )
+    memory_pool: str = _opt(
+        "system",
+        "Arrow's memory pool in the worker: system (glibc malloc, which CAUSEWAY_MEMORY_RELEASE_INTERVAL_S "
+        "trims), jemalloc, mimalloc or default (pyarrow's choice, mimalloc). mimalloc kept ~215-275 MiB "
+        "resident above Arrow's live bytes after 6 minutes of a 1,500 events/s soak; system with the release "
+        "none (docs/benchmarks.md, 2026-12-01 evening). Set once at start-up.",
+    )
+    malloc_arena_max: int = _opt(
+        2,
+        "Most glibc malloc arenas the worker's threads spread over (0: glibc's default, 8 per core). Each "
+        "commit thread otherwise gets an arena that keeps its own freed memory; set once at start-up.",
+    )
+    memory_release_interval_s: float = _opt(
+        30.0,
+        "Every this many seconds the worker hands back to the OS what Arrow's pool and glibc malloc keep "
+        "free (malloc_trim: 2-5 ms of CPU); 0 never.",
+    )
     projection_buckets: int = _opt(
         4,
         "Buckets of the key in a new projection table's layout (identity(type), bucket(N, pk); 0 = type only). "
