@@ -42,8 +42,12 @@ from pyiceberg.transforms import (
 )
 from pyiceberg.types import StringType
 
-#: Buckets of a projection's key in the standard layout (see docs/architecture.md, "Table layout").
-PROJECTION_BUCKETS = 4
+from streams.settings import Settings
+
+#: Buckets of a projection's key in the standard layout (see docs/architecture.md, "Table layout"):
+#: the setting's default, read from it so that the two cannot drift apart when the default changes
+#: (a configured count reaches new tables through ``TableDef.spec_with``, not through this).
+PROJECTION_BUCKETS: int = Settings.projection_buckets
 #: First partition field id Iceberg assigns (field ids of a spec start here).
 PARTITION_FIELD_ID_START = 1000
 

@@ -16,7 +16,7 @@ from pyiceberg.types import StringType
 from cli.main import cli
 from models.events import ChangeEvent
 from sinks.committer import BatchCommitter
-from sinks.layout import DEFAULT_LAYOUTS, PROJECTION_BUCKETS
+from sinks.layout import DEFAULT_LAYOUTS, default_layouts, partition_spec
 from sinks.layout_run import TableLayouts
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ALL_TABLES, COMMON, EVENTS
@@ -42,27 +42,31 @@ def new_world(client: SyncNessieClient) -> str:
     return world_id
 
 
-def bucket_of(pk: str, buckets: int = PROJECTION_BUCKETS) -> int:
+def bucket_of(pk: str, buckets: int) -> int:
     return BucketTransform(buckets).transform(StringType())(pk)
 
 
-def test_new_tables_get_the_standard_layouts_and_gc_disabled(client, sink_settings) -> None:
+@pytest.mark.parametrize("buckets", [0, 4])
+def test_new_tables_get_the_standard_layouts_and_gc_disabled(client, sink_settings, buckets: int) -> None:
     world = new_world(client)
-    committer = BatchCommitter(sink_settings, client)
+    committer = BatchCommitter(sink_settings.replace(projection_buckets=buckets), client)
     committer.commit_batch(batch(world, "b1", [obj(world, "p1", "CREATE", 1)], 0))
     cat = cat_of(committer, world)
+    standard = default_layouts(buckets)
     for tdef in ALL_TABLES:
         t = cat.load_table(("onto", tdef.name))
         assert t.properties["gc.enabled"] == "false"
         assert not t.spec().is_unpartitioned()
-        assert [f.name for f in t.spec().fields] == [f.name for f in DEFAULT_LAYOUTS[tdef.name].spec]
+        assert [(f.name, str(f.transform)) for f in t.spec().fields] == [
+            (f.name, str(f.transform)) for f in partition_spec(standard[tdef.name].spec, tdef.schema).fields
+        ]
         assert [t.schema().find_column_name(f.source_id) for f in t.sort_order().fields] == list(
-            DEFAULT_LAYOUTS[tdef.name].sort
+            standard[tdef.name].sort
         )
 
 
 def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_settings) -> None:
-    n = 16  # 2 of 16 buckets (the default is PROJECTION_BUCKETS; the setting picks any count)
+    n = 16  # 2 of 16 buckets, whatever the default count (the test is about buckets)
     world = new_world(client)
     committer = BatchCommitter(sink_settings.replace(projection_buckets=n), client)
     pks = [f"p-{i:04d}" for i in range(600)]
@@ -247,7 +251,8 @@ def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(
     before = objects(cat_of(committer, world))
     assert len(cat_of(committer, world).load_table(("onto", COMMON.name)).spec().fields) == 1
 
-    layouts = TableLayouts(sink_settings, committer)
+    # "default" with 4 buckets, whatever the default count: the evolution is from type only to type + bucket
+    layouts = TableLayouts(sink_settings.replace(projection_buckets=4), committer)
     for tdef in (COMMON, EVENTS):
         spec = "month(occurred_at)" if tdef is EVENTS else "default"
         assert layouts.evolve_text(world, tdef.name, spec, None).changed
@@ -266,6 +271,7 @@ def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(
     import orjson
 
     monkeypatch.setenv("CAUSEWAY_WAREHOUSE", sink_settings.warehouse)
+    monkeypatch.setenv("CAUSEWAY_PROJECTION_BUCKETS", "4")
     shown = CliRunner().invoke(cli, ["tables", "show", world, COMMON.name, "--json"])
     assert shown.exit_code == 0, shown.output
     report = orjson.loads(shown.output)
@@ -335,6 +341,7 @@ def test_cli_show_and_evolve(client, sink_settings, monkeypatch) -> None:
     legacy_tables(committer, world)
     committer.commit_batch(batch(world, "b1", [obj(world, f"p{i}", "CREATE", 1) for i in range(20)], 0))
     monkeypatch.setenv("CAUSEWAY_WAREHOUSE", sink_settings.warehouse)
+    monkeypatch.setenv("CAUSEWAY_PROJECTION_BUCKETS", "4")  # "--spec default" below: 4 buckets, whatever the default
     runner = CliRunner()
 
     help_ = runner.invoke(cli, ["tables", "evolve", "--help"])
@@ -388,8 +395,10 @@ def test_a_flush_never_loses_deletes_of_a_file_it_does_not_touch(client, sink_se
     the other file by min/max statistics, its deleted rows would have come back.
     """
     world = new_world(client)
-    committer = BatchCommitter(sink_settings, client, max_delete_files=1, compact_below=0.0)
-    same = [pk for pk in (f"k{i:05d}" for i in range(3000)) if bucket_of(pk) == 3]
+    n = 4  # keys of one bucket of 4, whatever the default count
+    settings = sink_settings.replace(projection_buckets=n)
+    committer = BatchCommitter(settings, client, max_delete_files=1, compact_below=0.0)
+    same = [pk for pk in (f"k{i:05d}" for i in range(3000)) if bucket_of(pk, n) == 3]
     low, high = same[:20], same[-20:]
     committer.commit_batch(batch(world, "low", [obj(world, pk, "CREATE", 1) for pk in low], 0))
     committer.commit_batch(batch(world, "high", [obj(world, pk, "CREATE", 1) for pk in high], 100))
