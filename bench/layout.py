@@ -141,7 +141,7 @@ def lookups_recorded() -> Iterator[list[dict[str, Any]]]:
     inner = sinks.projection_write.read_state
     seen: list[dict[str, Any]] = []
 
-    def read_state(table, columns, match, cache, scan=None):  # type: ignore[no-untyped-def]
+    def read_state(table, columns, match, cache, scan=None):
         state = inner(table, columns, match, cache, scan)
         if table.name()[-1] == ENTITY_COMMON and "deleted" in columns:
             seen.append(
@@ -158,7 +158,7 @@ def lookups_recorded() -> Iterator[list[dict[str, Any]]]:
     try:
         yield seen
     finally:
-        sinks.projection_write.read_state = inner  # type: ignore[assignment]
+        sinks.projection_write.read_state = inner
 
 
 def projection_reads(buckets: int, args: argparse.Namespace) -> None:

@@ -238,10 +238,11 @@ class Settings:
         "free (malloc_trim: 2-5 ms of CPU); 0 never.",
     )
     projection_buckets: int = _opt(
-        4,
+        0,
         "Buckets of the key in a new projection table's layout (identity(type), bucket(N, pk); 0 = type only). "
-        "A flush writes a file per (type, bucket) it touches: more buckets prune more, but random keys then "
-        "write more, smaller files to compact. Existing tables change only by `causeway tables evolve`.",
+        "A flush writes a file per (type, bucket) it touches: buckets cut the bytes a few-key read scans, but "
+        "random keys then write N times the files per flush (about twice the commit latency at N = 4, "
+        "docs/architecture.md 'Table layout'). Existing tables change only by `causeway tables evolve`.",
     )
     # --- schema sync and reconciliation (agents/schema_sync.py, agents/reconcile.py) -------------
     schema_topic: str = _opt(
