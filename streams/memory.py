@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ M_ARENA_MAX = -8
 POOLS = ("default", "system", "jemalloc", "mimalloc")
 
 
+@functools.cache  # find_library runs `ldconfig -p` in a subprocess: once per process, not per release
 def _libc() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("c")
     try:

@@ -79,3 +79,17 @@ def test_by_default_the_worker_uses_the_system_pool_two_arenas_and_releases(rest
     settings = Settings.from_env({})
     assert memory.configure(settings.memory_pool, settings.malloc_arena_max) == memory.Applied("system", 2)
     assert settings.memory_release_interval_s > 0
+
+
+def test_releases_look_the_c_library_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # ctypes.util.find_library runs `ldconfig -p` in a subprocess: a release every 30 s paid it
+    # every time (failed before: one lookup per release).
+    import ctypes.util
+
+    memory._libc.cache_clear()  # noqa: SLF001 - a fresh process's first lookup
+    looked: list[str] = []
+    real = ctypes.util.find_library
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: looked.append(name) or real(name))
+    for _ in range(3):
+        memory.release()
+    assert looked == ["c"]
