@@ -221,16 +221,16 @@ class Settings:
         "holds every column of the small files the flushes wrote, which the small-file merge reads back.",
     )
     memory_pool: str = _opt(
-        "system",
-        "Arrow's memory pool in the worker: system (glibc malloc, which CAUSEWAY_MEMORY_RELEASE_INTERVAL_S "
-        "trims), jemalloc, mimalloc or default (pyarrow's choice, mimalloc). mimalloc kept ~215-275 MiB "
-        "resident above Arrow's live bytes after 6 minutes of a 1,500 events/s soak; system with the release "
-        "none (docs/benchmarks.md, 2026-12-01 evening). Set once at start-up.",
+        "default",
+        "Arrow's memory pool in the worker: default (pyarrow's choice, mimalloc), system (glibc malloc, which "
+        "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S trims), jemalloc or mimalloc. In a 6-minute soak mimalloc kept "
+        "~215-275 MiB resident above Arrow's live bytes where system kept none, but system cost 11-23 % more CPU "
+        "per commit (docs/benchmarks.md, 2026-12-01 evening). Set once at start-up.",
     )
     malloc_arena_max: int = _opt(
-        2,
-        "Most glibc malloc arenas the worker's threads spread over (0: glibc's default, 8 per core). Each "
-        "commit thread otherwise gets an arena that keeps its own freed memory; set once at start-up.",
+        0,
+        "Most glibc malloc arenas the worker's threads spread over (0: glibc's default, 8 per core). Fewer "
+        "arenas keep less freed memory per commit thread and make the threads share locks; set once at start-up.",
     )
     memory_release_interval_s: float = _opt(
         30.0,
