@@ -224,7 +224,9 @@ async def test_a_row_edited_by_hand_keeping_version_and_event_id_is_found_and_re
 async def test_a_second_pass_reads_only_the_files_committed_since_and_still_finds_drift(
     rec_settings: Settings, unique: str
 ) -> None:
-    s = rec_settings
+    # Four key buckets (the default is type only): the delete behind the worker's back then
+    # rewrites one bucket's file, not the type's only file, which the second pass must read whole.
+    s = rec_settings.replace(projection_buckets=4)
     world = f"t{unique}"
     committer = make_world(s, world, [f"p{i}" for i in range(200)])
     rec = Reconciler(s, committer, Metrics())
