@@ -43,7 +43,7 @@ from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 TYPES = ("Equipment", "Department", "Sensor")
 
 
-def _event(world: str, n: int, version: int, seq: int, tag: str) -> ChangeEvent:
+def keyed_event(world: str, n: int, version: int, seq: int, tag: str) -> ChangeEvent:
     pk = f"obj-{n}"
     return ChangeEvent(
         event_id=f"{tag}-{seq}",
@@ -79,7 +79,7 @@ class Updates:
         for seq in range(self.count):
             n = rng.randrange(self.keys)
             versions[n] = versions.get(n, self.first_version - 1) + 1
-            ev = _event(self.world, n, versions[n], seq, self.tag)
+            ev = keyed_event(self.world, n, versions[n], seq, self.tag)
             yield Record(ev.kind, ev.key.encode(), ev.encode(), None)
 
 
@@ -164,7 +164,7 @@ class SeededRun(Run):
         if self.layout == "none":
             # The layout before partitioning (unpartitioned, unsorted), for an A/B against the default:
             # one object outside the seeded range creates the tables, then all three are evolved.
-            probe = _event(world, self.keys + 100, 1, self.keys + 100, f"{self.unique}-seed")
+            probe = keyed_event(world, self.keys + 100, 1, self.keys + 100, f"{self.unique}-seed")
             committer.commit_batch(Batch.from_sources(world, "seed-layout", [(probe, Source("seed", 1, 0))]))
             layouts = TableLayouts(plan.settings, committer)
             for table in (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE):
@@ -172,7 +172,7 @@ class SeededRun(Run):
             self.log("[seed] tables evolved to unpartitioned, unsorted")
         for first in range(0, self.keys, self.seed_batch):
             items = [
-                (_event(world, n, 1, n, f"{self.unique}-seed"), Source("seed", 0, n))
+                (keyed_event(world, n, 1, n, f"{self.unique}-seed"), Source("seed", 0, n))
                 for n in range(first, min(self.keys, first + self.seed_batch))
             ]
             committer.commit_batch(Batch.from_sources(world, f"seed-{first}", items))
@@ -181,7 +181,7 @@ class SeededRun(Run):
         # sees the world (mark repair); seed commits are far larger than a flush, so end with 20
         # flush-sized ones, as a world built by workers would.
         for i in range(20):
-            ev = _event(world, i, 2, self.keys + i, f"{self.unique}-seed")
+            ev = keyed_event(world, i, 2, self.keys + i, f"{self.unique}-seed")
             committer.commit_batch(
                 Batch.from_sources(world, f"seed-tail-{i}", [(ev, Source("seed", 0, self.keys + i))])
             )

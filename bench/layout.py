@@ -38,7 +38,7 @@ from typing import Any
 from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
 
 import sinks.projection_write
-from bench.keys_seeded import TYPES, _event
+from bench.keys_seeded import TYPES, keyed_event
 from bench.scratch import drop_world, scratch_world
 from models.events import ChangeEvent, ChangeType, EntityKind
 from sinks.committer import Batch, BatchCommitter, Source
@@ -174,14 +174,14 @@ def projection_reads(buckets: int, args: argparse.Namespace) -> None:
         for _ in range(k):
             n = rng.randrange(args.keys)
             versions[n] = versions.get(n, 1) + 1
-            items.append((_event(world, n, versions[n], seq, "upd"), Source(TOPIC, 0, seq)))
+            items.append((keyed_event(world, n, versions[n], seq, "upd"), Source(TOPIC, 0, seq)))
             seq += 1
         return items
 
     try:
         for first in range(0, args.keys, args.seed_batch):
             items = [
-                (_event(world, n, 1, n, "seed"), Source("seed", 0, n))
+                (keyed_event(world, n, 1, n, "seed"), Source("seed", 0, n))
                 for n in range(first, min(args.keys, first + args.seed_batch))
             ]
             committer.commit_batch(Batch.from_sources(world, f"seed-{first}", items))

@@ -19,7 +19,7 @@ import statistics
 import time
 
 from bench.commit_stages import StageTimer
-from bench.keys_seeded import _event
+from bench.keys_seeded import keyed_event
 from bench.scratch import drop_world, scratch_world
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.layout_run import TableLayouts
@@ -29,13 +29,15 @@ from streams.settings import Settings
 
 def seed(committer: BatchCommitter, settings: Settings, world: str, keys: int, batch: int, layout: str) -> None:
     if layout == "none":
-        probe = _event(world, keys + 100, 1, keys + 100, "seed")
+        probe = keyed_event(world, keys + 100, 1, keys + 100, "seed")
         committer.commit_batch(Batch.from_sources(world, "seed-layout", [(probe, Source("seed", 1, 0))]))
         layouts = TableLayouts(settings, committer)
         for table in (ENTITY_EVENTS, ENTITY_COMMON, ENTITY_EDGE):
             layouts.evolve_text(world, table, "none", "none")
     for first in range(0, keys, batch):
-        items = [(_event(world, n, 1, n, "seed"), Source("seed", 0, n)) for n in range(first, min(keys, first + batch))]
+        items = [
+            (keyed_event(world, n, 1, n, "seed"), Source("seed", 0, n)) for n in range(first, min(keys, first + batch))
+        ]
         committer.commit_batch(Batch.from_sources(world, f"seed-{first}", items))
 
 
@@ -67,7 +69,9 @@ def main() -> None:
                 for _ in range(args.flush):
                     n = rng.randrange(args.keys)
                     versions[n] = versions.get(n, 2) + 1
-                    items.append((_event(world, n, versions[n], seq, "upd"), Source("onto.changes.objects", 0, offset)))
+                    items.append(
+                        (keyed_event(world, n, versions[n], seq, "upd"), Source("onto.changes.objects", 0, offset))
+                    )
                     seq, offset = seq + 1, offset + 1
                 if i == args.warmup:
                     timer.reset()

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from bench.commit_stages import StageTimer
-from bench.keys_seeded import _event
+from bench.keys_seeded import keyed_event
 from bench.layout_commit_cpu import seed
 from bench.scratch import drop_world, scratch_world
 from sinks.committer import Batch, Source
@@ -101,7 +101,9 @@ def main() -> None:
                     else:
                         n = rng.choice(recent) if args.updates_of == "recent" and recent else rng.randrange(args.keys)
                         version = versions[n] = versions.get(n, 2 if n < args.keys else 1) + 1
-                    items.append((_event(world, n, version, seq, "lkp"), Source("onto.changes.objects", 0, offset)))
+                    items.append(
+                        (keyed_event(world, n, version, seq, "lkp"), Source("onto.changes.objects", 0, offset))
+                    )
                     seq, offset = seq + 1, offset + 1
                 if i == args.warmup:
                     reads.reset()

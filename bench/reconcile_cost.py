@@ -29,7 +29,7 @@ from typing import Any
 
 from agents.reconcile import Reconciler
 from bench.harness import RESULTS
-from bench.keys_seeded import _event
+from bench.keys_seeded import keyed_event
 from sinks.committer import Batch, BatchCommitter, Source
 from sinks.nessie import Reference, SyncNessieClient
 from streams.settings import Settings
@@ -107,7 +107,8 @@ def one_size(base: Settings, keys: int, change: int, seed_batch: int, tree: str 
         started = time.monotonic()
         for first in range(0, keys, seed_batch):
             items = [
-                (_event(world, n, 1, n, tag), Source("seed", 0, n)) for n in range(first, min(keys, first + seed_batch))
+                (keyed_event(world, n, 1, n, tag), Source("seed", 0, n))
+                for n in range(first, min(keys, first + seed_batch))
             ]
             committer.commit_batch(Batch.from_sources(world, f"seed-{first}", items))
         seeded = round(time.monotonic() - started, 1)
@@ -117,7 +118,10 @@ def one_size(base: Settings, keys: int, change: int, seed_batch: int, tree: str 
         rec = Reconciler(s, committer)
         out["first"] = measured_pass(rec, world)
         items = [
-            (_event(world, n if i % 2 else keys + i, 2 if i % 2 else 1, keys + i, tag), Source("seed", 0, keys + i))
+            (
+                keyed_event(world, n if i % 2 else keys + i, 2 if i % 2 else 1, keys + i, tag),
+                Source("seed", 0, keys + i),
+            )
             for i, n in enumerate(range(0, keys, max(1, keys // change)))
         ][:change]
         for first in range(0, len(items), 2500):  # flush-sized commits
