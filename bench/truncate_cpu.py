@@ -58,9 +58,9 @@ def main() -> None:
     looked_up = [0]
     logged = committer_module.logged_events
 
-    def counting(table: Any, ids: set[str]) -> dict[str, bool]:
+    def counting(table: Any, ids: set[str], cache: Any = None) -> dict[str, bool]:
         looked_up[0] += len(ids)
-        return logged(table, ids)
+        return logged(table, ids, cache)
 
     committer_module.logged_events = counting
     cpu: list[float] = []

@@ -125,6 +125,7 @@ from sinks.compaction import Compaction
 from sinks.errors import NessieError, RetriesExhausted, unreadable_if_missing
 from sinks.flush_stats import FlushStats
 from sinks.logcompact import compact_log
+from sinks.loglookup import logged_events
 from sinks.nessie import SyncNessieClient
 from sinks.occ import Occ
 from sinks.projection_write import apply_projection
@@ -305,7 +306,7 @@ class BatchCommitter:
                 table = cat.load_table((self.settings.namespace, EVENTS.name))
             except NoSuchTableError:
                 return set()
-            return {i for i, applied in logged_events(table, ids).items() if applied}
+            return {i for i, applied in logged_events(table, ids, self.file_cache).items() if applied}
 
     async def applied_events_async(self, world_id: str, ids: set[str]) -> set[str]:
         """``applied_events`` in a worker thread."""
@@ -331,7 +332,7 @@ class BatchCommitter:
         except NoSuchTableError:
             logged: dict[str, bool] = {}
         else:
-            logged = logged_events(table, {e.event_id for e in batch.events})
+            logged = logged_events(table, {e.event_id for e in batch.events}, self.file_cache)
         ids = {e.event_id for e in batch.events}
         return CommitOutcome(
             batch.world_id,
@@ -362,7 +363,7 @@ class BatchCommitter:
         items, recorded = _split(batch, committed)
         replayed = len(batch.events) - len(items)
         # A recorded offset is settled, but not necessarily applied: its log row says which.
-        logged = logged_events(events_table, {e.event_id for e in recorded})
+        logged = logged_events(events_table, {e.event_id for e in recorded}, self.file_cache)
         recorded_stale = {i for i, applied in logged.items() if not applied}
         absent = {e.event_id for e in recorded} - set(logged)
 
@@ -389,7 +390,7 @@ class BatchCommitter:
         # below the type's recorded version ceiling are looked up by id in the log first (a copy
         # is a duplicate). Nothing is read for other types or for versions above the ceiling.
         suspects, truncates = truncate_guard(events_table, [ev for ev, _ in items])
-        copies = set(logged_events(events_table, suspects))
+        copies = set(logged_events(events_table, suspects, self.file_cache))
         if copies:
             items = [(ev, src) for ev, src in items if ev.event_id not in copies]
         extra = {TRUNCATED_PROPERTY: truncates} if truncates is not None else {}
@@ -405,7 +406,7 @@ class BatchCommitter:
             stale_ids |= st[1]
         # A stale event whose id the log already holds is a copy of an applied one: a duplicate.
         # Suspects were looked up already (those found are gone; the others are not in the log).
-        duplicates = set(logged_events(events_table, stale_ids - suspects))
+        duplicates = set(logged_events(events_table, stale_ids - suspects, self.file_cache))
         stale_ids -= duplicates
         duplicates |= copies
         items = [(ev, src) for ev, src in items if ev.event_id not in duplicates]
@@ -550,24 +551,6 @@ def _split(
         seen.add(ev.event_id)
         out.append((ev, src))
     return out, recorded
-
-
-def logged_events(table: Table, ids: set[str]) -> dict[str, bool]:
-    """``{event_id: applied}`` for those of ``ids`` that ``entity_events`` (as loaded) holds.
-
-    ``applied`` is false when every row of the id was refused by the version rule. Read only when
-    a batch needs it (recorded offsets, stale events), so the common flush reads nothing here.
-    """
-    if not ids:
-        return {}
-    from pyiceberg.expressions import In
-
-    wanted = In("event_id", sorted(ids))  # type: ignore[call-arg, arg-type]
-    rows = table.scan(row_filter=wanted, selected_fields=("event_id", "applied")).to_arrow()
-    out: dict[str, bool] = {}
-    for eid, applied in zip(rows.column("event_id").to_pylist(), rows.column("applied").to_pylist(), strict=True):
-        out[eid] = out.get(eid, False) or bool(applied)
-    return out
 
 
 def format_offsets(offsets: Mapping[PartitionId, Sequence[int]]) -> dict[str, str]:

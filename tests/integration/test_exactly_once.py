@@ -153,10 +153,10 @@ def test_updates_of_live_keys_of_a_truncated_type_above_its_ceiling_read_no_log(
     looked_up: list[set[str]] = []
     logged = committer_module.logged_events
 
-    def counting(table: object, ids: set[str]) -> dict[str, bool]:
+    def counting(table: object, ids: set[str], cache: object = None) -> dict[str, bool]:
         if ids:
             looked_up.append(set(ids))
-        return logged(table, ids)  # type: ignore[arg-type]
+        return logged(table, ids, cache)  # type: ignore[arg-type]
 
     monkeypatch.setattr(committer_module, "logged_events", counting)
     committer = BatchCommitter(eo_settings)
