@@ -19,3 +19,26 @@ def test_a_lag_under_its_floor_is_flat_even_from_zero() -> None:
 
 def test_too_few_windows_give_no_verdict() -> None:
     assert _flat([1, 1, 1, 1, 1])["verdict"] == "too short"
+
+
+def test_a_restamped_chunk_has_fresh_ids_and_keys_and_its_causes_point_into_it() -> None:
+    """Every chunk of the soak is one generated template re-stamped: chunks never share an event id
+    or a pk (the tables must keep growing, the dedupe must not drop them), and a chunk's causes are
+    its own events."""
+    from dataclasses import replace
+
+    from bench.soak import MARK, restamp
+    from cli.workload import WorkloadParams, generate
+    from models.events import ChangeEvent, decode
+
+    params = replace(WorkloadParams(), events=400, worlds=2, keys=50, id_prefix=f"run-{MARK}-", pk_prefix=MARK)
+    template = [(r.kind, r.key, r.value) for r in generate(params).records]
+    chunks = [restamp(template, n) for n in (0, 7)]
+    events = [[e for _, key, value in c if isinstance(e := decode(value, key), ChangeEvent)] for c in chunks]
+    ids = [{e.event_id for e in evs} for evs in events]
+    pks = [{e.entity_pk for e in evs} for evs in events]
+    assert len(events[0]) == len(events[1]) > 300
+    assert not ids[0] & ids[1] and not pks[0] & pks[1]
+    assert all("Z000007Z" in i for i in ids[1]) and not any(MARK.encode() in v for _, _, v in chunks[1])
+    causes = [e.caused_by for e in events[1] if e.caused_by]
+    assert causes and all(c in ids[1] for c in causes)
