@@ -134,8 +134,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     hist = measure.read_history(run.client, plan.branches.values(), {run.root_hash})
     visible = hist.visible_at()
     per_window: dict[int, list[float]] = {}
-    for key, (t, win) in sampled.items():
-        seen = visible.get(key)
+    for where, (t, win) in sampled.items():
+        seen = visible.get(where)
         per_window.setdefault(win, []).append((seen - t) if seen else float("inf"))
     for i, window in enumerate(windows):
         lat = per_window.get(i, [])
