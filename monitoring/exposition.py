@@ -135,8 +135,12 @@ class Exposition:
         once on a registry of every shape the project uses (a library whose attributes kept their
         names but changed meaning would otherwise serve wrong values without a single error)."""
         if self._reads_as_library is None and getattr(client_metrics, PRIVATE.created_switch, True) is False:
-            registry = _shapes()
-            self._reads_as_library = self._render(registry) == generate_latest(registry)
+            try:
+                registry = _shapes()
+                self._reads_as_library = self._render(registry) == generate_latest(registry)
+            except Exception:  # noqa: BLE001 - a library this check cannot even build is not trusted either
+                log.debug("the exposition check failed", exc_info=True)
+                self._reads_as_library = False
             self._heads.clear()
             self._prefixes.clear()
             if not self._reads_as_library:
