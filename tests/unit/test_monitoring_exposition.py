@@ -204,3 +204,14 @@ def test_private_attributes_that_read_differently_from_the_library_are_not_trust
         assert page.render(registry) == generate_latest(registry)
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "rendered by generate_latest" in caplog.records[0].message
+
+
+def test_a_check_that_cannot_build_its_registry_leaves_the_page_to_the_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> CollectorRegistry:
+        raise TypeError("Histogram() got an unexpected keyword argument 'buckets'")
+
+    monkeypatch.setattr(exposition, "_shapes", broken)
+    registry = _every_shape()
+    calls = _counting_generate_latest(monkeypatch)
+    assert Exposition().render(registry) == generate_latest(registry)
+    assert calls == [registry]  # the whole page, by the library
