@@ -109,7 +109,8 @@ class Exposition:
     def __init__(self) -> None:
         # By the metric's id, holding the metric itself: an id is not reused while its entries live.
         self._heads: dict[int, tuple[Any, str]] = {}
-        self._prefixes: dict[tuple[int, tuple[str, ...]], list[str]] = {}
+        # By (metric id, label values): the child, its value reader and its lines' prefixes.
+        self._series: dict[tuple[int, tuple[str, ...]], tuple[Any, Callable[[], list[float]], list[str]]] = {}
         # None: not checked yet (checked at the first render with _created series off).
         self._reads_as_library: bool | None = None
 
@@ -142,7 +143,7 @@ class Exposition:
                 log.debug("the exposition check failed", exc_info=True)
                 self._reads_as_library = False
             self._heads.clear()
-            self._prefixes.clear()
+            self._series.clear()
             if not self._reads_as_library:
                 log.warning(
                     "prometheus_client %s keeps metric values differently: /metrics is rendered by "
@@ -172,19 +173,23 @@ class Exposition:
                 series = list(children.items())
         else:
             series = [((), metric)]
-        values = [(labels, child, _reader(kind, child)) for labels, child in series]
         key = id(metric)
         kept = self._heads.get(key)
         if kept is None:
             kept = self._heads[key] = (metric, self._line_texts(metric, [])[0])
         lines = [kept[1]]
-        for labels, child, read in values:
-            prefixes = self._prefixes.get((key, labels))
-            if prefixes is None:
-                if len(self._prefixes) >= MAX_PREFIXES:
-                    self._prefixes.clear()
-                prefixes = self._prefixes[(key, labels)] = self._line_texts(metric, [(labels, child)])[1]
-            lines += [p + floatToGoString(v) + "\n" for p, v in zip(prefixes, read(), strict=True)]
+        # set_function replaces a gauge child's samples after the fact: looked for at every scrape.
+        override = PRIVATE.samples_override if kind is Gauge else None
+        for labels, child in series:
+            entry = self._series.get((key, labels))
+            if entry is None or entry[0] is not child:  # new, or removed and labelled again since
+                if len(self._series) >= MAX_PREFIXES:
+                    self._series.clear()
+                prefixes = entry[2] if entry is not None else self._line_texts(metric, [(labels, child)])[1]
+                entry = self._series[(key, labels)] = (child, _reader(kind, child), prefixes)
+            elif override is not None and override in vars(child):
+                raise _Unreadable(override)
+            lines += [p + floatToGoString(v) + "\n" for p, v in zip(entry[2], entry[1](), strict=True)]
         return lines
 
     @staticmethod

@@ -170,6 +170,11 @@ def test_every_shape_the_project_exposes_is_byte_for_byte_the_librarys_and_read_
     registry._names_to_collectors["values"].clear()
     registry._names_to_collectors["cleared_seconds"].labels("new").observe(0.2)
     assert page.render(registry) == generate_latest(registry)
+    # A child removed and labelled again is a new child (its own value); a gauge switched to a function.
+    registry._names_to_collectors["cleared_seconds"].remove("new")
+    registry._names_to_collectors["cleared_seconds"].labels("new").observe(5.0)
+    registry._names_to_collectors["causeway_cdc_waiting_messages"].set_function(lambda: 12.5)
+    assert page.render(registry) == generate_latest(registry)
 
 
 @pytest.mark.parametrize("attribute", [f.name for f in dataclasses.fields(Private)])
