@@ -112,6 +112,11 @@ class OffsetProbe:
 
         return await self._kept.call(read)
 
+    async def group_lag(self, group: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+        """Lag per (topic, partition) of ``topics`` for ``group``."""
+        rows = await self.offsets(group, await self.partitions(topics))
+        return {(r.topic, r.partition): r.lag for r in rows}
+
     async def _with_times(self, consumer: AIOKafkaConsumer, rows: Sequence[PartitionOffsets]) -> list[PartitionOffsets]:
         """Read the record at each lagging partition's position and keep its timestamp."""
         lagging = {TopicPartition(r.topic, r.partition): r for r in rows if r.lag > 0}
@@ -154,8 +159,7 @@ async def group_lag(
     """Lag per (topic, partition) of ``topics`` for ``group`` (one-shot: opens and closes its clients)."""
     probe = OffsetProbe(bootstrap, kafka_options=kafka_options)
     try:
-        rows = await probe.offsets(group, await probe.partitions(topics))
-        return {(r.topic, r.partition): r.lag for r in rows}
+        return await probe.group_lag(group, topics)
     finally:
         await probe.close()
 
