@@ -23,6 +23,7 @@ from typing import Any, Literal
 from monitoring.health import Health
 from sinks.errors import NessieNotAnApi, NessieUnavailable
 from sinks.nessie import Config, NessieClient, RetryPolicy
+from streams.kept_client import KeptClient
 from streams.security import (
     KafkaFailureLog,
     kafka_client_options,
@@ -116,30 +117,57 @@ async def _timed(service: str, timeout_s: float, probe: asyncio.Future[str] | as
     return ProbeResult(service, "ok", detail, time.perf_counter() - started)
 
 
-async def _kafka(bootstrap: str, timeout_s: float, kafka_options: dict[str, Any] | None = None) -> str:
-    from aiokafka.client import AIOKafkaClient
+def kept_kafka(settings: Settings, timeout_s: float) -> KeptClient[Any]:
+    """A Kafka client for probes, bootstrapped on first use and kept (see streams.kept_client)."""
 
-    client = AIOKafkaClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000), **(kafka_options or {})
-    )
-    try:
-        await client.bootstrap()
-        brokers = client.cluster.brokers()
-        return f"{len(brokers)} broker(s) in the metadata"
-    finally:
-        await client.close()
+    async def open_client() -> Any:
+        from aiokafka.client import AIOKafkaClient
+
+        client = AIOKafkaClient(
+            bootstrap_servers=settings.kafka_bootstrap,
+            request_timeout_ms=int(timeout_s * 1000),
+            **kafka_client_options(settings),
+        )
+        try:
+            await client.bootstrap()
+        except BaseException:
+            await client.close()
+            raise
+        return client
+
+    return KeptClient(open_client, lambda client: client.close())
 
 
-async def _redis(url: str, timeout_s: float, **options: Any) -> str:
-    import redis.asyncio as aioredis
+def kept_redis(settings: Settings, timeout_s: float) -> KeptClient[Any]:
+    """A Redis client for probes; its pool keeps the connection between rounds (see streams.kept_client)."""
 
-    client = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, **options)
-    try:
-        if not await client.ping():
-            raise RuntimeError("PING did not answer PONG")
-        return "PING answered"
-    finally:
-        await client.aclose()
+    async def open_client() -> Any:
+        import redis.asyncio as aioredis
+
+        return aioredis.Redis.from_url(
+            settings.redis_url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            **redis_options(settings),
+        )
+
+    return KeptClient(open_client, lambda client: client.aclose())
+
+
+async def _kafka(kafka: KeptClient[Any]) -> str:
+    # A metadata request on the kept connection: the broker itself answers, not only the bootstrap.
+    cluster = await kafka.call(lambda client: client.fetch_all_metadata())
+    return f"{len(cluster.brokers())} broker(s) in the metadata"
+
+
+async def _ping(client: Any) -> str:
+    if not await client.ping():
+        raise RuntimeError("PING did not answer PONG")
+    return "PING answered"
+
+
+async def _redis(redis: KeptClient[Any]) -> str:
+    return await redis.call(_ping)
 
 
 async def _nessie(settings: Settings, timeout_s: float, client: NessieClient | None = None) -> str:
@@ -166,20 +194,26 @@ def _chain_text(exc: BaseException) -> str:
     return " ".join(parts)
 
 
-async def probe_kafka(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
-    with KafkaFailureLog() as kafka_log:  # aiokafka logs the cause and raises only "Unable to bootstrap"
-        result = await _timed(
-            "kafka",
-            timeout_s,
-            asyncio.ensure_future(_kafka(settings.kafka_bootstrap, timeout_s, kafka_client_options(settings))),
-        )
+async def probe_kafka(settings: Settings, timeout_s: float = 5.0, client: KeptClient[Any] | None = None) -> ProbeResult:
+    """``client``: a kept one to probe through (``kept_kafka``); None opens and closes a fresh one."""
+    kafka = client if client is not None else kept_kafka(settings, timeout_s)
+    try:
+        with KafkaFailureLog() as kafka_log:  # aiokafka logs the cause and raises only "Unable to bootstrap"
+            result = await _timed("kafka", timeout_s, asyncio.ensure_future(_kafka(kafka)))
+    finally:
+        if client is None:
+            await kafka.aclose()
     return _with_reason(result, kafka_log.last)
 
 
-async def probe_redis(settings: Settings, timeout_s: float = 5.0) -> ProbeResult:
-    return await _timed(
-        "redis", timeout_s, asyncio.ensure_future(_redis(settings.redis_url, timeout_s, **redis_options(settings)))
-    )
+async def probe_redis(settings: Settings, timeout_s: float = 5.0, client: KeptClient[Any] | None = None) -> ProbeResult:
+    """``client``: a kept one to probe through (``kept_redis``); None opens and closes a fresh one."""
+    redis = client if client is not None else kept_redis(settings, timeout_s)
+    try:
+        return await _timed("redis", timeout_s, asyncio.ensure_future(_redis(redis)))
+    finally:
+        if client is None:
+            await redis.aclose()
 
 
 async def probe_nessie(settings: Settings, timeout_s: float = 5.0, client: NessieClient | None = None) -> ProbeResult:
@@ -201,29 +235,43 @@ def dependency_watcher(
         health.register_dependency(name)
 
     async def watch() -> None:
-        # One Nessie client for the watcher's life: a fresh one per round built a TLS context and a
-        # connection pool, ~47 ms of the event loop's CPU every round (docs/benchmarks.md). Its
-        # connection is kept alive between rounds; a dropped one is opened again by the next request.
-        async with _nessie_client(settings, timeout_s) as nessie:
-            while not stopping():
-                for result in await probe_all(settings, services, timeout_s, nessie=nessie):
-                    detail = "" if result.ok else f"{result.verdict}: {result.detail}"
-                    health.set_dependency(result.service, result.ok, detail)
-                await asyncio.sleep(interval_s)
+        # One client per service for the watcher's life: a fresh Nessie client per round built a TLS
+        # context and a connection pool, ~47 ms of the event loop's CPU every round (docs/benchmarks.md),
+        # and fresh Kafka and Redis clients bootstrapped and connected every round. Nessie's pool opens a
+        # dropped connection again by itself; Kafka's and Redis's are opened again after a failed round.
+        kafka, redis = kept_kafka(settings, timeout_s), kept_redis(settings, timeout_s)
+        try:
+            async with _nessie_client(settings, timeout_s) as nessie:
+                while not stopping():
+                    results = await probe_all(settings, services, timeout_s, nessie=nessie, kafka=kafka, redis=redis)
+                    for result in results:
+                        detail = "" if result.ok else f"{result.verdict}: {result.detail}"
+                        health.set_dependency(result.service, result.ok, detail)
+                    await asyncio.sleep(interval_s)
+        finally:
+            await kafka.aclose()
+            await redis.aclose()
 
     return watch
 
 
 async def probe_all(
-    settings: Settings, services: tuple[str, ...], timeout_s: float = 5.0, *, nessie: NessieClient | None = None
+    settings: Settings,
+    services: tuple[str, ...],
+    timeout_s: float = 5.0,
+    *,
+    nessie: NessieClient | None = None,
+    kafka: KeptClient[Any] | None = None,
+    redis: KeptClient[Any] | None = None,
 ) -> list[ProbeResult]:
     """The named probes (kafka, redis, nessie) concurrently; at most ``timeout_s`` in all.
 
-    ``nessie``: a kept-open client for the Nessie probe (the dependency watcher's); None opens a fresh one.
+    ``nessie``, ``kafka``, ``redis``: kept clients to probe through (the dependency watcher's); None
+    opens and closes a fresh one.
     """
     probes: dict[str, Callable[[Settings, float], Awaitable[ProbeResult]]] = {
-        "kafka": probe_kafka,
-        "redis": probe_redis,
+        "kafka": partial(probe_kafka, client=kafka),
+        "redis": partial(probe_redis, client=redis),
         "nessie": partial(probe_nessie, client=nessie),
     }
     return list(await asyncio.gather(*(probes[s](settings, timeout_s) for s in services)))

@@ -6,12 +6,12 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 
 import httpx
 import redis
 
-from agents.probes import probe_kafka, probe_nessie, probe_redis
+from agents.probes import ProbeResult, probe_kafka, probe_nessie, probe_redis
 from cli.errors import mask_url
 from cli.preflight import url_of
 from monitoring.discovery import describe_targets
@@ -32,7 +32,11 @@ from streams.settings import Settings
 from streams.topics import ensure_topic
 
 PROBE_TIMEOUT_S = 5.0
-PROBES = {"kafka": probe_kafka, "redis": probe_redis, "nessie": probe_nessie}
+PROBES: dict[str, Callable[[Settings, float], Coroutine[None, None, ProbeResult]]] = {
+    "kafka": probe_kafka,
+    "redis": probe_redis,
+    "nessie": probe_nessie,
+}
 
 
 def _check_redis(settings: Settings) -> str:

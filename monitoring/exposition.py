@@ -11,28 +11,67 @@ a histogram bucket, its bound), so it is rendered once, by ``generate_latest`` i
 family (the escaping and label order are the library's), and kept; a scrape then reads the
 children's current values and appends them (formatted by the library's ``floatToGoString``).
 
-The values are read from prometheus_client's metric children (``_metrics``, ``_value``,
-``_buckets``, ``_sum``, ``_upper_bounds``), as ``monitoring.metrics.observe_many`` writes them:
-the library has no public per-child reader. Anything that is not a plain Counter, Gauge or
-Histogram as of prometheus_client 0.26 (another collector, ``_created`` series switched on, a
-gauge with ``set_function``, a registry with target info, internals moved) is rendered by
-``generate_latest`` itself, so the page is never wrong, only slower
+The library has no public reader of a registry's collectors or of a metric's children and their
+values, so those are read from its private attributes, all named in ``PRIVATE`` (as of
+prometheus_client 0.26; a metric's name, help and type come from the public ``describe()``).
+Whatever is not as expected is rendered by ``generate_latest`` itself, so the page is never wrong,
+only slower: a missing private attribute, anything but a plain Counter, Gauge or Histogram (another
+collector, ``_created`` series switched on, a gauge with ``set_function``, a registry with target
+info), and, checked once per ``Exposition`` on a registry of its own, a library whose private
+attributes are there but read differently from how ``generate_latest`` reads them
 (``tests/unit/test_monitoring_exposition.py`` compares the two byte for byte).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import prometheus_client.metrics as client_metrics
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
+
+log = logging.getLogger(__name__)
 
 #: Kept line prefixes above this many are dropped (and rebuilt as scraped): label values are
 #: bounded by design (monitoring.metrics), this only bounds a registry that is not.
 MAX_PREFIXES = 200_000
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Private:
+    """The names of prometheus_client's private attributes this module reads."""
+
+    registry_collectors: str = "_collector_to_names"  # CollectorRegistry: collectors in collect() order
+    registry_lock: str = "_lock"
+    registry_target_info: str = "_target_info"  # set: collect() adds a target_info family first
+    created_switch: str = "_use_created"  # prometheus_client.metrics: _created series on or off
+    children: str = "_metrics"  # a labelled metric's children by label values
+    children_lock: str = "_lock"
+    label_names: str = "_labelnames"
+    value: str = "_value"  # Counter and Gauge child: .get() is the line's value
+    buckets: str = "_buckets"  # Histogram child: per-bucket (not cumulative) counts, .get() each
+    sum: str = "_sum"
+    bounds: str = "_upper_bounds"
+    samples_override: str = "_child_samples"  # in a gauge's own __dict__ once set_function replaced it
+
+
+PRIVATE = Private()
+
+
+class _Unreadable(Exception):
+    """A private attribute is missing or not of the expected kind: ``generate_latest`` renders it."""
+
+
+def _get(obj: Any, name: str) -> Any:
+    value = getattr(obj, name, _MISSING)
+    if value is _MISSING:
+        raise _Unreadable(name)
+    return value
 
 
 class _One:
@@ -58,7 +97,7 @@ class _Families:
 def _suffixes(metric: Any, child: Any) -> list[tuple[str, dict[str, str]]]:
     """The (suffix, extra labels) of a child's lines, in the order its ``_child_samples`` yields them."""
     if isinstance(metric, Histogram):
-        bounds = child._upper_bounds
+        bounds = _get(child, PRIVATE.bounds)
         out = [("_bucket", {"le": floatToGoString(b)}) for b in bounds] + [("_count", {})]
         return out + [("_sum", {})] if bounds[0] >= 0 else out
     return [("_total" if isinstance(metric, Counter) else "", {})]
@@ -70,12 +109,21 @@ class Exposition:
     def __init__(self) -> None:
         # By the metric's id, holding the metric itself: an id is not reused while its entries live.
         self._heads: dict[int, tuple[Any, str]] = {}
-        self._prefixes: dict[tuple[int, tuple[str, ...]], list[str]] = {}
+        # By (metric id, label values): the child, its value reader and its lines' prefixes.
+        self._series: dict[tuple[int, tuple[str, ...]], tuple[Any, Callable[[], list[float]], list[str]]] = {}
+        # None: not checked yet (checked at the first render with _created series off).
+        self._reads_as_library: bool | None = None
 
     def render(self, registry: CollectorRegistry) -> bytes:
         """The page ``generate_latest(registry)`` would serve now."""
-        collectors = self._collectors(registry)
-        if collectors is None:
+        if not self._fast_path_checked():
+            return generate_latest(registry)
+        return self._render(registry)
+
+    def _render(self, registry: Any) -> bytes:
+        try:
+            collectors = _collectors(registry)
+        except _Unreadable:
             return generate_latest(registry)
         out: list[str] = []
         for collector in collectors:
@@ -83,70 +131,97 @@ class Exposition:
                 out.append(generate_latest(_Families(collector)).decode())
         return "".join(out).encode()
 
-    @staticmethod
-    def _collectors(registry: CollectorRegistry) -> list[Any] | None:
-        """The registry's collectors in ``collect()`` order; None when it cannot be read this way."""
-        if getattr(registry, "_target_info", None):
-            return None
-        lock = getattr(registry, "_lock", None)
-        names = getattr(registry, "_collector_to_names", None)
-        if lock is None or not isinstance(names, dict):
-            return None
-        with lock:
-            return list(names)
+    def _fast_path_checked(self) -> bool:
+        """Whether this library's private attributes read as ``generate_latest`` reads them, checked
+        once on a registry of every shape the project uses (a library whose attributes kept their
+        names but changed meaning would otherwise serve wrong values without a single error)."""
+        if self._reads_as_library is None and getattr(client_metrics, PRIVATE.created_switch, True) is False:
+            try:
+                registry = _shapes()
+                self._reads_as_library = self._render(registry) == generate_latest(registry)
+            except Exception:  # noqa: BLE001 - a library this check cannot even build is not trusted either
+                log.debug("the exposition check failed", exc_info=True)
+                self._reads_as_library = False
+            self._heads.clear()
+            self._series.clear()
+            if not self._reads_as_library:
+                log.warning(
+                    "prometheus_client %s keeps metric values differently: /metrics is rendered by "
+                    "generate_latest (correct, about five times the CPU per scrape)",
+                    _library_version(),
+                )
+        return self._reads_as_library is not False
 
     def _render_fast(self, metric: Any, out: list[str]) -> bool:
         """Append ``metric``'s lines to ``out``; False (nothing appended) if it is not readable here."""
         kind = type(metric)
-        if kind not in (Counter, Gauge, Histogram) or getattr(client_metrics, "_use_created", True):
+        if kind not in (Counter, Gauge, Histogram) or getattr(client_metrics, PRIVATE.created_switch, True):
             return False
-        if metric._is_parent():
-            lock, children = getattr(metric, "_lock", None), getattr(metric, "_metrics", None)
-            if lock is None or not isinstance(children, dict):
-                return False
+        try:
+            lines = self._lines(metric, kind)
+        except _Unreadable:
+            return False
+        out += lines
+        return True
+
+    def _lines(self, metric: Any, kind: type) -> list[str]:
+        if _get(metric, PRIVATE.label_names):
+            lock, children = _get(metric, PRIVATE.children_lock), _get(metric, PRIVATE.children)
+            if not isinstance(children, dict):
+                raise _Unreadable(PRIVATE.children)
             with lock:
                 series = list(children.items())
         else:
             series = [((), metric)]
-        values = []
-        for labels, child in series:
-            read = _reader(kind, child)
-            if read is None:
-                return False
-            values.append((labels, child, read))
         key = id(metric)
         kept = self._heads.get(key)
         if kept is None:
             kept = self._heads[key] = (metric, self._line_texts(metric, [])[0])
-        out.append(kept[1])
-        for labels, child, read in values:
-            prefixes = self._prefixes.get((key, labels))
-            if prefixes is None:
-                if len(self._prefixes) >= MAX_PREFIXES:
-                    self._prefixes.clear()
-                prefixes = self._prefixes[(key, labels)] = self._line_texts(metric, [(labels, child)])[1]
-            out += [p + floatToGoString(v) + "\n" for p, v in zip(prefixes, read(), strict=True)]
-        return True
+        lines = [kept[1]]
+        # set_function replaces a gauge child's samples after the fact: looked for at every scrape.
+        override = PRIVATE.samples_override if kind is Gauge else None
+        for labels, child in series:
+            entry = self._series.get((key, labels))
+            if entry is None or entry[0] is not child:  # new, or removed and labelled again since
+                if len(self._series) >= MAX_PREFIXES:
+                    self._series.clear()
+                prefixes = entry[2] if entry is not None else self._line_texts(metric, [(labels, child)])[1]
+                entry = self._series[(key, labels)] = (child, _reader(kind, child), prefixes)
+            elif override is not None and override in vars(child):
+                raise _Unreadable(override)
+            lines += [p + floatToGoString(v) + "\n" for p, v in zip(entry[2], entry[1](), strict=True)]
+        return lines
 
     @staticmethod
     def _line_texts(metric: Any, series: list[tuple[tuple[str, ...], Any]]) -> tuple[str, list[str]]:
         """The HELP/TYPE lines of ``metric`` and its lines' prefixes (up to the value) for ``series``,
         rendered by ``generate_latest`` on a family holding those lines at value 0."""
-        family = Metric(metric._name, metric._documentation, metric._type)
+        [family] = metric.describe()  # name, help and type, without samples
         for labels, child in series:
-            base = dict(zip(metric._labelnames, labels, strict=True))
+            base = dict(zip(_get(metric, PRIVATE.label_names), labels, strict=True))
             for suffix, extra in _suffixes(metric, child):
-                family.add_sample(metric._name + suffix, base | extra, 0.0)
+                family.add_sample(family.name + suffix, base | extra, 0.0)
         lines = generate_latest(_One(family)).decode().splitlines(keepends=True)
         return "".join(lines[:2]), [line[: -len("0.0\n")] for line in lines[2:]]
 
 
-def _reader(kind: type, child: Any) -> Any:
-    """A function giving the child's line values in order, or None if the child is not as expected."""
+def _collectors(registry: Any) -> list[Any]:
+    """The registry's collectors in ``collect()`` order; raises _Unreadable when it cannot be read so."""
+    if _get(registry, PRIVATE.registry_target_info):
+        raise _Unreadable(PRIVATE.registry_target_info)
+    lock, names = _get(registry, PRIVATE.registry_lock), _get(registry, PRIVATE.registry_collectors)
+    if not isinstance(names, dict):
+        raise _Unreadable(PRIVATE.registry_collectors)
+    with lock:
+        return list(names)
+
+
+def _reader(kind: type, child: Any) -> Callable[[], list[float]]:
+    """A function giving the child's line values in order; raises _Unreadable if the child is not as expected."""
     if kind is Histogram:
-        buckets, total, bounds = (getattr(child, a, None) for a in ("_buckets", "_sum", "_upper_bounds"))
-        if buckets is None or total is None or bounds is None or len(buckets) != len(bounds):
-            return None
+        buckets, total, bounds = (_get(child, name) for name in (PRIVATE.buckets, PRIVATE.sum, PRIVATE.bounds))
+        if len(buckets) != len(bounds) or not all(callable(getattr(b, "get", None)) for b in (*buckets, total)):
+            raise _Unreadable(PRIVATE.buckets)
 
         def histogram() -> list[float]:
             out, acc = [], 0.0
@@ -157,7 +232,47 @@ def _reader(kind: type, child: Any) -> Any:
             return out + [total.get()] if bounds[0] >= 0 else out
 
         return histogram
-    value = getattr(child, "_value", None)
-    if value is None or "_child_samples" in vars(child):  # a gauge with set_function reads its function
-        return None
+    if PRIVATE.samples_override in vars(child):  # a gauge with set_function reads its function
+        raise _Unreadable(PRIVATE.samples_override)
+    value = _get(child, PRIVATE.value)
+    if not callable(getattr(value, "get", None)):
+        raise _Unreadable(PRIVATE.value)
     return lambda: [value.get()]
+
+
+def _shapes() -> CollectorRegistry:
+    """A registry of every shape of series the project exposes: counters, gauges and histograms,
+    with and without labels, label values that need escaping, removed and cleared children,
+    non-finite values, a histogram without a _sum line, a gauge reading a function."""
+    registry = CollectorRegistry()
+    Counter("shape_plain", "No labels.", registry=registry).inc(3)
+    counter = Counter("shape_events", 'Help with \\ and\n"quotes".', ("world", "outcome"), registry=registry)
+    counter.labels('w"1\\\n', "applied").inc(2.5)
+    counter.labels("gone", "applied").inc()
+    counter.remove("gone", "applied")
+    gauge = Gauge("shape_gauge", "Gauge.", ("dependency",), registry=registry)
+    for name, value in (("a", -1.5), ("b", float("nan")), ("c", float("inf")), ("d", 1e21), ("e", 7)):
+        gauge.labels(name).set(value)
+    gauge.remove("e")
+    cleared = Gauge("shape_cleared", "Cleared, then set again.", ("k",), registry=registry)
+    cleared.labels("old").set(1)
+    cleared.clear()
+    cleared.labels("new").set(2)
+    Gauge("shape_function", "Set from a function.", registry=registry).set_function(lambda: 41.5)
+    Gauge("shape_unset", "Never set.", registry=registry)
+    latency = Histogram("shape_seconds", "Histogram.", ("world",), buckets=(0.1, 1.0, 10.0), registry=registry)
+    for v in (0.05, 0.1, 0.5, 3.0, 50.0, float("inf")):
+        latency.labels("w").observe(v)
+    latency.labels("empty")
+    Histogram("shape_default_seconds", "Default buckets, no labels.", registry=registry).observe(0.3)
+    Histogram("shape_negative", "No _sum line.", buckets=(-1.0, 0.0, 1.0), registry=registry).observe(-3)
+    return registry
+
+
+def _library_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("prometheus-client")
+    except PackageNotFoundError:
+        return "(version unknown)"

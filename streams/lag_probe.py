@@ -8,8 +8,9 @@
 * for a partition that lags, the timestamp of the next record the group will read (one small fetch),
 
 which are the numbers ``kafka-consumer-groups.sh --describe`` prints as LOG-END-OFFSET and
-CURRENT-OFFSET, plus the age of the oldest record waiting. The clients start on first use and are
-rebuilt after a failure, so a broker outage is an exception from one poll and recovers on its own.
+CURRENT-OFFSET, plus the age of the oldest record waiting. The clients start on first use, are kept
+between polls and rebuilt after a failure (``streams.kept_client``), so a broker outage is an exception
+from one poll and recovers on its own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from streams.kept_client import KeptClient
 from streams.lag import PartitionOffsets
 
 log = logging.getLogger(__name__)
@@ -40,38 +42,41 @@ class OffsetProbe:
         self.bootstrap = bootstrap
         self._options = kafka_options or {}  # streams.security.kafka_client_options
         self.request_timeout_ms = request_timeout_ms
-        self._consumer: AIOKafkaConsumer | None = None
-        self._admin: AIOKafkaAdminClient | None = None
+        self._kept: KeptClient[tuple[AIOKafkaConsumer, AIOKafkaAdminClient]] = KeptClient(
+            self._open, lambda clients: _quietly_stop(*clients)
+        )
 
-    async def _clients(self) -> tuple[AIOKafkaConsumer, AIOKafkaAdminClient]:
-        if self._consumer is None or self._admin is None:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                enable_auto_commit=False,
-                request_timeout_ms=self.request_timeout_ms,
-                max_partition_fetch_bytes=16 * 1024,  # one record's timestamp is all a fetch needs
-                **self._options,
-            )
-            admin = AIOKafkaAdminClient(
-                bootstrap_servers=self.bootstrap, request_timeout_ms=self.request_timeout_ms, **self._options
-            )
-            try:
-                await consumer.start()
-                await admin.start()
-            except BaseException:
-                await _quietly_stop(consumer, admin)
-                raise
-            self._consumer, self._admin = consumer, admin
-        return self._consumer, self._admin
+    @property
+    def opened(self) -> int:
+        """Client pairs opened so far: one for the probe's life while the broker answers."""
+        return self._kept.opened
+
+    async def _open(self) -> tuple[AIOKafkaConsumer, AIOKafkaAdminClient]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            enable_auto_commit=False,
+            request_timeout_ms=self.request_timeout_ms,
+            max_partition_fetch_bytes=16 * 1024,  # one record's timestamp is all a fetch needs
+            **self._options,
+        )
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap, request_timeout_ms=self.request_timeout_ms, **self._options
+        )
+        try:
+            await consumer.start()
+            await admin.start()
+        except BaseException:
+            await _quietly_stop(consumer, admin)
+            raise
+        return consumer, admin
 
     async def partitions(self, topics: Iterable[str]) -> list[tuple[str, int]]:
         """(topic, partition) of each existing topic in ``topics``; unknown topics are left out."""
         names = sorted(set(topics))
         if not names:
             return []
-        _, admin = await self._clients()
         out = []
-        for desc in await admin.describe_topics(names):
+        for desc in await self._kept.call(lambda clients: clients[1].describe_topics(names)):
             if desc.get("error_code", 0) != 0:
                 continue
             out += [(desc["topic"], p["partition"]) for p in desc.get("partitions", ())]
@@ -79,8 +84,7 @@ class OffsetProbe:
 
     async def committed_topics(self, group: str) -> set[str]:
         """Topics ``group`` has committed offsets for (Faust's internal topics left out)."""
-        _, admin = await self._clients()
-        committed = await admin.list_consumer_group_offsets(group)
+        committed = await self._kept.call(lambda clients: clients[1].list_consumer_group_offsets(group))
         return {tp.topic for tp in committed if not any(m in tp.topic for m in INTERNAL_TOPIC_MARKERS)}
 
     async def offsets(
@@ -91,8 +95,9 @@ class OffsetProbe:
         tps = sorted({TopicPartition(t, p) for t, p in partitions})
         if not tps:
             return []
-        try:
-            consumer, admin = await self._clients()
+
+        async def read(clients: tuple[AIOKafkaConsumer, AIOKafkaAdminClient]) -> list[PartitionOffsets]:
+            consumer, admin = clients
             # Committed first, then end offsets: a commit landing in between can only make the lag
             # we report smaller than the truth, never larger than the log allows.
             committed = await admin.list_consumer_group_offsets(group, partitions=tps)
@@ -103,12 +108,14 @@ class OffsetProbe:
                 meta = committed.get(tp)
                 offset = meta.offset if meta is not None and meta.offset >= 0 else None
                 out.append(PartitionOffsets(tp.topic, tp.partition, int(ends[tp]), int(lows[tp]), offset))
-            if with_times:
-                out = await self._with_times(consumer, out)
-        except BaseException:
-            await self.close()  # rebuild the clients on the next poll
-            raise
-        return out
+            return await self._with_times(consumer, out) if with_times else out
+
+        return await self._kept.call(read)
+
+    async def group_lag(self, group: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+        """Lag per (topic, partition) of ``topics`` for ``group``."""
+        rows = await self.offsets(group, await self.partitions(topics))
+        return {(r.topic, r.partition): r.lag for r in rows}
 
     async def _with_times(self, consumer: AIOKafkaConsumer, rows: Sequence[PartitionOffsets]) -> list[PartitionOffsets]:
         """Read the record at each lagging partition's position and keep its timestamp."""
@@ -139,8 +146,7 @@ class OffsetProbe:
         return out
 
     async def close(self) -> None:
-        consumer, admin, self._consumer, self._admin = self._consumer, self._admin, None, None
-        await _quietly_stop(consumer, admin)
+        await self._kept.aclose()
 
 
 def _replace_ts(row: PartitionOffsets, ts: float) -> PartitionOffsets:
@@ -153,8 +159,7 @@ async def group_lag(
     """Lag per (topic, partition) of ``topics`` for ``group`` (one-shot: opens and closes its clients)."""
     probe = OffsetProbe(bootstrap, kafka_options=kafka_options)
     try:
-        rows = await probe.offsets(group, await probe.partitions(topics))
-        return {(r.topic, r.partition): r.lag for r in rows}
+        return await probe.group_lag(group, topics)
     finally:
         await probe.close()
 

@@ -18,12 +18,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from streams.settings import SettingsError
+from streams.settings import MEMORY_POOLS, SettingsError
 
 #: ``mallopt`` parameter (glibc ``malloc.h``): the most arenas threads may spread over.
 M_ARENA_MAX = -8
-
-POOLS = ("default", "system", "jemalloc", "mimalloc")
 
 
 @functools.cache  # find_library runs `ldconfig -p` in a subprocess: once per process, not per release
@@ -47,9 +45,10 @@ class Applied:
 def configure(pool: str, arena_max: int) -> Applied:
     """Make ``pool`` Arrow's default memory pool ("default": leave pyarrow's choice) and cap glibc's
     arenas at ``arena_max`` (0: glibc's default, 8 per core). Call before starting threads: an
-    arena cap only binds threads that have not allocated yet."""
-    if pool not in POOLS:
-        raise SettingsError(f"memory pool {pool!r}: use one of {', '.join(POOLS)}")
+    arena cap only binds threads that have not allocated yet. ``Settings`` has refused values out of
+    range; a pool this pyarrow was built without is found only here."""
+    if pool not in MEMORY_POOLS:
+        raise SettingsError(f"memory pool {pool!r}: use one of {', '.join(MEMORY_POOLS)}")
     if pool != "default":
         try:
             chosen = getattr(pa, f"{pool}_memory_pool")()

@@ -8,8 +8,10 @@ Settings are read once from ``CAUSEWAY_*`` environment variables. Each field doc
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +66,12 @@ def mask_url(url: str) -> str:
 
 class SettingsError(ConfigError, ValueError):
     """An environment variable holds a value that cannot be used; the message names it."""
+
+
+#: Arrow memory pools the worker can make its default (``streams.memory.configure``).
+MEMORY_POOLS = ("default", "system", "jemalloc", "mimalloc")
+#: ``mallopt`` takes a C int: a larger arena cap would reach glibc truncated, not refused.
+MAX_MALLOC_ARENAS = 2**31 - 1
 
 
 def _opt(default: Any, help: str) -> Any:
@@ -422,6 +430,7 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
+        _check_memory(self)
         try:
             re.compile(self.cdc_pattern)
         except re.error as exc:
@@ -449,6 +458,26 @@ def _check_urls(s: Settings) -> None:
         host, _, port = server.strip().rpartition(":")
         if not host or not port.isdigit():
             raise SettingsError(f"{env_name('kafka_bootstrap')}={s.kafka_bootstrap!r}: use host:port[,host:port]")
+
+
+def _check_memory(s: Settings) -> None:
+    """The allocator knobs are applied once when a worker starts (streams/memory.py); a bad one
+    fails here, with every other bad setting, not in the worker's start-up alone."""
+    if s.memory_pool not in MEMORY_POOLS:
+        raise SettingsError(f"{env_name('memory_pool')}={s.memory_pool!r}: use one of {', '.join(MEMORY_POOLS)}")
+    if not 0 <= s.malloc_arena_max <= MAX_MALLOC_ARENAS:
+        raise SettingsError(
+            f"{env_name('malloc_arena_max')}={s.malloc_arena_max}: use 0 (glibc's default) "
+            f"or a number of arenas up to {MAX_MALLOC_ARENAS}"
+        )
+    interval = s.memory_release_interval_s
+    # The releaser's wait refuses inf, nan and anything past TIMEOUT_MAX, and its thread would die
+    # unseen; a negative interval would silently mean "never".
+    if not (math.isfinite(interval) and 0 <= interval <= threading.TIMEOUT_MAX):
+        raise SettingsError(
+            f"{env_name('memory_release_interval_s')}={interval!r}: use 0 (never) or a number of seconds "
+            f"up to {threading.TIMEOUT_MAX:.0f}"
+        )
 
 
 def env_name(field_name: str) -> str:

@@ -24,12 +24,15 @@ from models.worlds import WorldNaming
 from sinks.errors import NessieConflict
 from sinks.nessie import NessieClient, Reference
 from sinks.readback import BranchState, read_world
-from streams.lag_probe import group_lag
+from streams.lag_probe import OffsetProbe
 from streams.security import kafka_client_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
 __all__ = ["ROOT", "Pipeline", "Worker", "free_port"]
+
+#: How often ``wait_drained`` asks the broker for the group's lag (two requests on kept connections).
+DRAIN_POLL_S = 0.2
 
 
 @dataclass
@@ -149,24 +152,33 @@ class Pipeline:
         finally:
             await producer.stop()
 
-    async def lag(self) -> int:
-        """Sum over the change topics' partitions of end offset − the group's committed offset."""
+    async def lag(self, probe: OffsetProbe | None = None) -> int:
+        """Sum over the change topics' partitions of end offset − the group's committed offset.
+
+        ``probe``: one kept across calls (``wait_drained``'s); None opens and closes one for this call.
+        """
         s = self.settings
-        return sum(
-            (
-                await group_lag(s.kafka_bootstrap, s.app_id, (s.objects_topic, s.links_topic), kafka_client_options(s))
-            ).values()
-        )
+        kept = probe or OffsetProbe(s.kafka_bootstrap, kafka_options=kafka_client_options(s))
+        try:
+            return sum((await kept.group_lag(s.app_id, (s.objects_topic, s.links_topic))).values())
+        finally:
+            if probe is None:
+                await kept.close()
 
     async def wait_drained(self, timeout: float = 120) -> None:  # noqa: ASYNC109 - a deadline, not a cancel
         """Until the group's committed offsets reach the end of every change partition."""
         deadline = time.monotonic() + timeout
         lag = -1
-        while time.monotonic() < deadline:
-            lag = await self.lag()
-            if lag == 0:
-                return
-            await asyncio.sleep(0.5)
+        # One pair of clients for the whole wait: a pair per poll bootstrapped twice every poll.
+        probe = OffsetProbe(self.settings.kafka_bootstrap, kafka_options=kafka_client_options(self.settings))
+        try:
+            while time.monotonic() < deadline:
+                lag = await self.lag(probe)
+                if lag == 0:
+                    return
+                await asyncio.sleep(DRAIN_POLL_S)
+        finally:
+            await probe.close()
         logs = "\n".join(f"--- {w.log.name}\n{w.log.read_text()[-2000:]}" for w in self.workers)
         raise AssertionError(f"not drained after {timeout}s (lag {lag}); worker logs:\n{logs}")
 

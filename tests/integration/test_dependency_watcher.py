@@ -59,3 +59,48 @@ async def test_the_watcher_keeps_one_nessie_connection_and_still_sees_an_outage(
     finally:
         task.cancel()
         proxy.close()
+
+
+def _verdict(health: Health, name: str) -> str:
+    [dep] = [d for d in health.report().dependencies if d.name == name]
+    return dep.verdict
+
+
+async def test_the_watcher_keeps_one_kafka_and_one_redis_connection_and_finds_redis_again() -> None:
+    """Failed before: every round bootstrapped a new Kafka client and connected a new Redis client
+    (6 rounds: 6 connections to each). Kafka's bootstrap and Redis are reached through proxies that
+    count the connections; Redis is cut and restored there (the shared server keeps running)."""
+    base = Settings.from_env()
+    kafka_proxy, bootstrap = proxied(f"kafka://{base.kafka_bootstrap}")
+    redis_proxy, redis_url = proxied(base.redis_url.reveal())
+    settings = base.replace(kafka_bootstrap=bootstrap.removeprefix("kafka://"), redis_url=redis_url)
+    health = Health()
+    rounds = 0
+
+    def stopping() -> bool:
+        nonlocal rounds
+        rounds += 1
+        return False
+
+    task = asyncio.create_task(dependency_watcher(health, settings, stopping, interval_s=0.05, timeout_s=2.0)())
+    try:
+        await _until(lambda: rounds >= 7)
+        assert (_verdict(health, "kafka"), _verdict(health, "redis")) == ("up", "up")
+        assert kafka_proxy.accepted == 1, f"{kafka_proxy.accepted} Kafka bootstraps for {rounds - 1} rounds"
+        assert redis_proxy.accepted == 1, f"{redis_proxy.accepted} Redis connections for {rounds - 1} rounds"
+
+        redis_proxy.cut()
+        await _until(lambda: _verdict(health, "redis") == "down")
+        assert _verdict(health, "kafka") == "up"
+        redis_proxy.restore()
+        await _until(lambda: _verdict(health, "redis") == "up")
+        back = rounds
+        await _until(lambda: rounds >= back + 5)
+        assert _verdict(health, "redis") == "up"
+        # One connection again after the outage, kept: not one per round since.
+        assert redis_proxy.accepted == 2, f"{redis_proxy.accepted} Redis connections"
+        assert kafka_proxy.accepted == 1
+    finally:
+        task.cancel()
+        kafka_proxy.close()
+        redis_proxy.close()

@@ -4,6 +4,8 @@ series at each scrape."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,9 +14,13 @@ import prometheus_client.metrics as client_metrics
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily
+from prometheus_client.samples import Sample
 
-from monitoring.exposition import Exposition
+from monitoring import exposition
+from monitoring.exposition import Exposition, Private
+from monitoring.lag_exporter import LagMetrics
 from monitoring.metrics import ALL_WORLDS, Metrics, add_metrics_page
+from streams.lag import PartitionOffsets
 
 
 @pytest.fixture(autouse=True)
@@ -112,3 +118,105 @@ def test_a_scrape_formats_no_known_series_again(monkeypatch: pytest.MonkeyPatch)
     m.committed("world-0", duration_s=1.0, rows=1, nbytes=1, occurred_at=[5.0], at=200.0)
     assert asyncio.run(pages["/metrics"](None, None)).body == real(m.registry)
     assert calls == []
+
+
+def _counting_generate_latest(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The collectors ``generate_latest`` is called on from here on (through the exposition module)."""
+    real, calls = generate_latest, []
+
+    def counting(registry: Any = prometheus_client.REGISTRY, *args: Any) -> bytes:
+        calls.append(registry)
+        return real(registry, *args)
+
+    monkeypatch.setattr(exposition, "generate_latest", counting)
+    return calls
+
+
+def _every_shape() -> CollectorRegistry:
+    """The worker's metrics plus what else the project exposes: labelled and plain counters, gauges
+    and histograms, label values needing escaping, removed and cleared children, non-finite values."""
+    m = _worker_metrics(4)
+    odd = Counter("odd_total", "Escaped label values.", ("v", "w"), registry=m.registry)
+    odd.labels('quote " back \\ new\nline', "ünï").inc(2)
+    odd.labels("removed", "x").inc()
+    odd.remove("removed", "x")
+    g = Gauge("values", "Non-finite and large values.", ("k",), registry=m.registry)
+    for k, v in (("nan", float("nan")), ("inf", float("inf")), ("ninf", float("-inf")), ("big", 1e21), ("neg", -0.5)):
+        g.labels(k).set(v)
+    cleared = Histogram("cleared_seconds", "Cleared, then observed again.", ("k",), registry=m.registry)
+    cleared.labels("old").observe(1)
+    cleared.clear()
+    cleared.labels("new").observe(float("inf"))
+    lag = LagMetrics(CollectorRegistry())  # its gauges drop the series of partitions that went away
+    lag.record("g", [PartitionOffsets("t", p, 10, 0, 4) for p in range(3)], now=100.0)
+    lag.record("g", [PartitionOffsets("t", 1, 12, 0, None)], now=101.0)
+    for metric in (lag.lag_messages, lag.committed_offset, lag.end_offset):
+        m.registry.register(metric)
+    return m.registry
+
+
+def test_every_shape_the_project_exposes_is_byte_for_byte_the_librarys_and_read_fast(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry, page = _every_shape(), Exposition()
+    assert page.render(registry) == generate_latest(registry)
+    calls = _counting_generate_latest(monkeypatch)
+    assert page.render(registry) == generate_latest(registry)
+    assert calls == [], "a known series was formatted again, or the page fell back to generate_latest"
+    # Children removed, cleared and born between scrapes show as they are now.
+    odd = registry._names_to_collectors["odd_total"]
+    odd.remove('quote " back \\ new\nline', "ünï")
+    odd.labels("new\n", "").inc(1e-9)
+    registry._names_to_collectors["values"].clear()
+    registry._names_to_collectors["cleared_seconds"].labels("new").observe(0.2)
+    assert page.render(registry) == generate_latest(registry)
+    # A child removed and labelled again is a new child (its own value); a gauge switched to a function.
+    registry._names_to_collectors["cleared_seconds"].remove("new")
+    registry._names_to_collectors["cleared_seconds"].labels("new").observe(5.0)
+    registry._names_to_collectors["causeway_cdc_waiting_messages"].set_function(lambda: 12.5)
+    assert page.render(registry) == generate_latest(registry)
+
+
+@pytest.mark.parametrize("attribute", [f.name for f in dataclasses.fields(Private)])
+def test_a_private_attribute_a_later_library_lacks_is_rendered_by_the_library(
+    attribute: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prometheus_client release that renames any private attribute the page reads: the page is
+    still the library's, never an AttributeError or a wrong value."""
+    monkeypatch.setattr(exposition, "PRIVATE", dataclasses.replace(exposition.PRIVATE, **{attribute: "_gone"}))
+    registry, page = _every_shape(), Exposition()
+    assert page.render(registry) == generate_latest(registry)
+    registry._names_to_collectors["values"].labels("later").set(3)
+    assert page.render(registry) == generate_latest(registry)
+
+
+@pytest.mark.parametrize("kind", [Counter, Gauge, Histogram])
+def test_private_attributes_that_read_differently_from_the_library_are_not_trusted(
+    kind: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A release keeping the attributes' names but not their meaning (here: the exposed value is no
+    longer the stored one) would have served wrong values without an error (failed before: the
+    page read the stored value); the check on a registry of every shape hands the page to the library."""
+    real = kind._child_samples
+
+    def changed(self: Any) -> tuple[Sample, ...]:
+        return tuple(s._replace(value=s.value + 1) for s in real(self))
+
+    monkeypatch.setattr(kind, "_child_samples", changed)
+    registry, page = _every_shape(), Exposition()
+    with caplog.at_level(logging.WARNING, "monitoring.exposition"):
+        assert page.render(registry) == generate_latest(registry)
+        assert page.render(registry) == generate_latest(registry)
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "rendered by generate_latest" in caplog.records[0].message
+
+
+def test_a_check_that_cannot_build_its_registry_leaves_the_page_to_the_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> CollectorRegistry:
+        raise TypeError("Histogram() got an unexpected keyword argument 'buckets'")
+
+    monkeypatch.setattr(exposition, "_shapes", broken)
+    registry = _every_shape()
+    calls = _counting_generate_latest(monkeypatch)
+    assert Exposition().render(registry) == generate_latest(registry)
+    assert calls == [registry]  # the whole page, by the library

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from streams.settings import Secret, Settings, SettingsError
+from cli.errors import Exit
+from cli.main import cli
+from streams.settings import MEMORY_POOLS, Secret, Settings, SettingsError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +34,38 @@ def test_defaults_and_env_overrides() -> None:
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CAUSEWAY_MEMORY_POOL": "tcmalloc"}, "CAUSEWAY_MEMORY_POOL='tcmalloc': use one of default, system, jemalloc"),
+        ({"CAUSEWAY_MEMORY_POOL": "System"}, "CAUSEWAY_MEMORY_POOL='System'"),
+        ({"CAUSEWAY_MALLOC_ARENA_MAX": "-1"}, "CAUSEWAY_MALLOC_ARENA_MAX=-1: use 0"),
+        ({"CAUSEWAY_MALLOC_ARENA_MAX": str(2**40)}, "CAUSEWAY_MALLOC_ARENA_MAX=1099511627776"),
+        ({"CAUSEWAY_MALLOC_ARENA_MAX": "two"}, "CAUSEWAY_MALLOC_ARENA_MAX='two' is not a valid int"),
+        ({"CAUSEWAY_MEMORY_RELEASE_INTERVAL_S": "-5"}, "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S=-5.0: use 0"),
+        ({"CAUSEWAY_MEMORY_RELEASE_INTERVAL_S": "inf"}, "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S=inf"),
+        ({"CAUSEWAY_MEMORY_RELEASE_INTERVAL_S": "nan"}, "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S=nan"),
+        ({"CAUSEWAY_MEMORY_RELEASE_INTERVAL_S": "1e300"}, "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S=1e"),
+    ],
+)
+def test_the_allocator_settings_fail_with_the_others_not_at_worker_start(env: dict[str, str], message: str) -> None:
+    """The memory knobs were checked only when a worker applied them (streams/memory.py): a bad pool
+    failed the worker's start, not `causeway config`; a negative interval silently meant never, an
+    arena cap past a C int reached glibc truncated, and inf killed the releaser's thread."""
+    with pytest.raises(SettingsError, match=re.escape(message)):
+        Settings.from_env(env)
+    r = CliRunner().invoke(cli, ["config"], env=env)
+    assert r.exit_code == Exit.USAGE and message in r.output, r.output
+
+
+def test_the_allocator_settings_take_their_whole_range() -> None:
+    for pool in MEMORY_POOLS:
+        assert Settings.from_env({"CAUSEWAY_MEMORY_POOL": pool}).memory_pool == pool
+    edges = {"CAUSEWAY_MALLOC_ARENA_MAX": "0", "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S": "0"}
+    assert Settings.from_env(edges).memory_release_interval_s == 0.0
+    assert Settings.from_env({"CAUSEWAY_MALLOC_ARENA_MAX": str(2**31 - 1)}).malloc_arena_max == 2**31 - 1
 
 
 def test_secret_repr_hides_value() -> None:

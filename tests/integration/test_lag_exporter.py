@@ -1,0 +1,48 @@
+"""The lag exporter's broker reads keep one consumer and one admin client across polls."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from monitoring.lag_exporter import LagMetrics, Watch, poll_once
+from streams import lag_probe
+from streams.lag_probe import OffsetProbe
+from streams.settings import Settings
+from streams.topics import ensure_topic
+
+pytestmark = pytest.mark.integration
+
+
+async def test_polls_share_one_pair_of_clients(monkeypatch: pytest.MonkeyPatch, unique: str) -> None:
+    settings = Settings.from_env()
+    topic = f"lagexp.{unique}"
+    await ensure_topic(settings, topic, partitions=2)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, b"v", key=b"k", partition=0)
+    finally:
+        await producer.stop()
+
+    made: list[object] = []
+
+    class Counted(lag_probe.AIOKafkaConsumer):  # type: ignore[misc]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(lag_probe, "AIOKafkaConsumer", Counted)
+    probe, metrics = OffsetProbe(settings.kafka_bootstrap), LagMetrics()
+    watch = Watch((f"group-{unique}",), (topic,))
+    try:
+        for _ in range(3):
+            result = await poll_once(probe, watch, metrics)
+            rows = {r.partition: r for r in result[f"group-{unique}"]}
+            assert (rows[0].lag, rows[1].lag) == (1, 0)
+            assert rows[0].lag_seconds(time.time()) > 0  # the waiting record's timestamp was read
+    finally:
+        await probe.close()
+    assert probe.opened == 1 and len(made) == 1
