@@ -112,10 +112,10 @@ def test_a_commit_reuses_the_file_io_although_the_offset_map_changed(tmp_path: P
     built = count_calls(monkeypatch, PyArrowFileIO, "__init__")
     cat = NessieCatalog(client=OneCall(), ref="world-a", warehouse=f"file://{tmp_path}")  # type: ignore[arg-type]
     location = f"file://{tmp_path}/t/metadata/m.json"
-    ios = {
-        id(cat._load_file_io({"write.x": "1", OFFSETS_PROPERTY: f'{{"t/0":"0-{n}"}}', TRUNCATED_PROPERTY: str(n)}, location))
-        for n in range(3)
-    }
+    table_properties = [
+        {"write.x": "1", OFFSETS_PROPERTY: f'{{"t/0":"0-{n}"}}', TRUNCATED_PROPERTY: str(n)} for n in range(3)
+    ]
+    ios = {id(cat._load_file_io(props, location)) for props in table_properties}
     assert len(ios) == 1 and len(built) == 1
     io = next(iter(fileio._IOS.values()))
     assert OFFSETS_PROPERTY not in io.properties and io.properties["write.x"] == "1"
