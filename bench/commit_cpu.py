@@ -10,6 +10,12 @@ bucket) partition of ``entity_common``; the default keeps every object a ``perso
 
     python -m bench.commit_cpu --commits 30 --events 2000
 
+``--worlds N`` commits round robin over N scratch worlds through one committer (one process, one
+warehouse, the caches shared, as in a worker with N busy worlds); ``--keys`` is then per world.
+The warm-up is counted per world (``--warmup`` rounds of N commits: the first creates the tables).
+The line ends with the process caches' misses per commit: manifest reads (``sinks.manifest_cache``)
+and metadata JSON parses, which stay at zero for one world and show what many worlds evict.
+
 Measured 2026-11-30 on the shared 2-core box (CPU s per commit, mean / median over the commits
 after warm-up), before / after one contents call and the once-per-change transaction metadata:
 200-event batches (``--commits 40 --warmup 5 --events 200``): 0.689 / 0.673 -> 0.593 / 0.567;
@@ -32,9 +38,9 @@ from dataclasses import replace
 from typing import Any
 
 from bench.commit_stages import StageTimer
-from bench.scratch import drop_world, scratch_event, scratch_world
+from bench.scratch import add_world, drop_world, scratch_event, scratch_world
 from models.events import EntityKind
-from sinks import table_metadata
+from sinks import manifest_cache, table_metadata
 from sinks.committer import Batch, Source
 from streams.settings import Settings
 
@@ -51,11 +57,13 @@ def main() -> None:
         default=1,
         help="object types the keys are spread over (the benchmark's workload has 3; default 1: 'person' only)",
     )
+    ap.add_argument("--worlds", type=int, default=1, help="worlds committed round robin (--keys per world)")
     ap.add_argument("--stages", action="store_true", help="print wall and CPU ms per commit per stage (markdown)")
     args = ap.parse_args()
 
     base = Settings.from_env()
-    settings, client, world, committer = scratch_world("cpu", base)
+    settings, client, first, committer = scratch_world("cpu", base)
+    worlds = [first] + [add_world(client, "cpu") for _ in range(args.worlds - 1)]
 
     counts = {"contents": 0, "metadata": 0, "nessie": 0}
     send = client._send
@@ -77,54 +85,72 @@ def main() -> None:
     timer = StageTimer()
     stages = timer.installed() if args.stages else contextlib.nullcontext(timer)
     rng = random.Random(7)
-    versions: dict[str, int] = {}
+    versions: dict[tuple[str, str], int] = {}
     offset = 0
+    warmup = args.warmup * len(worlds)
+    settled = round_start = 0
     cpu: list[float] = []
     wall: list[float] = []
     contents: list[int] = []
     trips: list[int] = []
     metadata: list[int] = []
     parsed: list[int] = []
+    manifest_reads: list[int] = []
+    creating: list[float] = []  # each world's first commit (it creates the three tables)
     try:
         stages.__enter__()
-        for i in range(args.commits):
+        for i in range(warmup + args.commits - args.warmup):  # --commits counts one world's warm-up
+            world = worlds[i % len(worlds)]
+            if i % len(worlds) == 0:  # what every world committed before the last round is settled
+                settled, round_start = round_start, offset
             items = []
             for n in range(args.events):
                 kind = EntityKind.LINK if n % 10 == 0 else EntityKind.OBJECT
                 pk = f"k{rng.randrange(args.keys)}"
-                versions[pk] = versions.get(pk, 0) + 1
+                version = versions[world, pk] = versions.get((world, pk), 0) + 1
                 topic = "onto.changes.links" if kind is EntityKind.LINK else "onto.changes.objects"
-                event = scratch_event(world, kind, pk, versions[pk], n)
+                event = scratch_event(world, kind, pk, version, n)
                 if kind is EntityKind.OBJECT and args.object_types > 1:  # a key keeps its type
                     event = replace(event, entity_type=f"type{int(pk[1:]) % args.object_types}")
                 items.append((event, Source(topic, 0, offset)))
                 offset += 1
-            batch = Batch.from_sources(world, f"cpu-{i}", items)
+            floors = {("onto.changes.objects", 0): settled, ("onto.changes.links", 0): settled}
+            batch = Batch.from_sources(world, f"cpu-{i}", items, settled=floors)
             counts.update(contents=0, metadata=0, nessie=0)
-            parses = table_metadata.CACHE.parses
-            if i == args.warmup:
+            parses, misses = table_metadata.CACHE.parses, manifest_cache.CACHE.misses
+            if i == warmup:
                 timer.reset()
             w0, t0 = time.perf_counter(), time.process_time()
             committer.commit_batch(batch)
             spent = time.process_time() - t0
-            if i >= args.warmup:
+            if i < len(worlds):
+                creating.append(spent)
+            if i >= warmup:
                 wall.append(time.perf_counter() - w0)
                 cpu.append(spent)
                 contents.append(counts["contents"])
                 trips.append(counts["nessie"])
                 metadata.append(counts["metadata"])
                 parsed.append(table_metadata.CACHE.parses - parses)
+                manifest_reads.append(manifest_cache.CACHE.misses - misses)
     finally:
         stages.__exit__(None, None, None)
         table_metadata.build = real_build
-        drop_world(client, world)
+        for world in worlds:
+            drop_world(client, world)
     print(
-        f"commits={len(cpu)} events/commit={args.events} cpu_s/commit mean={statistics.mean(cpu):.4f} "
+        f"worlds={len(worlds)} commits={len(cpu)} events/commit={args.events} "
+        f"cpu_s/commit mean={statistics.mean(cpu):.4f} "
         f"median={statistics.median(cpu):.4f} min={min(cpu):.4f} "
         f"contents_calls/commit={statistics.mean(contents):.1f} nessie_round_trips/commit={statistics.mean(trips):.1f} "
         f"metadata_builds/commit={statistics.mean(metadata):.1f} "
         f"metadata_parses/commit={statistics.mean(parsed):.1f} "
-        f"wall_s/commit mean={statistics.mean(wall):.4f} median={statistics.median(wall):.4f}"
+        f"manifest_reads/commit={statistics.mean(manifest_reads):.1f} "
+        f"wall_s/commit mean={statistics.mean(wall):.4f} median={statistics.median(wall):.4f} "
+        f"first_commit_cpu_s mean={statistics.mean(creating):.4f} "
+        f"held: manifest_entries={manifest_cache.CACHE._entries}/{manifest_cache.CACHE.max_entries} "
+        f"key_index_MiB={committer.file_cache._bytes / 2**20:.1f} "
+        f"rows_MiB={committer.file_cache._rows_bytes / 2**20:.1f}"
     )
     if args.stages:
         print(timer.table(len(cpu), sum(wall), sum(cpu)))

@@ -16,9 +16,15 @@ def scratch_world(prefix: str, settings: Settings) -> tuple[Settings, SyncNessie
     branch starts empty, and a committer for it; :func:`drop_world` deletes the branch."""
     settings = settings.replace(warehouse=f"file://{tempfile.mkdtemp(prefix=f'{prefix}-')}/warehouse")
     client = SyncNessieClient(settings.nessie_url)
+    return settings, client, add_world(client, prefix), BatchCommitter(settings, client)
+
+
+def add_world(client: SyncNessieClient, prefix: str) -> str:
+    """One more scratch world on ``client``'s Nessie (an empty branch), for a committer made by
+    :func:`scratch_world`: its warehouse holds every world's files, as a worker's does."""
     world = f"{prefix}{uuid.uuid4().hex[:10]}"
     client.create_branch(f"world-{world}", Reference("main", "BRANCH", client.config().no_ancestor_hash))
-    return settings, client, world, BatchCommitter(settings, client)
+    return world
 
 
 def drop_world(client: SyncNessieClient, world: str) -> None:

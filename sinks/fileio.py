@@ -26,19 +26,27 @@ _IOS_MAX = 64
 _LOCK = threading.Lock()
 
 
+#: Table properties causeway keeps its own state in (the committed-offset map, truncated types,
+#: schema contracts). No FileIO reads them, and the offset map changes with every commit: keyed by
+#: it, every commit built a FileIO and, on first use, its filesystem.
+_STATE_PREFIX = "causeway."
+
+
 def file_io(properties: Properties, location: str | None) -> FileIO:
     """pyiceberg's ``load_file_io(properties, location)``, one instance per properties and scheme.
 
     A FileIO holds no per-file state (PyArrowFileIO: its filesystems, built once each), so tables
-    with the same properties share it.
+    with the same properties share it. causeway's own table properties are left out (of the key and
+    of the FileIO's properties): they configure no I/O.
     """
     scheme = location.split("://", 1)[0] if location and "://" in location else None
-    key = (tuple(sorted(properties.items())), scheme)
+    io_properties = {k: v for k, v in properties.items() if not k.startswith(_STATE_PREFIX)}
+    key = (tuple(sorted(io_properties.items())), scheme)
     with _LOCK:
         found = _IOS.get(key)
     if found is not None:
         return found
-    io = load_file_io(dict(properties), location)
+    io = load_file_io(io_properties, location)
     with _LOCK:
         if len(_IOS) >= _IOS_MAX:
             _IOS.clear()

@@ -98,6 +98,29 @@ def test_tables_share_one_file_io_and_its_filesystem(tmp_path: Path, monkeypatch
     assert len(built) == 3
 
 
+def test_a_commit_reuses_the_file_io_although_the_offset_map_changed(tmp_path: Path, monkeypatch: Any) -> None:
+    # The FileIO was keyed by every table property, and entity_events' committed-offset map (a
+    # table property) changes with every commit: each commit built a new FileIO and, on first use,
+    # its filesystem. Failed before: 3 FileIOs for 3 commits' property sets.
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    from sinks import fileio
+    from sinks.tables import OFFSETS_PROPERTY, TRUNCATED_PROPERTY
+    from tests.calls import count_calls
+
+    monkeypatch.setattr(fileio, "_IOS", {}, raising=False)
+    built = count_calls(monkeypatch, PyArrowFileIO, "__init__")
+    cat = NessieCatalog(client=OneCall(), ref="world-a", warehouse=f"file://{tmp_path}")  # type: ignore[arg-type]
+    location = f"file://{tmp_path}/t/metadata/m.json"
+    table_properties = [
+        {"write.x": "1", OFFSETS_PROPERTY: f'{{"t/0":"0-{n}"}}', TRUNCATED_PROPERTY: str(n)} for n in range(3)
+    ]
+    ios = {id(cat._load_file_io(props, location)) for props in table_properties}
+    assert len(ios) == 1 and len(built) == 1
+    io = next(iter(fileio._IOS.values()))
+    assert OFFSETS_PROPERTY not in io.properties and io.properties["write.x"] == "1"
+
+
 def test_table_metadata_is_written_without_a_stat_or_a_directory_call(tmp_path: Path) -> None:
     # pyiceberg's create(overwrite=False) stat'ed the new name and ran a recursive create_dir of
     # the metadata directory for every file, three a commit (failed before: 3 of each for 3 files).
