@@ -6,7 +6,8 @@
 No table, no I/O: each flush adds one data file per partition (its rows split evenly over
 ``--partitions``, as a flush of random keys touches every type and bucket), then
 :meth:`sinks.compaction.Compaction.pick` (the policy the committer runs) chooses what to merge and
-the merged rows come back as one file per partition. A file's size is ``--footer-bytes`` plus
+the merged rows come back as one file per partition (``--tiers rows``: its size tiers counted in
+rows, ``Compaction.tiers_in_rows``, not the default). A file's size is ``--footer-bytes`` plus
 ``--row-bytes`` per row (a small projection file's Parquet footer and rows, measured in
 docs/benchmarks.md, "Keys axis" and "2026-12-01 night"). ``--flush-rows`` sizes the flushes (each
 drawn from ``[rows/5, 9·rows/5]`` with ``--seeds``, or all equal with ``--seeds 0``);
@@ -50,9 +51,11 @@ def keys_axis(preload: int, preload_rows: int, flushes: int, seed: int) -> list[
     return [preload_rows] * preload + [rnd.randint(50, 500) for _ in range(flushes)]
 
 
-def run(partitions: int, flushes: list[int], seed_rows: int, footer: int, row_bytes: int) -> Counter[str]:
+def run(
+    partitions: int, flushes: list[int], seed_rows: int, footer: int, row_bytes: int, tiers_in_rows: bool = False
+) -> Counter[str]:
     """Rows and bytes written and superseded by ``flushes`` (rows each), and the files left."""
-    policy = Compaction(64 * 1024 * 1024, 100)
+    policy = Compaction(64 * 1024 * 1024, 100, tiers_in_rows=tiers_in_rows)
     ids = count()
     nothing = pa.array([], pa.int64())
     files: dict[str, LiveFile] = {}
@@ -103,6 +106,7 @@ def main() -> None:
     p.add_argument("--seed-rows", type=int, default=1_000_000)
     p.add_argument("--footer-bytes", type=int, default=3_300)
     p.add_argument("--row-bytes", type=int, default=50)
+    p.add_argument("--tiers", choices=("bytes", "rows"), default="bytes", help="Compaction.tiers_in_rows")
     a = p.parse_args()
     print(
         "flushes seed partitions | rows superseded per row written | bytes superseded per row written "
@@ -114,7 +118,7 @@ def main() -> None:
                 sizes = (
                     keys_axis(a.preload, a.preload_rows, n, seed) if a.keys_axis else flush_sizes(a.flush_rows, n, seed)
                 )
-                o = run(parts, sizes, a.seed_rows, a.footer_bytes, a.row_bytes)
+                o = run(parts, sizes, a.seed_rows, a.footer_bytes, a.row_bytes, a.tiers == "rows")
                 floor = (parts * a.footer_bytes * len(sizes) + a.row_bytes * sum(sizes)) / sum(sizes)
                 print(
                     f"{n:7d} {seed:4d} {parts:10d} | {o['rows_superseded'] / o['rows_written']:31.3f} |"

@@ -9,7 +9,7 @@ rows a flush changes; small files are bin-packed per partition and size tier pas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,7 +17,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from sinks.flush_stats import FlushStats
-from sinks.logcompact import Candidate, choose, lifts, small_file, within
+from sinks.logcompact import TIER_BASE_BYTES, Candidate, choose, lifts, small_file, within
 from sinks.rowdelta import FileCache, TableState, positions
 from sinks.rowfiles import kept_rows, read_data_file
 from sinks.tables import arrow_schema
@@ -35,6 +35,11 @@ class Compaction:
     max_small_files: int = 16
     #: Small files may always be merged up to this many rows per flush, whatever the flush deleted.
     small_files_min_rows: int = 4096
+    #: Size tiers of small files in rows (as the log's) instead of bytes. Not the default: on
+    #: random keys it removes the partitioned table's extra tier but leaves ~1.5x the files after
+    #: 1,000 flushes (``python -m bench.small_files_model --tiers rows``; docs/architecture.md,
+    #: "Table layout", 2026-12-01 night).
+    tiers_in_rows: bool = False
 
     @property
     def small_file_bytes(self) -> int:
@@ -79,8 +84,17 @@ class Compaction:
         # flush, which every scan and time-travel read then plans (500 flushes: 3,296 files).
         budget = max(budget, self.small_files_min_rows)
         taken = {c for c, _ in chosen}
-        small = [small_file(p, live.data_file) for p, live in state.files.items() if p not in taken]
-        for group in choose(small, self.small_file_bytes, self.max_small_files + 1):
+        base = 1 if self.tiers_in_rows else TIER_BASE_BYTES
+        measure = {
+            p: live.data_file.record_count if self.tiers_in_rows else live.data_file.file_size_in_bytes
+            for p, live in state.files.items()
+        }
+        small = [
+            replace(small_file(p, live.data_file), size=measure[p])
+            for p, live in state.files.items()
+            if p not in taken and live.data_file.file_size_in_bytes < self.small_file_bytes
+        ]
+        for group in choose(small, 2**62, self.max_small_files + 1, base=base):
             dead_of = {p: set(new_deletes.get(p, ())) | set(state.files[p].deleted.to_pylist()) for p in group}
             in_rows = [Candidate(p, (), state.files[p].data_file.record_count - len(dead_of[p])) for p in group]
             part = within(in_rows, budget - rows)
@@ -89,7 +103,7 @@ class Compaction:
             # next flush whose budget ends inside the tier (bench.small_files_model: 4.6 rows
             # rewritten per row written over 300 flushes, 0.96 without). Wait for a budget that
             # lifts them.
-            if len(part) < len(group) and not lifts([state.files[c.path].data_file.file_size_in_bytes for c in part]):
+            if len(part) < len(group) and not lifts([measure[c.path] for c in part], base):
                 continue
             chosen.extend((c.path, dead_of[c.path]) for c in part)
             rows += sum(c.size for c in part)
