@@ -273,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
                         row[f"{kind}_bytes_superseded"] / cw["bytes_ingested"], 4
                     )
             cw["superseded_after_seed_by_table"] = per_table
+            # What a read plans at the end: the live files per table (a flush of random keys reads
+            # every projection partition's files).
+            cw["live_files_at_end_by_table"] = {
+                table: {k: row[k] for k in ("data_files_live", "deletes_files_live", "data_bytes_live")}
+                for table, row in end.items()
+            }
     doc = {
         "run": {
             "id": run.unique,

@@ -140,7 +140,7 @@ from sinks.tables import (
     TRUNCATED_PROPERTY,
     TableDef,
     arrow_schema,
-    table_properties,
+    create_table,
 )
 from sinks.truncates import truncate_guard
 from streams.settings import Settings
@@ -468,13 +468,7 @@ class BatchCommitter:
         try:
             return cat.load_table((ns, tdef.name))
         except NoSuchTableError:
-            return cat.create_table(
-                (ns, tdef.name),
-                tdef.schema,
-                partition_spec=tdef.spec_with(self.settings.projection_buckets),
-                sort_order=tdef.sort_order,
-                properties=table_properties(self.settings.target_file_bytes),
-            )
+            return create_table(cat, ns, tdef, self.settings.projection_buckets, self.settings.target_file_bytes)
 
     # --- entity_events ---------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ rows a flush changes; small files are bin-packed per partition and size tier pas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -17,7 +17,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 
 from sinks.flush_stats import FlushStats
-from sinks.logcompact import choose, small_file, tier
+from sinks.logcompact import TIER_BASE_BYTES, Candidate, choose, lifts, small_file, within
 from sinks.rowdelta import FileCache, TableState, positions
 from sinks.rowfiles import kept_rows, read_data_file
 from sinks.tables import arrow_schema
@@ -35,6 +35,11 @@ class Compaction:
     max_small_files: int = 16
     #: Small files may always be merged up to this many rows per flush, whatever the flush deleted.
     small_files_min_rows: int = 4096
+    #: Size tiers of small files in rows (as the log's) instead of bytes. Not the default: on
+    #: random keys it removes the partitioned table's extra tier but leaves ~1.5x the files after
+    #: 1,000 flushes (``python -m bench.small_files_model --tiers rows``; docs/architecture.md,
+    #: "Table layout", 2026-12-01 night).
+    tiers_in_rows: bool = False
 
     @property
     def small_file_bytes(self) -> int:
@@ -79,27 +84,29 @@ class Compaction:
         # flush, which every scan and time-travel read then plans (500 flushes: 3,296 files).
         budget = max(budget, self.small_files_min_rows)
         taken = {c for c, _ in chosen}
-        small = [small_file(p, live.data_file) for p, live in state.files.items() if p not in taken]
-        for group in choose(small, self.small_file_bytes, self.max_small_files + 1):
-            part: list[tuple[str, set[int]]] = []
-            part_rows = 0
-            for path in group:
-                live = state.files[path]
-                dead_set = set(new_deletes.get(path, ())) | set(live.deleted.to_pylist())
-                live_rows = live.data_file.record_count - len(dead_set)
-                if rows + part_rows + live_rows > budget:
-                    break
-                part.append((path, dead_set))
-                part_rows += live_rows
+        base = 1 if self.tiers_in_rows else TIER_BASE_BYTES
+        measure = {
+            p: live.data_file.record_count if self.tiers_in_rows else live.data_file.file_size_in_bytes
+            for p, live in state.files.items()
+        }
+        small = [
+            replace(small_file(p, live.data_file), size=measure[p])
+            for p, live in state.files.items()
+            if p not in taken and live.data_file.file_size_in_bytes < self.small_file_bytes
+        ]
+        for group in choose(small, 2**62, self.max_small_files + 1, base=base):
+            dead_of = {p: set(new_deletes.get(p, ())) | set(state.files[p].deleted.to_pylist()) for p in group}
+            in_rows = [Candidate(p, (), state.files[p].data_file.record_count - len(dead_of[p])) for p in group]
+            part = within(in_rows, budget - rows)
             # What is left of the budget may cover only the start of a group (often one file).
             # Merged, those files would land in the tier they came from and be merged again at the
             # next flush whose budget ends inside the tier (bench.small_files_model: 4.6 rows
             # rewritten per row written over 300 flushes, 0.96 without). Wait for a budget that
             # lifts them.
-            if len(part) < len(group) and not _lifts([state.files[p].data_file.file_size_in_bytes for p, _ in part]):
+            if len(part) < len(group) and not lifts([measure[c.path] for c in part], base):
                 continue
-            chosen.extend(part)
-            rows += part_rows
+            chosen.extend((c.path, dead_of[c.path]) for c in part)
+            rows += sum(c.size for c in part)
         return chosen
 
     def rewrites(
@@ -140,8 +147,3 @@ class Compaction:
         old = [s.snapshot_id for s in metadata.snapshots if s.snapshot_id not in protected]
         if old:
             ExpireSnapshots(tx).by_ids(old).commit()
-
-
-def _lifts(sizes: list[int]) -> bool:
-    """Whether merging files of ``sizes`` (all of one size tier) makes a file of a higher tier."""
-    return len(sizes) > 1 and tier(sum(sizes)) > tier(max(sizes))

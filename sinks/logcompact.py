@@ -92,17 +92,39 @@ def pack(files: list[Candidate], max_size: int) -> list[list[Candidate]]:
 
     A group of one file merges nothing: it is dropped (the file waits for the tier's next merge).
     """
+    rest = sorted(files, key=lambda c: (c.size, c.path))
     groups: list[list[Candidate]] = []
-    current: list[Candidate] = []
-    total = 0
-    for f in sorted(files, key=lambda c: (c.size, c.path)):
-        if current and total + f.size > max_size:
-            groups.append(current)
-            current, total = [], 0
-        current.append(f)
-        total += f.size
-    groups.append(current)
+    while rest:
+        group = within(rest, max_size) or rest[:1]
+        groups.append(group)
+        rest = rest[len(group) :]
     return [g for g in groups if len(g) > 1]
+
+
+def within(files: list[Candidate], room: float) -> list[Candidate]:
+    """The longest prefix of ``files`` whose sizes sum to at most ``room``. Pure.
+
+    How much of a full tier one merge takes, for both merges of small files. They bound it
+    differently, and that is why the rest of their plans differ: the log bounds each merge (its
+    transient rows are the worker's memory), so a tier is cut into as many merges as it needs, and
+    one that stays in its tier is merged again later; the projections bound the rows a whole flush
+    rewrites (its commit time, ``Compaction.pick``'s budget), so a tier takes what the flush has
+    left, and only if that lifts it (:func:`lifts`), since a flush that merges a tier's start back
+    into the tier pays for it again at the next flush.
+    """
+    out: list[Candidate] = []
+    total = 0
+    for f in files:
+        if total + f.size > room:
+            break
+        out.append(f)
+        total += f.size
+    return out
+
+
+def lifts(sizes: list[int], base: int = TIER_BASE_BYTES) -> bool:
+    """Whether merging files of ``sizes`` (all of one size tier) makes a file of a higher tier. Pure."""
+    return len(sizes) > 1 and tier(sum(sizes), base) > tier(max(sizes), base)
 
 
 def merge_bound(row_bytes: float, max_rows: int, max_bytes: int) -> int:

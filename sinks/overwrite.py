@@ -4,7 +4,8 @@ For writers that replace a table's rows wholesale rather than apply change event
 rebuild`` writes the projections folded from the event log onto its rebuild branch). Rows are
 given as dicts under the table's definition; typed property columns added by schema evolution are
 filled from the JSON properties with the contracts recorded on the table, as the live committer
-fills them.
+fills them. A missing table is created with the layout the settings configure, as the committer
+creates it (``sinks.tables.create_table``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sinks.catalog import NessieCatalog
 from sinks.nessie import SyncNessieClient
 from sinks.occ import Occ
 from sinks.rows import typed_columns
-from sinks.tables import TableDef, contracts, table_properties
+from sinks.tables import TableDef, contracts, create_table
 from streams.settings import Settings
 
 Row = dict[str, Any]
@@ -51,11 +52,8 @@ def overwrite_tables(
             except NoSuchTableError:
                 if not rows:
                     continue
-                table = cat.create_table(
-                    (settings.namespace, tdef.name),
-                    tdef.schema,
-                    partition_spec=tdef.spec,
-                    properties=table_properties(settings.target_file_bytes),
+                table = create_table(
+                    cat, settings.namespace, tdef, settings.projection_buckets, settings.target_file_bytes
                 )
             tx = table.transaction()
             with warnings.catch_warnings():

@@ -17,10 +17,12 @@ older event cannot resurrect it; readers filter ``not deleted``.
 
 Layouts (``sinks.layout``, justified in docs/architecture.md "Table layout"): the log is
 partitioned by ``day(occurred_at)`` and its files are sorted by ``(entity_type, entity_pk,
-version)``; the projections are partitioned by type and ``bucket(N, pk)`` (N =
-``Settings.projection_buckets``, 4 by default) and sorted by key, so a flush reads and rewrites
-only the buckets it touches. Tables created before these layouts keep
-theirs until ``causeway tables evolve`` moves them (Iceberg partition evolution: metadata only).
+version)``; the projections are partitioned by type, and by ``bucket(N, pk)`` when N =
+``Settings.projection_buckets`` > 0 (0, type only, by default), and sorted by key, so a flush reads
+and rewrites only the partitions it touches. Every writer creates a missing table through
+:func:`create_table`, so a table gets the layout the settings configure whoever creates it.
+Tables created before these layouts keep theirs until ``causeway tables evolve`` moves them
+(Iceberg partition evolution: metadata only).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyiceberg.catalog import Catalog
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortOrder
 from pyiceberg.types import (
     BooleanType,
@@ -210,6 +214,26 @@ def table_properties(target_file_bytes: int) -> dict[str, str]:
         "commit.manifest-merge.enabled": "true",
         "commit.manifest.min-count-to-merge": "16",
     }
+
+
+def create_table(
+    cat: Catalog, namespace: str, tdef: TableDef, projection_buckets: int, target_file_bytes: int
+) -> Table:
+    """Create ``tdef`` on ``cat`` (a causeway ``NessieCatalog``) with the layout a new table is
+    configured for: its spec with ``projection_buckets`` buckets of a projection's key
+    (``Settings.projection_buckets``), its sort order, and :func:`table_properties`.
+
+    The one way a writer creates a table (the committer, a rebuild's overwrite): a writer that
+    built the spec itself gave the rebuild's projections the module default's spec and no sort
+    order, whatever the world was configured with.
+    """
+    return cat.create_table(
+        (namespace, tdef.name),
+        tdef.schema,
+        partition_spec=tdef.spec_with(projection_buckets),
+        sort_order=tdef.sort_order,
+        properties=table_properties(target_file_bytes),
+    )
 
 
 # --- typed property columns -----------------------------------------------------------------------

@@ -65,6 +65,39 @@ def test_new_tables_get_the_standard_layouts_and_gc_disabled(client, sink_settin
         )
 
 
+@pytest.mark.parametrize("buckets", [0, 4])
+def test_a_rebuild_creates_a_missing_projection_with_the_configured_layout(client, sink_settings, buckets: int) -> None:
+    """Failed before at both counts: the rebuild's overwrite created a missing projection with the
+    module default's spec (type only, whatever ``projection_buckets`` said) and no sort order."""
+    from datetime import UTC, datetime
+
+    from sinks.overwrite import overwrite_tables
+
+    world = new_world(client)
+    settings = sink_settings.replace(projection_buckets=buckets)
+    now = datetime.now(UTC)
+    row = {
+        "object_type_id": "person", "object_pk": "p1", "version": 1, "properties": "{}", "deleted": False,
+        "updated_at": now, "committed_at": now, "event_id": "e1", "batch_id": "b1", "schema_version": 1,
+    }  # fmt: skip
+    overwrite_tables(
+        settings,
+        client,
+        f"world-{world}",
+        [(COMMON, [row])],
+        message="rebuild of a world without a projection",
+        properties={"causeway.test.rebuild": world},
+        id_property="causeway.test.rebuild",
+    )
+    t = cat_of(BatchCommitter(settings, client), world).load_table(("onto", COMMON.name))
+    standard = default_layouts(buckets)[COMMON.name]
+    assert [(f.name, str(f.transform)) for f in t.spec().fields] == [
+        (f.name, str(f.transform)) for f in partition_spec(standard.spec, COMMON.schema).fields
+    ]
+    assert [t.schema().find_column_name(f.source_id) for f in t.sort_order().fields] == list(standard.sort)
+    assert t.scan().to_arrow().column("object_pk").to_pylist() == ["p1"]
+
+
 def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_settings) -> None:
     n = 16  # 2 of 16 buckets, whatever the default count (the test is about buckets)
     world = new_world(client)

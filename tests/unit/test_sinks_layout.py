@@ -367,6 +367,30 @@ def test_a_small_file_merge_never_rewrites_a_few_files_into_the_tier_they_came_f
     assert picked == sorted(many)[:10]  # 10 x 400 rows of the 4,096
 
 
+def test_small_file_tiers_in_bytes_are_set_by_the_footer_and_in_rows_by_the_rows() -> None:
+    """A small projection file's bytes are mostly its Parquet footer: by bytes a 1-row and a
+    60-row file share a tier (and 17 of them are merged), by rows they do not."""
+    import pyarrow as pa
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    from sinks.compaction import Compaction
+    from sinks.rowdelta import LiveFile, TableState
+
+    def live(path: str, rows: int) -> LiveFile:
+        df = DataFile.from_args(
+            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+            partition=Record("widget"), record_count=rows, file_size_in_bytes=3_300 + 41 * rows,
+        )  # fmt: skip
+        df.spec_id = 1
+        return LiveFile(df, pa.array([], pa.int64()))
+
+    files = {f"one-{i:02d}": live(f"one-{i:02d}", 1) for i in range(10)}
+    files |= {f"sixty-{i:02d}": live(f"sixty-{i:02d}", 60) for i in range(7)}
+    state = TableState(files=files)
+    assert sorted(p for p, _ in Compaction(64 * 1024 * 1024, 100).pick(state, {})) == sorted(files)
+    assert Compaction(64 * 1024 * 1024, 100, tiers_in_rows=True).pick(state, {}) == []
+
+
 def test_a_small_delete_file_carries_no_footer_overhead_and_reads_back(tmp_path: Path) -> None:
     """A partitioned flush writes one delete file per partition: its fixed bytes count per partition."""
     import pyarrow.parquet as pq

@@ -8,7 +8,18 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sinks.logcompact import Candidate, choose, done_rows, is_sorted, merge_bound, merge_runs, pack, unmasked
+from sinks.logcompact import (
+    Candidate,
+    choose,
+    done_rows,
+    is_sorted,
+    lifts,
+    merge_bound,
+    merge_runs,
+    pack,
+    unmasked,
+    within,
+)
 from sinks.rows import EVENTS_SORT
 
 KEYS = [k for k, _ in EVENTS_SORT]
@@ -46,6 +57,18 @@ def test_packing_drops_a_group_of_one_and_keeps_files_of_other_partitions_apart(
     two = [Candidate(f"2-{i}", (0, (2,)), 10) for i in range(8)]
     merges = choose(one + two, 1_000, fanout=8, base=1, max_size=60)
     assert len(merges) == 4 and all(len({p[0] for p in g}) == 1 for g in merges)  # never across partitions
+
+
+def test_a_merge_takes_the_longest_prefix_that_fits_and_lifts_only_across_a_tier() -> None:
+    """The step both small-file merges share: the log per merge, the projections per flush."""
+    files = [Candidate(f"f{i}", (0, ()), size) for i, size in enumerate([30, 40, 50, 10])]
+    assert [c.path for c in within(files, 120)] == ["f0", "f1", "f2"]
+    assert [c.path for c in within(files, 119)] == ["f0", "f1"]  # a prefix: f3 would fit, but after f2
+    assert within(files, 29) == []
+    assert [g and [c.path for c in g] for g in pack(files, 60)] == [["f3", "f0"]]  # f1, f2 alone: dropped
+    assert lifts([20, 20], base=1) is False  # 40 rows: tier 1 (8-63), as 20 is
+    assert lifts([40, 40], base=1) is True  # 80 rows: tier 2
+    assert lifts([100], base=1) is False  # one file merges nothing
 
 
 def test_the_bound_is_the_rows_or_the_bytes_setting_and_files_are_done_at_half_of_it_or_of_a_target() -> None:
