@@ -185,7 +185,9 @@ class ChangeIntake(KafkaLoop):
             self._take_assignment()
             records = self.admit(polled, generation, self._taken)
             # Adaptive batching: a poll that is not full means intake has caught up.
-            self.applier.idle = self.settings.batch_flush_when_idle and len(records) < self.settings.batch_max_events
+            full = len(records) >= self.settings.batch_max_events
+            self.applier.idle = self.settings.batch_flush_when_idle and not full
+            self.applier.behind = full
             if records:
                 await self._abandonable(self.applier.process(records), "step")
             await self._commit(self.assignment())

@@ -392,3 +392,15 @@ async def test_aiokafka_internals_that_moved_log_an_error_and_the_fence_falls_ba
     consumer.commit = refused  # type: ignore[method-assign]
     assert not await intake.fence([(P0.topic, 0)])
     assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1  # once per process, not per fence
+
+
+async def test_a_full_poll_tells_the_applier_the_intake_is_behind_and_a_short_one_that_it_caught_up() -> None:
+    consumer = FakeConsumer({P0})
+    intake, _, _ = intake_with(consumer)
+    intake.settings = intake.settings.replace(batch_max_events=2)
+    consumer.polls.append({P0: [record(P0, 0, event(0)), record(P0, 1, event(1))]})
+    consumer.polls.append({P0: [record(P0, 2, event(2))]})
+    await intake.step()
+    assert intake.applier.behind and not intake.applier.idle
+    await intake.step()
+    assert not intake.applier.behind and intake.applier.idle
