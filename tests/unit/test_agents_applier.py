@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agents.applier import RawRecord
+from agents.applier import Applier, RawRecord
 from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
+from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
-from tests.fakes import FakeCommitter, FakeWorlds, event, make, rec
+from streams.settings import Settings
+from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event, make, rec
 
 
 async def test_good_bad_and_waiting_events_ack_in_offset_order() -> None:
@@ -316,16 +318,8 @@ class BranchLog(FakeCommitter):
         return ids & self.applied
 
 
-async def test_while_the_intake_is_behind_a_cause_is_looked_up_on_the_branch_later_but_before_expiry() -> None:
-    """A full poll means a backlog: a cause unknown for a second is most likely still in it (another
-    partition), and each branch lookup scans the world's log while the intake waits. Behind, the
-    first lookup waits a quarter of the causal timeout; the rechecks keep the last one before expiry."""
-    from agents.applier import Applier
-    from monitoring.metrics import Metrics
-    from streams.settings import Settings
-    from tests.fakes import FakeDlq, FakeMarks
-
-    now = [100.0]
+def cause_lookup_applier(now: list[float]) -> tuple[Applier, BranchLog]:
+    """An applier whose clock reads ``now[0]``, with a branch log holding the cause ``c1``."""
     settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, causal_timeout_s=40.0)
     committer = BranchLog({"c1"})
     applier = Applier(
@@ -337,6 +331,15 @@ async def test_while_the_intake_is_behind_a_cause_is_looked_up_on_the_branch_lat
         metrics=Metrics(),
         clock=lambda: now[0],
     )
+    return applier, committer
+
+
+async def test_while_the_intake_is_behind_a_cause_is_looked_up_on_the_branch_later_but_before_expiry() -> None:
+    """A full poll means a backlog: a cause unknown for a second is most likely still in it (another
+    partition), and each branch lookup scans the world's log while the intake waits. Behind, the
+    first lookup waits a quarter of the causal timeout; the rechecks keep the last one before expiry."""
+    now = [100.0]
+    applier, committer = cause_lookup_applier(now)
     applier.behind = True
     await applier.process([rec(0, event(0, caused_by="c1"))])
     assert applier.gate.is_parked(("prod", "e0"))
@@ -350,23 +353,8 @@ async def test_while_the_intake_is_behind_a_cause_is_looked_up_on_the_branch_lat
 
 
 async def test_a_caught_up_intake_looks_a_missing_cause_up_after_the_short_grace() -> None:
-    from agents.applier import Applier
-    from monitoring.metrics import Metrics
-    from streams.settings import Settings
-    from tests.fakes import FakeDlq, FakeMarks
-
     now = [100.0]
-    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, causal_timeout_s=40.0)
-    committer = BranchLog({"c1"})
-    applier = Applier(
-        settings,
-        marks=FakeMarks(),
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=FakeWorlds(),
-        metrics=Metrics(),
-        clock=lambda: now[0],
-    )
+    applier, committer = cause_lookup_applier(now)
     await applier.process([rec(0, event(0, caused_by="c1"))])
     now[0] += 1.5
     acks = await applier.tick()

@@ -404,3 +404,20 @@ async def test_a_full_poll_tells_the_applier_the_intake_is_behind_and_a_short_on
     assert intake.applier.behind and not intake.applier.idle
     await intake.step()
     assert not intake.applier.behind and intake.applier.idle
+
+
+async def test_a_short_poll_with_a_full_polls_worth_left_on_the_broker_is_behind_too() -> None:
+    """Polls under load are rarely full (records arrive while the last one is processed), yet the
+    broker may hold seconds of records: the high watermark says so."""
+    consumer = FakeConsumer({P0})
+    intake, _, _ = intake_with(consumer)
+    intake.settings = intake.settings.replace(batch_max_events=3)
+    marks = {P0: 10}
+    consumer.highwater = marks.get  # type: ignore[attr-defined]
+    consumer.polls.append({P0: [record(P0, 0, event(0))]})  # offsets 1-9 still on the broker
+    await intake.step()
+    assert intake.applier.behind
+    marks[P0] = 3
+    consumer.polls.append({P0: [record(P0, 1, event(1))]})  # one left: caught up
+    await intake.step()
+    assert not intake.applier.behind
