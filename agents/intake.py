@@ -187,8 +187,10 @@ class ChangeIntake(KafkaLoop):
             # Adaptive batching: a poll that is not full means intake has caught up.
             full = len(records) >= self.settings.batch_max_events
             self.applier.idle = self.settings.batch_flush_when_idle and not full
-            # Behind: a full poll, or a full poll's worth still on the broker past this one.
-            self.applier.behind = full or backlog(consumer, polled) >= self.settings.batch_max_events
+            # Behind: a full poll, or a full poll's worth still on the broker past this one. An
+            # empty poll of paused partitions (backpressure: commits lagging) says nothing new.
+            if records or not consumer.paused():
+                self.applier.behind = full or backlog(consumer, polled) >= self.settings.batch_max_events
             if records:
                 await self._abandonable(self.applier.process(records), "step")
             await self._commit(self.assignment())

@@ -7,10 +7,9 @@ from typing import Any
 
 from agents.applier import Applier, RawRecord
 from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
-from monitoring.metrics import Metrics
 from sinks.committer import Batch, CommitOutcome
 from streams.settings import Settings
-from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event, make, rec
+from tests.fakes import FakeCommitter, FakeMarks, FakeWorlds, applier_with, event, make, rec
 
 
 async def test_good_bad_and_waiting_events_ack_in_offset_order() -> None:
@@ -322,16 +321,7 @@ def cause_lookup_applier(now: list[float]) -> tuple[Applier, BranchLog]:
     """An applier whose clock reads ``now[0]``, with a branch log holding the cause ``c1``."""
     settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, causal_timeout_s=40.0)
     committer = BranchLog({"c1"})
-    applier = Applier(
-        settings,
-        marks=FakeMarks(),
-        committer=committer,
-        dead_letters=FakeDlq(),
-        worlds=FakeWorlds(),
-        metrics=Metrics(),
-        clock=lambda: now[0],
-    )
-    return applier, committer
+    return applier_with(settings, committer, FakeMarks(), clock=lambda: now[0]), committer
 
 
 async def test_while_the_intake_is_behind_a_cause_is_looked_up_on_the_branch_later_but_before_expiry() -> None:

@@ -421,3 +421,17 @@ async def test_a_short_poll_with_a_full_polls_worth_left_on_the_broker_is_behind
     consumer.polls.append({P0: [record(P0, 1, event(1))]})  # one left: caught up
     await intake.step()
     assert not intake.applier.behind
+
+
+async def test_an_empty_poll_of_paused_partitions_leaves_the_intake_behind() -> None:
+    """Backpressure pauses the partitions while commits lag: the empty polls that follow are not a
+    caught-up intake (seen: cause lookups ran during a preload's pauses)."""
+    consumer = FakeConsumer({P0})
+    intake, _, _ = intake_with(consumer)
+    intake.settings = intake.settings.replace(batch_max_events=2)
+    intake.applier.gate.max_parked = 1  # one parked effect fills the gate: backpressure
+    consumer.polls.append({P0: [record(P0, 0, event(0, caused_by="e9")), record(P0, 1, event(1))]})
+    await intake.step()
+    assert intake.applier.behind
+    await intake.step()
+    assert consumer.paused() == {P0} and intake.applier.behind
