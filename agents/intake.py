@@ -185,7 +185,12 @@ class ChangeIntake(KafkaLoop):
             self._take_assignment()
             records = self.admit(polled, generation, self._taken)
             # Adaptive batching: a poll that is not full means intake has caught up.
-            self.applier.idle = self.settings.batch_flush_when_idle and len(records) < self.settings.batch_max_events
+            full = len(records) >= self.settings.batch_max_events
+            self.applier.idle = self.settings.batch_flush_when_idle and not full
+            # Behind: a full poll, or a full poll's worth still on the broker past this one. An
+            # empty poll of paused partitions (backpressure: commits lagging) says nothing new.
+            if records or not consumer.paused():
+                self.applier.behind = full or backlog(consumer, polled) >= self.settings.batch_max_events
             if records:
                 await self._abandonable(self.applier.process(records), "step")
             await self._commit(self.assignment())
@@ -329,6 +334,20 @@ class ChangeIntake(KafkaLoop):
         if new:
             self._taken |= new
             self.applier.on_assigned(sorted((tp.topic, tp.partition) for tp in new))
+
+
+def backlog(consumer: Any, polled: dict[TopicPartition, list[Any]]) -> int:
+    """Records the broker held past this poll on its partitions, by the high watermarks the fetches
+    reported (``AIOKafkaConsumer.highwater``; unknown counts as none)."""
+    highwater = getattr(consumer, "highwater", None)
+    if highwater is None:
+        return 0
+    left = 0
+    for tp, records in polled.items():
+        mark = highwater(tp) if records else None
+        if mark is not None:
+            left += max(0, mark - (records[-1].offset + 1))
+    return left
 
 
 def _membership_known(consumer: AIOKafkaConsumer) -> bool:

@@ -4,7 +4,7 @@ change records they are fed: shared by the unit and integration tests of the app
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -111,9 +111,16 @@ class FakeWorlds:
 
 
 def applier_with(
-    settings: Settings, committer: Any, marks: Any, *, worlds: Any = None, pipelined: bool = False
+    settings: Settings,
+    committer: Any,
+    marks: Any,
+    *,
+    worlds: Any = None,
+    pipelined: bool = False,
+    clock: Callable[[], float] = lambda: 100.0,
 ) -> Applier:
-    """An applier on fakes (a fresh DLQ, the world ``prod`` unless ``worlds``), its clock at 100."""
+    """An applier on fakes (a fresh DLQ, the world ``prod`` unless ``worlds``), its clock at 100
+    unless ``clock``."""
     return Applier(
         settings,
         marks=marks,
@@ -121,7 +128,7 @@ def applier_with(
         dead_letters=FakeDlq(),
         worlds=worlds or FakeWorlds(),
         metrics=Metrics(),
-        clock=lambda: 100.0,
+        clock=clock,
         pipelined=pipelined,
     )
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agents.applier import RawRecord
+from agents.applier import Applier, RawRecord
 from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
 from sinks.committer import Batch, CommitOutcome
-from tests.fakes import FakeCommitter, FakeWorlds, event, make, rec
+from streams.settings import Settings
+from tests.fakes import FakeCommitter, FakeMarks, FakeWorlds, applier_with, event, make, rec
 
 
 async def test_good_bad_and_waiting_events_ack_in_offset_order() -> None:
@@ -301,3 +302,50 @@ async def test_expiries_are_fenced_once_per_tick_for_all_their_partitions_and_th
         ("e5", "cause-missing"),
     ]
     assert sorted(acks) == ["h0", "h1", "x0"]
+
+
+class BranchLog(FakeCommitter):
+    """A committer whose branch log holds ``applied`` event ids; records each cause lookup."""
+
+    def __init__(self, applied: set[str]) -> None:
+        super().__init__()
+        self.applied = applied
+        self.lookups: list[set[str]] = []
+
+    async def applied_events_async(self, world_id: str, ids: set[str]) -> set[str]:
+        self.lookups.append(set(ids))
+        return ids & self.applied
+
+
+def cause_lookup_applier(now: list[float]) -> tuple[Applier, BranchLog]:
+    """An applier whose clock reads ``now[0]``, with a branch log holding the cause ``c1``."""
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, causal_timeout_s=40.0)
+    committer = BranchLog({"c1"})
+    return applier_with(settings, committer, FakeMarks(), clock=lambda: now[0]), committer
+
+
+async def test_while_the_intake_is_behind_a_cause_is_looked_up_on_the_branch_later_but_before_expiry() -> None:
+    """A full poll means a backlog: a cause unknown for a second is most likely still in it (another
+    partition), and each branch lookup scans the world's log while the intake waits. Behind, the
+    first lookup waits a quarter of the causal timeout; the rechecks keep the last one before expiry."""
+    now = [100.0]
+    applier, committer = cause_lookup_applier(now)
+    applier.behind = True
+    await applier.process([rec(0, event(0, caused_by="c1"))])
+    assert applier.gate.is_parked(("prod", "e0"))
+    now[0] += 1.5  # past the 1-s grace of a caught-up intake
+    await applier.tick()
+    assert committer.lookups == []  # before: looked up here, while the cause was still on its way
+    now[0] += 10.0 - 1.5  # a quarter of the causal timeout
+    acks = await applier.tick()
+    assert committer.lookups == [{"c1"}] and acks == ["h0"]
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e0"]
+
+
+async def test_a_caught_up_intake_looks_a_missing_cause_up_after_the_short_grace() -> None:
+    now = [100.0]
+    applier, committer = cause_lookup_applier(now)
+    await applier.process([rec(0, event(0, caused_by="c1"))])
+    now[0] += 1.5
+    acks = await applier.tick()
+    assert committer.lookups == [{"c1"}] and acks == ["h0"]

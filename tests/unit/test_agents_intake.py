@@ -392,3 +392,46 @@ async def test_aiokafka_internals_that_moved_log_an_error_and_the_fence_falls_ba
     consumer.commit = refused  # type: ignore[method-assign]
     assert not await intake.fence([(P0.topic, 0)])
     assert [r.levelno for r in caplog.records].count(logging.ERROR) == 1  # once per process, not per fence
+
+
+async def test_a_full_poll_tells_the_applier_the_intake_is_behind_and_a_short_one_that_it_caught_up() -> None:
+    consumer = FakeConsumer({P0})
+    intake, _, _ = intake_with(consumer)
+    intake.settings = intake.settings.replace(batch_max_events=2)
+    consumer.polls.append({P0: [record(P0, 0, event(0)), record(P0, 1, event(1))]})
+    consumer.polls.append({P0: [record(P0, 2, event(2))]})
+    await intake.step()
+    assert intake.applier.behind and not intake.applier.idle
+    await intake.step()
+    assert not intake.applier.behind and intake.applier.idle
+
+
+async def test_a_short_poll_with_a_full_polls_worth_left_on_the_broker_is_behind_too() -> None:
+    """Polls under load are rarely full (records arrive while the last one is processed), yet the
+    broker may hold seconds of records: the high watermark says so."""
+    consumer = FakeConsumer({P0})
+    intake, _, _ = intake_with(consumer)
+    intake.settings = intake.settings.replace(batch_max_events=3)
+    marks = {P0: 10}
+    consumer.highwater = marks.get  # type: ignore[attr-defined]
+    consumer.polls.append({P0: [record(P0, 0, event(0))]})  # offsets 1-9 still on the broker
+    await intake.step()
+    assert intake.applier.behind
+    marks[P0] = 3
+    consumer.polls.append({P0: [record(P0, 1, event(1))]})  # one left: caught up
+    await intake.step()
+    assert not intake.applier.behind
+
+
+async def test_an_empty_poll_of_paused_partitions_leaves_the_intake_behind() -> None:
+    """Backpressure pauses the partitions while commits lag: the empty polls that follow are not a
+    caught-up intake (seen: cause lookups ran during a preload's pauses)."""
+    consumer = FakeConsumer({P0})
+    intake, _, _ = intake_with(consumer)
+    intake.settings = intake.settings.replace(batch_max_events=2)
+    intake.applier.gate.max_parked = 1  # one parked effect fills the gate: backpressure
+    consumer.polls.append({P0: [record(P0, 0, event(0, caused_by="e9")), record(P0, 1, event(1))]})
+    await intake.step()
+    assert intake.applier.behind
+    await intake.step()
+    assert consumer.paused() == {P0} and intake.applier.behind
