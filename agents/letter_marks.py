@@ -7,10 +7,11 @@ killed in between leaves the record to be read again; deciding it again could le
 letter is confirmed the applier records the decision under the record's origin (topic, partition,
 offset) and, on intake, settles records whose origin is recorded without deciding them again.
 
-Keys: ``causeway:dead:{<world>}:<topic>:<partition>:<offset>`` when the record names a valid world
-(the world is the hash tag, as for the applied marks), ``causeway:dead:{<topic>:<partition>}:<offset>``
-when it names none or an invalid one. Both sides compute the key from the same bytes (the decoded
-world), so they agree.
+Keys: ``causeway:dead:{<world>}:<topic>:<partition>:<offset>:<event id>`` when the record names a
+valid world (the world is the hash tag, as for the applied marks; no ``:<event id>`` when it has
+none), ``causeway:dead:{<topic>:<partition>}:<offset>`` when it names none or an invalid one. The
+event id keeps a decision to its record when an offset is reused (a topic created again). Both
+sides compute the key from the same bytes (the decoded world and event id), so they agree.
 
 Per event too: a letter about a valid event (``EVENT_REASONS``: the gate's, the world check's and
 the committer's decisions) is also recorded as ``causeway:dead-id:{<world>}:<redrive count>:<event
@@ -63,14 +64,21 @@ Origin = tuple[str, int, int]
 """(topic, partition, offset): where a record was read."""
 
 
-def dead_key(origin: Origin, world_id: str | None) -> str:
-    """The Redis key recording that the record at ``origin`` was dead-lettered."""
+def dead_key(origin: Origin, world_id: str | None, event_id: str | None = None) -> str:
+    """The Redis key recording that the record at ``origin`` was dead-lettered.
+
+    With the record's event id when it has one: an offset is reused when a topic is deleted and
+    created again (or a cluster's data is reset) while Redis keeps the decisions for their TTL, and
+    a decision keyed by the origin alone then settled the new record read there without applying or
+    dead-lettering it (a valid event lost; seen here after the broker's data was reset).
+    """
     topic, partition, offset = origin
     try:
         world = validate_world_id(world_id)
     except InvalidWorldId:
         return f"{KEY_PREFIX}{{{topic}:{partition}}}:{offset}"
-    return f"{KEY_PREFIX}{{{world}}}:{topic}:{partition}:{offset}"
+    suffix = f":{event_id}" if event_id else ""
+    return f"{KEY_PREFIX}{{{world}}}:{topic}:{partition}:{offset}{suffix}"
 
 
 def event_key(world_id: str, event_id: str, redrive: int = 0) -> str:
@@ -90,7 +98,7 @@ def redrive_count(headers: Iterable[tuple[str, bytes | None]]) -> int:
 
 
 def letter_key(letter: DeadLetter) -> str:
-    return dead_key((letter.topic, letter.partition, letter.offset), letter.world_id)
+    return dead_key((letter.topic, letter.partition, letter.offset), letter.world_id, letter.event_id)
 
 
 def letter_keys(letter: DeadLetter) -> list[str]:
@@ -106,7 +114,7 @@ def letter_keys(letter: DeadLetter) -> list[str]:
 
 
 def arrival_key(arrival: Arrival) -> str:
-    return dead_key((arrival.topic, arrival.partition, arrival.offset), arrival.event.world_id)
+    return dead_key((arrival.topic, arrival.partition, arrival.offset), arrival.event.world_id, arrival.event.event_id)
 
 
 def arrival_keys(arrival: Arrival, redrive: int = 0) -> list[str]:

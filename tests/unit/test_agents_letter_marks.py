@@ -77,12 +77,32 @@ class Shared:
 
 def test_keys_carry_the_world_as_hash_tag_or_the_partition_when_the_world_is_unknown() -> None:
     assert dead_key((OBJ, 3, 17), "prod") == f"causeway:dead:{{prod}}:{OBJ}:3:17"
+    assert dead_key((OBJ, 3, 17), "prod", "e5") == f"causeway:dead:{{prod}}:{OBJ}:3:17:e5"
     assert dead_key((OBJ, 3, 17), None) == f"causeway:dead:{{{OBJ}:3}}:17"
     assert dead_key((OBJ, 3, 17), "NOT}VALID") == f"causeway:dead:{{{OBJ}:3}}:17"
     letter = DeadLetter("malformed-json", "bad", OBJ, 3, 17, b"k", b"{", None, "bad world!")
     assert letter_key(letter) == dead_key((OBJ, 3, 17), None)
     keys = [dead_key((OBJ, 0, i), w) for i, w in enumerate(["a", "b", "a", None, None, "a"])]
     assert sorted(len(g) for g in by_tag(keys + keys[:2], chunk=2)) == [1, 1, 2, 2]
+
+
+async def test_a_decision_recorded_at_an_origin_does_not_settle_another_event_read_there_later() -> None:
+    """A topic created again (or a broker's data reset) reuses offsets while Redis keeps the decisions
+    for days: the event now read at an origin whose earlier record was dead-lettered is a new event,
+    applied, not settled as a replay. Before, the decision was keyed by the origin alone and the new
+    event was settled unapplied and unlettered (seen: two events lost from a world after a reset)."""
+    shared = Shared()
+    first = shared.worker()
+    await first.process([rec(0, event(1, caused_by="e9"))])
+    shared.now += 6.0
+    await first.tick()
+    assert [(d.event_id, d.reason, d.offset) for d in shared.dlq.letters] == [("e1", "cause-missing", 0)]
+    # The topic is created again: offset 0 now holds another event.
+    second = shared.worker()
+    await second.process([rec(0, event(2))])
+    await second.tick()
+    assert shared.applied() == ["e2"]
+    assert len(shared.dlq.letters) == 1
 
 
 async def test_an_event_dead_lettered_cause_missing_then_redelivered_after_its_cause_arrived_is_not_applied() -> None:
@@ -171,7 +191,7 @@ async def test_a_rejection_the_gate_holds_at_a_revoke_is_dead_lettered_not_dropp
     await worker.revoke([(OBJ, 0)])
     assert [(d.event_id, d.reason) for d in shared.dlq.letters] == [("e1", "cause-missing")]
     assert worker.tracker.committable((OBJ, 1)) == 1
-    assert shared.dead.values[dead_key((OBJ, 1, 0), "prod")] == CONFIRMED
+    assert shared.dead.values[dead_key((OBJ, 1, 0), "prod", "e1")] == CONFIRMED
 
 
 async def test_a_producer_retry_copy_of_a_dead_lettered_event_at_another_offset_gets_the_same_decision() -> None:
@@ -247,7 +267,7 @@ async def _killed_after_the_letter(shared: Shared, monkeypatch: Any, *, sent: bo
     with pytest.raises(Killed):
         await first.tick()
     monkeypatch.undo()
-    assert set(shared.dead.values.values()) == {b"p:" + shared.dead.values[dead_key((OBJ, 0, 0), "prod")][2:]}
+    assert set(shared.dead.values.values()) == {b"p:" + shared.dead.values[dead_key((OBJ, 0, 0), "prod", "e1")][2:]}
     return shared.worker()
 
 
@@ -301,9 +321,9 @@ def test_the_applier_s_reasons_about_valid_events_are_recorded_per_event() -> No
     for reason in (applier_module.UNKNOWN_WORLD, applier_module.STALE_VERSION, applier_module.COMMIT_FAILED):
         assert reason in EVENT_REASONS
     letter = DeadLetter("cause-missing", "d", OBJ, 0, 5, b"k", b"{}", "e1", "prod", redrive_count=2)
-    assert letter_keys(letter) == [dead_key((OBJ, 0, 5), "prod"), event_key("prod", "e1", 2)]
+    assert letter_keys(letter) == [dead_key((OBJ, 0, 5), "prod", "e1"), event_key("prod", "e1", 2)]
     bad = DeadLetter("malformed-json", "d", OBJ, 0, 6, b"k", b"{", "e1", "prod")
-    assert letter_keys(bad) == [dead_key((OBJ, 0, 6), "prod")]  # a fixed re-send is decided afresh
+    assert letter_keys(bad) == [dead_key((OBJ, 0, 6), "prod", "e1")]  # a fixed re-send is decided afresh
     assert redrive_count([("x", b"1"), (H_REDRIVE, b"3")]) == 3 and redrive_count([(H_REDRIVE, b"?")]) == 0
 
 
