@@ -110,12 +110,20 @@ async def read_from(pipe: Pipeline, start: dict[tuple[str, int], int]) -> list[A
 
 
 async def replay_until_it_moved(
-    pipe: Pipeline, args: list[str], store: CheckpointStore, spec: ReplaySpec, *, capture: bool
+    pipe: Pipeline,
+    args: list[str],
+    store: CheckpointStore,
+    spec: ReplaySpec,
+    *,
+    capture: bool,
+    env: dict[str, str] | None = None,
 ) -> asyncio.subprocess.Process:
-    """Start ``causeway <args>`` as a process; return it once its checkpoint has moved (still running)."""
+    """Start ``causeway <args>`` as a process; return it once its checkpoint has moved (still running).
+
+    ``env``: settings for the process on top of the pipeline's."""
     out = asyncio.subprocess.PIPE if capture else asyncio.subprocess.DEVNULL
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cli.main", *args, cwd=ROOT, env=pipe.env, stdout=out, stderr=out
+        sys.executable, "-m", "cli.main", *args, cwd=ROOT, env={**pipe.env, **(env or {})}, stdout=out, stderr=out
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.returncode is None:
@@ -578,7 +586,11 @@ async def test_ctrl_c_saves_the_checkpoint_and_the_summary_counts_that_run(pipe:
     spec = ReplaySpec(topics=(pipe.settings.objects_topic, pipe.settings.links_topic), worlds=("prod",))
     store = CheckpointStore.from_settings(pipe.settings)
     try:
-        proc = await replay_until_it_moved(pipe, ["replay", "--world", "prod"], store, spec, capture=True)
+        # Small batches: the checkpoint moves with each commit, so it moves early and the replay is
+        # still running when Ctrl-C lands (with 10,000-event batches its first move came with the last
+        # commit, and a fast replay had finished: rc 0).
+        small = {"CAUSEWAY_BATCH_MAX_EVENTS": "200"}
+        proc = await replay_until_it_moved(pipe, ["replay", "--world", "prod"], store, spec, capture=True, env=small)
         proc.send_signal(signal.SIGINT)
         out, err = await asyncio.wait_for(proc.communicate(), 60)
     finally:
