@@ -581,14 +581,15 @@ async def test_a_replay_gives_up_when_a_dependency_stays_down_and_resumes_later(
 
 async def test_ctrl_c_saves_the_checkpoint_and_the_summary_counts_that_run(pipe: Pipeline) -> None:
     """Issue 23 item 4: the Ctrl-C summary said "0 this run" and "took 0.0s"."""
-    wl = generate(pipe.params(events=8000, worlds=1, keys=80, seed=17, bad_rate=0.0))
+    wl = generate(pipe.params(events=20000, worlds=1, keys=80, seed=17, bad_rate=0.0))
     await pipe.publish(wl.records)
     spec = ReplaySpec(topics=(pipe.settings.objects_topic, pipe.settings.links_topic), worlds=("prod",))
     store = CheckpointStore.from_settings(pipe.settings)
     try:
-        # Small batches: the checkpoint moves with each commit, so it moves early and the replay is
-        # still running when Ctrl-C lands (with 10,000-event batches its first move came with the last
-        # commit, and a fast replay had finished: rc 0).
+        # Small batches, many of them: the checkpoint moves with each poll of 200 records, so it moves
+        # early, and the replay still runs for seconds when Ctrl-C lands (8,000 events in 10,000-event
+        # polls: the first move came with the last commit and the replay had finished, rc 0; in
+        # 200-event polls it still finished first once, at 1,229 events/s under the full suite's load).
         small = {"CAUSEWAY_BATCH_MAX_EVENTS": "200"}
         proc = await replay_until_it_moved(pipe, ["replay", "--world", "prod"], store, spec, capture=True, env=small)
         proc.send_signal(signal.SIGINT)
