@@ -63,7 +63,7 @@ from sinks import manifest_cache
 from sinks.fileio import SizedOutputFile, open_output
 from sinks.keyfilter import MIN_ROWS, KeyFilter, Probe
 from sinks.layout import KeyScan
-from sinks.manifest_write import ManifestListWriter, ManifestWriter
+from sinks.manifest_write import ManifestListWriter, ManifestWriter, spec_facts
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
@@ -1004,25 +1004,19 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
 
 
 class _SummaryCollector(SnapshotSummaryCollector):
-    """pyiceberg's snapshot summary collector, each partition's path derived once per snapshot.
+    """pyiceberg's snapshot summary collector, each partition's path derived once per table schema
+    and spec (``manifest_write.spec_facts``), not per file.
 
     pyiceberg derives the path (``type=person/bucket=3``, the key of its per-partition counts) for
     every file added or removed, building the spec's partition type (pydantic models) each time;
-    a small commit on the partitioned layout adds and removes several files per partition.
+    a small commit on the partitioned layout adds and removes several files per partition, and a
+    world's next commit touches the same partitions.
     """
-
-    def __init__(self, partition_summary_limit: int = 0) -> None:
-        super().__init__(partition_summary_limit)
-        self._paths: dict[tuple[Any, ...], str] = {}
 
     def update_partition_metrics(
         self, partition_spec: PartitionSpec, file: DataFile, is_add_file: bool, schema: Schema
     ) -> None:
-        partition: Any = file.partition  # a pyiceberg Record: iterable, typed as not
-        where = (partition_spec.spec_id, *partition)
-        path = self._paths.get(where)
-        if path is None:
-            path = self._paths[where] = partition_spec.partition_to_path(file.partition, schema)
+        path = spec_facts(schema, partition_spec).path(file.partition)
         metrics = self.partition_metrics[path]
         if is_add_file:
             metrics.add_file(file)
