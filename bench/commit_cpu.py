@@ -13,6 +13,9 @@ bucket) partition of ``entity_common``; the default keeps every object a ``perso
 ``--worlds N`` commits round robin over N scratch worlds through one committer (one process, one
 warehouse, the caches shared, as in a worker with N busy worlds); ``--keys`` is then per world.
 The warm-up is counted per world (``--warmup`` rounds of N commits: the first creates the tables).
+``--threads K`` commits K worlds at once (a thread each, as the worker's commit budget runs its
+commits next to each other): a commit's CPU is its round's process CPU divided by K, so the
+figure includes what K threads sharing the GIL cost each other (``--stages`` needs K = 1).
 The line ends with the process caches' misses per commit: manifest reads (``sinks.manifest_cache``)
 and metadata JSON parses, which stay at zero for one world and show what many worlds evict.
 
@@ -34,6 +37,7 @@ import contextlib
 import random
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -59,6 +63,13 @@ def main() -> None:
     )
     ap.add_argument("--worlds", type=int, default=1, help="worlds committed round robin (--keys per world)")
     ap.add_argument("--stages", action="store_true", help="print wall and CPU ms per commit per stage (markdown)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="commits in flight at once, each on its own world (as the worker's commit budget runs them); "
+        "a commit's CPU is then its round's process CPU / threads",
+    )
     args = ap.parse_args()
 
     base = Settings.from_env()
@@ -91,12 +102,14 @@ def main() -> None:
     settled = round_start = 0
     cpu: list[float] = []
     wall: list[float] = []
-    contents: list[int] = []
-    trips: list[int] = []
-    metadata: list[int] = []
-    parsed: list[int] = []
-    manifest_reads: list[int] = []
+    contents: list[float] = []
+    trips: list[float] = []
+    metadata: list[float] = []
+    parsed: list[float] = []
+    manifest_reads: list[float] = []
     creating: list[float] = []  # each world's first commit (it creates the three tables)
+    pending: list[tuple[int, Batch]] = []
+    pool = ThreadPoolExecutor(max(1, args.threads), thread_name_prefix="commit")
     try:
         stages.__enter__()
         for i in range(warmup + args.commits - args.warmup):  # --commits counts one world's warm-up
@@ -115,31 +128,41 @@ def main() -> None:
                 items.append((event, Source(topic, 0, offset)))
                 offset += 1
             floors = {("onto.changes.objects", 0): settled, ("onto.changes.links", 0): settled}
-            batch = Batch.from_sources(world, f"cpu-{i}", items, settled=floors)
+            pending.append((i, Batch.from_sources(world, f"cpu-{i}", items, settled=floors)))
+            last = i == warmup + args.commits - args.warmup - 1
+            if len(pending) < args.threads and not last and (i + 1) % len(worlds) and i + 1 != warmup:
+                continue  # a round holds distinct worlds, and never mixes warm-up with counted commits
             counts.update(contents=0, metadata=0, nessie=0)
             parses, misses = table_metadata.CACHE.parses, manifest_cache.CACHE.misses
-            if i == warmup:
+            if pending[0][0] == warmup:
                 timer.reset()
+            n = len(pending)
             w0, t0 = time.perf_counter(), time.process_time()
-            committer.commit_batch(batch)
-            spent = time.process_time() - t0
-            if i < len(worlds):
-                creating.append(spent)
-            if i >= warmup:
-                wall.append(time.perf_counter() - w0)
-                cpu.append(spent)
-                contents.append(counts["contents"])
-                trips.append(counts["nessie"])
-                metadata.append(counts["metadata"])
-                parsed.append(table_metadata.CACHE.parses - parses)
-                manifest_reads.append(manifest_cache.CACHE.misses - misses)
+            if n == 1:
+                committer.commit_batch(pending[0][1])
+            else:
+                list(pool.map(committer.commit_batch, [b for _, b in pending]))
+            spent = (time.process_time() - t0) / n
+            for j, _ in pending:
+                if j < len(worlds):
+                    creating.append(spent)
+                if j >= warmup:
+                    wall.append((time.perf_counter() - w0) / n)
+                    cpu.append(spent)
+                    contents.append(counts["contents"] / n)
+                    trips.append(counts["nessie"] / n)
+                    metadata.append(counts["metadata"] / n)
+                    parsed.append((table_metadata.CACHE.parses - parses) / n)
+                    manifest_reads.append((manifest_cache.CACHE.misses - misses) / n)
+            pending.clear()
     finally:
         stages.__exit__(None, None, None)
+        pool.shutdown()
         table_metadata.build = real_build
         for world in worlds:
             drop_world(client, world)
     print(
-        f"worlds={len(worlds)} commits={len(cpu)} events/commit={args.events} "
+        f"worlds={len(worlds)} threads={args.threads} commits={len(cpu)} events/commit={args.events} "
         f"cpu_s/commit mean={statistics.mean(cpu):.4f} "
         f"median={statistics.median(cpu):.4f} min={min(cpu):.4f} "
         f"contents_calls/commit={statistics.mean(contents):.1f} nessie_round_trips/commit={statistics.mean(trips):.1f} "
