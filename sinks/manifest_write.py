@@ -18,7 +18,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 
 from pydantic_core import to_json
 from pyiceberg.avro.encoder import BinaryEncoder
@@ -47,19 +47,15 @@ from pyiceberg.io import OutputFile
 from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
     MANIFEST_LIST_FILE_SCHEMAS,
-    UNASSIGNED_SEQ,
     ManifestContent,
     ManifestEntry,
     ManifestFile,
     ManifestListWriterV2,
     ManifestWriterV2,
-    PartitionFieldStats,
-    PartitionFieldSummary,
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
-from pyiceberg.types import IcebergType, PrimitiveType
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 _Setup = tuple[Schema, Writer, str]
@@ -78,7 +74,6 @@ class _SpecFacts:
     spec: PartitionSpec
     schema_json: str
     spec_json: str
-    partition_types: tuple[IcebergType, ...]
     #: A partition's path (``type=person/bucket=3``) by its values: the key of a snapshot summary's
     #: per-partition counts (``sinks.rowdelta``); a table has a few partitions, bounded by ``MAX_PATHS``.
     paths: dict[tuple[Any, ...], str] = field(default_factory=dict)
@@ -104,9 +99,9 @@ MAX_PATHS = 1024
 
 
 def spec_facts(schema: Schema, spec: PartitionSpec) -> _SpecFacts:
-    """The schema's and spec's JSON and the partition field types, computed once per object pair
-    (pyiceberg serialised the table schema for every manifest's header and built the spec's
-    partition type for every manifest's summaries: ~3 ms of a 3-table commit at 100 worlds)."""
+    """The schema's and spec's JSON, and the partitions' paths, computed once per object pair
+    (pyiceberg serialised the table schema for every manifest's header and derived a partition's
+    path in every snapshot's summary)."""
     key = (id(schema), id(spec))
     with _LOCK:
         facts = _FACTS.get(key)
@@ -117,25 +112,12 @@ def spec_facts(schema: Schema, spec: PartitionSpec) -> _SpecFacts:
         spec,
         schema.model_dump_json(),
         to_json(spec.fields).decode("utf-8"),
-        tuple(f.field_type for f in spec.partition_type(schema).fields),
     )
     with _LOCK:
         if len(_FACTS) >= MAX_FACTS:
             _FACTS.clear()
         _FACTS[key] = facts
     return facts
-
-
-def partition_summaries(types: tuple[IcebergType, ...], partitions: list[Record]) -> list[PartitionFieldSummary]:
-    """pyiceberg's ``construct_partition_summaries`` over field types resolved beforehand."""
-    for t in types if partitions else ():
-        if not isinstance(t, PrimitiveType):
-            raise ValueError(f"Expected a primitive type for the partition field, got {t}")
-    stats = [PartitionFieldStats(cast(PrimitiveType, t)) for t in types]  # checked above when used
-    for keys in partitions:
-        for i, st in enumerate(stats):
-            st.update(keys[i])
-    return [st.to_summary() for st in stats]
 
 
 class _OneBlockAvroFile(AvroOutputFile[Any]):
@@ -328,28 +310,6 @@ class ManifestWriter(ManifestWriterV2):
             AVRO_CODEC_KEY: self._compression,
             "content": "deletes" if self._content == ManifestContent.DELETES else "data",
         }
-
-    def to_manifest_file(self) -> ManifestFile:
-        """pyiceberg's ``to_manifest_file``, the partition summaries from the kept field types."""
-        self.closed = True
-        min_sequence_number = self._min_sequence_number if self._min_sequence_number is not None else UNASSIGNED_SEQ
-        return ManifestFile.from_args(
-            manifest_path=self._output_file.location,
-            manifest_length=len(self._writer.output_file),
-            partition_spec_id=self._spec.spec_id,
-            content=self.content(),
-            sequence_number=UNASSIGNED_SEQ,
-            min_sequence_number=min_sequence_number,
-            added_snapshot_id=self._snapshot_id,
-            added_files_count=self._added_files,
-            existing_files_count=self._existing_files,
-            deleted_files_count=self._deleted_files,
-            added_rows_count=self._added_rows,
-            existing_rows_count=self._existing_rows,
-            deleted_rows_count=self._deleted_rows,
-            partitions=partition_summaries(spec_facts(self._schema, self._spec).partition_types, self._partitions),
-            key_metadata=None,
-        )
 
     def new_writer(self) -> AvroOutputFile[ManifestEntry]:
         meta = self._meta
