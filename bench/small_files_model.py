@@ -7,8 +7,11 @@ No table, no I/O: each flush adds one data file per partition (its rows split ev
 ``--partitions``, as a flush of random keys touches every type and bucket), then
 :meth:`sinks.compaction.Compaction.pick` (the policy the committer runs) chooses what to merge and
 the merged rows come back as one file per partition (``--tiers rows``: its size tiers counted in
-rows, ``Compaction.tiers_in_rows``, not the default). A file's size is ``--footer-bytes`` plus
-``--row-bytes`` per row (a small projection file's Parquet footer and rows, measured in
+rows, ``Compaction.tiers_in_rows``, not the default). ``--writer one-file`` models the projections'
+writer since 2026-12-01 late night: a small flush writes one file under the unpartitioned spec
+(its own group), and a merge of those files writes their rows into the partitions, one file
+each (not under a bucketed spec: the 12-partition default stays per partition). A file's size is
+``--footer-bytes`` plus ``--row-bytes`` per row (a small projection file's Parquet footer and rows, measured in
 docs/benchmarks.md, "Keys axis" and "2026-12-01 night"). ``--flush-rows`` sizes the flushes (each
 drawn from ``[rows/5, 9·rows/5]`` with ``--seeds``, or all equal with ``--seeds 0``);
 ``--keys-axis`` replays the keys axis's flushes instead (``bench.keys_seeded`` at 1M keys on a
@@ -51,10 +54,24 @@ def keys_axis(preload: int, preload_rows: int, flushes: int, seed: int) -> list[
     return [preload_rows] * preload + [rnd.randint(50, 500) for _ in range(flushes)]
 
 
+#: The partition of the files a small flush writes under the unpartitioned spec (``--writer one-file``).
+UNPARTITIONED = -1
+
+
 def run(
-    partitions: int, flushes: list[int], seed_rows: int, footer: int, row_bytes: int, tiers_in_rows: bool = False
+    partitions: int,
+    flushes: list[int],
+    seed_rows: int,
+    footer: int,
+    row_bytes: int,
+    tiers_in_rows: bool = False,
+    one_file: bool = False,
 ) -> Counter[str]:
-    """Rows and bytes written and superseded by ``flushes`` (rows each), and the files left."""
+    """Rows and bytes written and superseded by ``flushes`` (rows each), and the files left.
+
+    With ``one_file`` (and more than one partition) each flush writes one file under the
+    unpartitioned spec instead of one per partition.
+    """
     policy = Compaction(64 * 1024 * 1024, 100, tiers_in_rows=tiers_in_rows)
     ids = count()
     nothing = pa.array([], pa.int64())
@@ -67,15 +84,18 @@ def run(
             content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
             partition=Record(bucket), record_count=rows, file_size_in_bytes=footer + row_bytes * rows,
         )  # fmt: skip
-        df.spec_id = 1
+        df.spec_id = 0 if bucket == UNPARTITIONED else 1  # its own (spec, partition) group
         files[path] = LiveFile(df, nothing)
         return int(df.file_size_in_bytes)
 
     for bucket in range(partitions):  # the seed: one file per partition
         add(bucket, seed_rows // partitions)
     for flush_rows in flushes:
-        for bucket in range(partitions):
-            out["bytes_written"] += add(bucket, flush_rows // partitions)
+        if one_file and partitions > 1:
+            out["bytes_written"] += add(UNPARTITIONED, flush_rows)
+        else:
+            for bucket in range(partitions):
+                out["bytes_written"] += add(bucket, flush_rows // partitions)
         out["rows_written"] += flush_rows
         # The flush's own deletes size the budget (2 x rows deleted); they name no file here.
         merged: dict[int, int] = {}
@@ -86,7 +106,11 @@ def run(
             out["files_superseded"] += 1
             merged[df.partition[0]] = merged.get(df.partition[0], 0) + df.record_count
         for bucket, rows in merged.items():
-            add(bucket, rows)
+            if bucket == UNPARTITIONED:  # rewritten into the partitions: the rows of each
+                for b in range(partitions):
+                    add(b, rows // partitions)
+            else:
+                add(bucket, rows)
         held = Counter(live.data_file.partition[0] for live in files.values())
         out["most_in_a_partition"] = max(out["most_in_a_partition"], max(held.values()))
     out["files"] = len(files)
@@ -107,6 +131,12 @@ def main() -> None:
     p.add_argument("--footer-bytes", type=int, default=3_300)
     p.add_argument("--row-bytes", type=int, default=50)
     p.add_argument("--tiers", choices=("bytes", "rows"), default="bytes", help="Compaction.tiers_in_rows")
+    p.add_argument(
+        "--writer",
+        choices=("per-partition", "one-file"),
+        default="per-partition",
+        help="one-file: a small flush writes one file under the unpartitioned spec (the projections' writer)",
+    )
     a = p.parse_args()
     print(
         "flushes seed partitions | rows superseded per row written | bytes superseded per row written "
@@ -118,8 +148,10 @@ def main() -> None:
                 sizes = (
                     keys_axis(a.preload, a.preload_rows, n, seed) if a.keys_axis else flush_sizes(a.flush_rows, n, seed)
                 )
-                o = run(parts, sizes, a.seed_rows, a.footer_bytes, a.row_bytes, a.tiers == "rows")
-                floor = (parts * a.footer_bytes * len(sizes) + a.row_bytes * sum(sizes)) / sum(sizes)
+                one_file = a.writer == "one-file"
+                o = run(parts, sizes, a.seed_rows, a.footer_bytes, a.row_bytes, a.tiers == "rows", one_file)
+                footers = 1 if one_file else parts
+                floor = (footers * a.footer_bytes * len(sizes) + a.row_bytes * sum(sizes)) / sum(sizes)
                 print(
                     f"{n:7d} {seed:4d} {parts:10d} | {o['rows_superseded'] / o['rows_written']:31.3f} |"
                     f" {o['bytes_superseded'] / o['rows_written']:14.2f} ({floor:6.2f} at steady state) |"

@@ -59,8 +59,12 @@ def show(settings: Settings, world: str, table: str | None, as_json: bool, max_p
 
 def _print_report(r: TableReport, max_partitions: int) -> None:
     click.echo(f"== {r.table} (world {r.world}, branch {r.branch})")
+    current = next((s["spec"] for s in r.specs if s["default"]), "")
     for spec in r.specs:
         mark = "  (current)" if spec["default"] else ""
+        if not spec["default"] and spec["spec"] == "none" and "bucket(" not in current and current != "none":
+            # sinks.layout.writes_one_file: why a type-partitioned table holds unpartitioned files
+            mark = "  (small flushes of several partitions; merged into the current spec)"
         click.echo(f"spec {spec['spec_id']}: {spec['spec']}{mark}")
     click.echo(f"sort order: {r.sort_order}")
     click.echo(

@@ -282,9 +282,10 @@ def _setup(schema: Schema, properties: dict[str, str]) -> _Setup:
 
 
 class FileWriter:
-    """Writes Parquet data files for one table metadata (schema, spec, properties)."""
+    """Writes Parquet data files for one table metadata (schema, properties) under one of its
+    specs (the default unless ``spec_id`` names another)."""
 
-    def __init__(self, metadata: Any, io: FileIO) -> None:
+    def __init__(self, metadata: Any, io: FileIO, spec_id: int | None = None) -> None:
         from pyiceberg.io.pyarrow import ParquetFormatModel
         from pyiceberg.table.locations import load_location_provider
 
@@ -300,7 +301,7 @@ class FileWriter:
         self.metrics = setup.metrics
         self.format_model = ParquetFormatModel()
         self.location = load_location_provider(table_location=metadata.location, table_properties=metadata.properties)
-        self.spec_id = metadata.default_spec_id
+        self.spec_id = metadata.default_spec_id if spec_id is None else spec_id
         self.write_uuid = uuid.uuid4()
         self._written = 0
 
@@ -363,15 +364,18 @@ class FileWriter:
             stats = data_file_statistics_from_parquet_metadata(
                 parquet_metadata=metadata, stats_columns=self.stats_plan, parquet_column_mapping=self.column_ids
             ).to_serialized_dict()
-        return DataFile.from_args(
+        df = DataFile.from_args(
             content=DataFileContent.DATA,
             file_path=path,
             file_format=FileFormat.PARQUET,
             partition=key.partition if key is not None else Record(),
             file_size_in_bytes=size,
             sort_order_id=None,
-            spec_id=self.spec_id,
             equality_ids=None,
             key_metadata=None,
             **stats,
         )
+        # Not an Avro field of DataFile: from_args drops it. A file under a spec other than the
+        # default (a small projection flush's) goes to that spec's manifest by it (``RowDelta``).
+        df.spec_id = self.spec_id
+        return df

@@ -22,7 +22,7 @@ carries it out in one Nessie commit. Why each table has the layout it has: docs/
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -433,3 +433,34 @@ def key_filter(type_col: str, pk_col: str, keys: Iterable[tuple[str, str]], type
     With a type and bucket spec a flush's scan covers only the (type, bucket) partitions its keys fall in.
     """
     return KeyScan(type_col, pk_col, frozenset(keys), frozenset(types))
+
+
+# --- small flushes -----------------------------------------------------------------------------------
+
+
+def writes_one_file(spec: PartitionSpec, partitions: int, row_bytes: int, small_file_bytes: int) -> bool:
+    """Whether a projection flush writes its new rows as one file under the unpartitioned spec. Pure.
+
+    A flush of ``partitions`` partitions under ``spec`` writes one file per partition, and every
+    small one is later superseded by the small-file merge with its ~3.3 KB Parquet footer: a
+    type-only table of 3 types paid 3 footers per small flush where the unpartitioned table paid
+    one (issue 21: 1.05-1.11x its rewrites at 1M keys, all of it those footers, and no merge
+    policy takes it back). So a flush whose rows (``row_bytes`` in memory, more than on disk)
+    make a small file writes that one file; the merge rewrites it into the partitions
+    (``Compaction.pick`` groups it with its own spec). Never under a spec with a bucket:
+    bucketing is chosen for flushes and key indexes that touch only their buckets, and a file of
+    every bucket would be read by every flush (tests/integration/test_layout.py).
+    """
+    bucketed = any(isinstance(f.transform, BucketTransform) for f in spec.fields)
+    return partitions > 1 and row_bytes < small_file_bytes and not bucketed
+
+
+def unpartitioned_spec(specs: Mapping[int, PartitionSpec]) -> PartitionSpec:
+    """The table's unpartitioned spec, or the one to add (the next spec id) when it has none. Pure.
+
+    A table created unpartitioned and evolved since still lists it: reused, never added twice.
+    """
+    for spec in specs.values():
+        if spec.is_unpartitioned():
+            return spec
+    return PartitionSpec(spec_id=max(specs, default=-1) + 1)

@@ -15,17 +15,20 @@ from datetime import datetime
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.table import Table
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.update import AddPartitionSpecUpdate
 
 from models.events import ChangeEvent
 from sinks import projection
 from sinks.compaction import Compaction
 from sinks.flush_stats import FlushStats
-from sinks.layout import key_filter
+from sinks.layout import key_filter, unpartitioned_spec, writes_one_file
 from sinks.rowdelta import (
     FileCache,
     RowDelta,
     deletes_to_merge,
+    partition_runs,
     read_state,
     write_data_files_with_rows,
     write_partition_deletes,
@@ -62,6 +65,33 @@ def _index_columns(tdef: TableDef) -> tuple[str, ...]:
     """The columns of the key index (what a flush reads of every data file it may touch)."""
     type_col, pk_col = tdef.key
     return (type_col, pk_col, "version", "deleted")
+
+
+def _write_batches(
+    tx: Transaction, rows: pa.Table, carried: list[pa.Table], policy: Compaction
+) -> list[tuple[pa.Table, PartitionSpec | None]]:
+    """What a flush writes, each with its spec (None: the default): its new ``rows`` and the
+    ``carried`` live rows of the files it rewrites.
+
+    A small flush that would write a file per partition writes its rows as one file under the
+    unpartitioned spec, added to the table's specs (not as default) the first time
+    (:func:`sinks.layout.writes_one_file` says why). Carried rows always go to the default spec:
+    the small-file merge is what moves those one-file flushes into their partitions.
+    """
+    metadata = tx.table_metadata
+    spec = metadata.spec()
+    small = rows.nbytes < policy.small_file_bytes
+    partitions = len(partition_runs(rows, spec, metadata.schema())) if small else 0
+    if not writes_one_file(spec, partitions, rows.nbytes, policy.small_file_bytes):
+        parts = [rows, *carried]
+        return [(pa.concat_tables(parts) if len(parts) > 1 else rows, None)]
+    one = unpartitioned_spec(metadata.specs())
+    if one.spec_id not in metadata.specs():
+        tx._apply((AddPartitionSpecUpdate(spec=one),))
+    out: list[tuple[pa.Table, PartitionSpec | None]] = [(rows, one)]
+    if carried:
+        out.append((pa.concat_tables(carried) if len(carried) > 1 else carried[0], None))
+    return out
 
 
 def apply_projection(
@@ -129,13 +159,15 @@ def apply_projection(
     stats.values_unconverted = sum(unconverted.values())
     stats.rows_written = rows.num_rows
     to_remove, carried = policy.rewrites(table, state, new_deletes, stats, cache)
-    parts = [rows] + carried
-    data = pa.concat_tables(parts) if len(parts) > 1 else rows
 
     tx = table.transaction()
     rd = RowDelta(tx, {"causeway.batch_id": batch_id})
-    if data.num_rows:
-        written_rows = write_data_files_with_rows(tx.table_metadata, data, table.io)  # one writer call
+    batches = _write_batches(tx, rows, carried, policy)
+    data_rows = sum(t.num_rows for t, _ in batches)
+    if data_rows:
+        written_rows = [
+            w for t, spec in batches for w in write_data_files_with_rows(tx.table_metadata, t, table.io, spec)
+        ]
         files = [f for f, _ in written_rows]
         index_columns = _index_columns(tdef)
         for f, file_rows in written_rows:  # the next flush's key lookup reads these files: keep them
@@ -147,8 +179,8 @@ def apply_projection(
         new_bytes = sum(f.file_size_in_bytes for f in files)
         stats.bytes_written += new_bytes
         stats.files_added += len(files)
-        if stats.rows_rewritten and data.num_rows:
-            stats.bytes_rewritten += int(new_bytes * stats.rows_rewritten / data.num_rows)
+        if stats.rows_rewritten:
+            stats.bytes_rewritten += int(new_bytes * stats.rows_rewritten / data_rows)
     rd.remove(state.files[p].data_file for p in to_remove)
     cache.forget(to_remove)
     stats.files_removed += len(to_remove)

@@ -746,8 +746,11 @@ def write_data_files(metadata: Any, df: pa.Table, io: FileIO) -> list[DataFile]:
     return [data_file for data_file, _ in write_data_files_with_rows(metadata, df, io)]
 
 
-def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[tuple[DataFile, pa.Table]]:
-    """Data files of ``df`` under the current spec of ``metadata``, with the rows each one holds.
+def write_data_files_with_rows(
+    metadata: Any, df: pa.Table, io: FileIO, spec: PartitionSpec | None = None
+) -> list[tuple[DataFile, pa.Table]]:
+    """Data files of ``df`` under the current spec of ``metadata`` (or ``spec``, one of its specs),
+    with the rows each one holds.
 
     Rows are split by partition once (:func:`partition_runs`) and cut at the table's target size
     as pyiceberg cuts them; :class:`sinks.datafiles.FileWriter` writes every file with one set-up
@@ -765,13 +768,13 @@ def write_data_files_with_rows(metadata: Any, df: pa.Table, io: FileIO) -> list[
 
     if df.num_rows == 0:
         return []
-    spec, schema = metadata.spec(), metadata.schema()
+    spec, schema = (metadata.spec() if spec is None else spec), metadata.schema()
     target: int = property_as_int(  # type: ignore[assignment]
         metadata.properties,
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
     )
-    writer = FileWriter(metadata, io)
+    writer = FileWriter(metadata, io, spec.spec_id)
     chunks: list[tuple[pa.Table, PartitionKey | None]] = []
     for run, values in _keyed_runs(df, spec, schema):
         key = (

@@ -54,11 +54,15 @@ def writes_reads_and_rebuild_after_evolution(settings, committer, world, first, 
     and a rebuild from the log equals the live projection."""
     # Writes after the change: updates of rows in old-spec files, deletes, a truncate, new keys.
     # (few enough that the old-spec file stays under compaction's half-deleted threshold)
-    after = [obj(world, f"p{i}", "UPDATE", 3, n=i * 100) for i in range(0, 60, 6)]
-    after += [obj(world, f"p{i}", "DELETE", 4) for i in range(0, 10)]
-    after += [obj(world, "*", "TRUNCATE", 1, typ="place"), obj(world, "q1", "CREATE", 1, typ="place", n=7)]
-    after += [obj(world, f"r{i}", "CREATE", 1, n=i) for i in range(30)]
-    committer.commit_batch(batch(world, "after", after, 1000))
+    # One type per flush, so that each writes under the new spec: a small flush of several types
+    # under a spec without a bucket writes one unpartitioned file (``sinks.layout.writes_one_file``).
+    people = [obj(world, f"p{i}", "UPDATE", 3, n=i * 100) for i in range(0, 60, 6)]
+    people += [obj(world, f"p{i}", "DELETE", 4) for i in range(0, 10)]
+    people += [obj(world, f"r{i}", "CREATE", 1, n=i) for i in range(30)]
+    places = [obj(world, "*", "TRUNCATE", 1, typ="place"), obj(world, "q1", "CREATE", 1, typ="place", n=7)]
+    committer.commit_batch(batch(world, "after", people, 1000))
+    committer.commit_batch(batch(world, "after-places", places, 1000 + len(people)))
+    after = people + places
     cat = cat_of(committer, world)
     rows = objects(cat)
     model = dict(before)

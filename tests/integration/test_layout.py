@@ -278,9 +278,13 @@ def test_evolution_from_a_partitioned_spec_then_deletes_against_old_spec_files(
     (IndexError in ``partition_to_path``), found by the Spark read check (``bench/spark_read.py``)."""
     world = new_world(client)
     committer = BatchCommitter(sink_settings.replace(projection_buckets=0), client)
-    first = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(60)]
-    first += [obj(world, f"q{i}", "CREATE", 1, typ="place", n=i) for i in range(20)]
-    committer.commit_batch(batch(world, "before", first, 0))
+    people = [obj(world, f"p{i}", "CREATE", 1, n=i) for i in range(60)]
+    places = [obj(world, f"q{i}", "CREATE", 1, typ="place", n=i) for i in range(20)]
+    # One type per flush: a small flush of both would be one file under the unpartitioned spec
+    # (``sinks.layout.writes_one_file``), and this test needs files of the one-field spec.
+    committer.commit_batch(batch(world, "before", people, 0))
+    committer.commit_batch(batch(world, "before-places", places, len(people)))
+    first = people + places
     before = objects(cat_of(committer, world))
     assert len(cat_of(committer, world).load_table(("onto", COMMON.name)).spec().fields) == 1
 

@@ -1,0 +1,100 @@
+"""A small projection flush writes one file under the unpartitioned spec (issue 21, rewrite amplification)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.typedef import Record
+
+from bench.small_files_model import keys_axis, run
+from sinks.compaction import Compaction
+from sinks.layout import parse_spec, partition_spec, unpartitioned_spec, writes_one_file
+from sinks.rowdelta import LiveFile, TableState
+from sinks.tables import COMMON
+
+SMALL = 16 * 1024 * 1024
+
+
+def test_a_small_flush_of_several_partitions_writes_one_file_unless_its_spec_has_a_bucket() -> None:
+    by_type = partition_spec(parse_spec("identity(object_type_id)"), COMMON.schema)
+    bucketed = partition_spec(parse_spec("identity(object_type_id), bucket(4, object_pk)"), COMMON.schema)
+    assert writes_one_file(by_type, 3, 10_000, SMALL)
+    assert not writes_one_file(by_type, 1, 10_000, SMALL), "one partition: its own file is already one"
+    assert not writes_one_file(by_type, 3, SMALL, SMALL), "a large flush: its files are not merged, keep them pruned"
+    assert not writes_one_file(bucketed, 3, 10_000, SMALL), "bucketed: flushes read only their buckets"
+
+
+def test_the_unpartitioned_spec_is_reused_or_added_with_the_next_id() -> None:
+    by_type = partition_spec(parse_spec("identity(object_type_id)"), COMMON.schema)
+    added = unpartitioned_spec({0: by_type})
+    assert added.is_unpartitioned() and added.spec_id == 1
+    legacy = partition_spec((), COMMON.schema)  # spec 0 of a table created before layouts
+    specs = {0: legacy, 1: by_type.model_copy(update={"spec_id": 1})}
+    assert unpartitioned_spec(specs).spec_id == 0
+
+
+def test_a_data_file_written_under_another_spec_carries_that_spec(tmp_path: Path) -> None:
+    """``RowDelta`` files an added data file in the manifest of its ``spec_id``: one without it
+    would be listed under the default (type) spec with an empty partition."""
+    from pyiceberg.io import load_file_io
+    from pyiceberg.table.metadata import new_table_metadata
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+    from sinks.rowdelta import write_data_files, write_data_files_with_rows
+
+    spec = partition_spec(parse_spec("identity(object_type_id)"), COMMON.schema)
+    metadata = new_table_metadata(COMMON.schema, spec, UNSORTED_SORT_ORDER, f"file://{tmp_path}", {})
+    schema = metadata.schema().as_arrow()
+    n = 30
+    columns = {
+        "object_type_id": pa.array(["a", "b", "c"] * (n // 3)),
+        "object_pk": pa.array([f"pk-{i}" for i in range(n)]),
+    }
+    rows = pa.table(
+        {
+            f.name: columns.get(f.name)
+            or (pa.nulls(n, f.type) if f.nullable else pa.array([0] * n, pa.int64()).cast(f.type))
+            for f in schema
+        },
+        schema=schema,
+    )
+    io = load_file_io({}, f"file://{tmp_path}")
+    one = unpartitioned_spec(metadata.specs())
+    ((df, held),) = write_data_files_with_rows(metadata, rows, io, one)
+    assert (df.spec_id, tuple(df.partition), df.record_count) == (one.spec_id, (), n)
+    assert held.num_rows == n
+    per_type = write_data_files(metadata, rows, io)
+    assert sorted((f.spec_id, tuple(f.partition)) for f in per_type) == [(0, ("a",)), (0, ("b",)), (0, ("c",))]
+
+
+def test_the_merge_takes_unpartitioned_files_as_their_own_group() -> None:
+    """The one-file flushes fill their own tier (spec, ()) and are merged together, never with a
+    type partition's files; the writer puts their rows back into the type partitions."""
+
+    def live(path: str, spec_id: int, partition: Record, rows: int) -> LiveFile:
+        df = DataFile.from_args(
+            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+            partition=partition, record_count=rows, file_size_in_bytes=3_300 + 30 * rows,
+        )  # fmt: skip
+        df.spec_id = spec_id
+        return LiveFile(df, pa.array([], pa.int64()))
+
+    files = {f"u-{i:02d}": live(f"u-{i:02d}", 1, Record(), 90) for i in range(17)}
+    files |= {f"t-{i:02d}": live(f"t-{i:02d}", 0, Record("person"), 90) for i in range(16)}
+    picked = [p for p, _ in Compaction(64 * 1024 * 1024, 100).pick(TableState(files=files), {})]
+    assert sorted(picked) == sorted(p for p in files if p.startswith("u-"))
+
+
+def test_the_replay_predicts_the_unpartitioned_tables_rewrites_for_one_file_flushes() -> None:
+    """``python -m bench.small_files_model --keys-axis --writer one-file``: at the keys axis's
+    flushes a type-partitioned table (3 partitions) whose small flushes write one file supersedes
+    what the unpartitioned table does; with a file per partition it superseded 3-4x the bytes."""
+    for seed in (1, 2, 3):
+        flushes = keys_axis(5, 20_000, 35, seed)
+        unpartitioned = run(1, flushes, 1_000_000, 3_300, 30)
+        one_file = run(3, flushes, 1_000_000, 3_300, 30, one_file=True)
+        per_partition = run(3, flushes, 1_000_000, 3_300, 30)
+        assert one_file["bytes_superseded"] == unpartitioned["bytes_superseded"]
+        assert per_partition["bytes_superseded"] > 1.8 * unpartitioned["bytes_superseded"]
