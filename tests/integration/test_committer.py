@@ -13,6 +13,7 @@ from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import OffsetSet
 from sinks.committer import Batch, BatchCommitter, RetriesExhausted, Source
 from sinks.errors import CommitStateUnknown, TableUnreadable
+from sinks.keyfilter import MIN_ROWS
 from sinks.nessie import SyncNessieClient
 from streams.settings import Settings
 from tests.integration.commits import LNK, OBJ, batch, batch_commits, empty_root, event_ids, link, obj, objects
@@ -700,6 +701,37 @@ def test_a_flush_reads_none_of_the_files_the_previous_flush_wrote_and_keeps_them
     assert {
         (t.file.file_path, frozenset(d.file_path for d in t.delete_files)) for t in plan_live_files(common)
     } == planned
+
+
+def test_a_small_log_file_is_read_from_storage_once_for_its_lookups(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """A log file of fewer than keyfilter.MIN_ROWS rows gets no key filter, so every lookup reads
+    it; a worker that did not write it (restarted, or its rows evicted) read it from storage on
+    every cause lookup. Now its two columns are kept in the file cache after the first read: here
+    the files are gone from storage after the first lookup, and the second is still answered."""
+    import os
+
+    writer = BatchCommitter(sink_settings, client)
+    offset = 0
+    for k in range(3):
+        events = [obj(world, f"s{k}-{j}", "CREATE", 1) for j in range(40)]
+        writer.commit_batch(batch(world, f"s{k}", events, offset))
+        offset += len(events)
+    some = sorted(event_ids(writer.catalog(f"world-{world}")))[:2]
+    reader = BatchCommitter(sink_settings, client)  # a restarted worker: nothing cached
+    assert reader.applied_events(world, {*some, "never-published"}) == set(some)
+
+    log = reader.catalog(f"world-{world}").load_table(("onto", "entity_events"))
+    paths = [t.file.file_path for t in log.scan().plan_files()]
+    assert paths and all(t.file.record_count < MIN_ROWS for t in log.scan().plan_files())
+    for p in paths:
+        os.rename(p.removeprefix("file://"), p.removeprefix("file://") + ".gone")
+    try:
+        assert reader.applied_events(world, {some[1], "absent"}) == {some[1]}
+    finally:
+        for p in paths:
+            os.rename(p.removeprefix("file://") + ".gone", p.removeprefix("file://"))
 
 
 def test_a_lookup_of_ids_the_log_does_not_hold_reads_no_log_file_once_their_filters_are_built(
