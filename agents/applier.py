@@ -654,7 +654,8 @@ class Applier:
         """Commit ``items`` as one batch; a batch that fails deterministically is halved until the
         event that cannot be committed is alone, which is dead-lettered (``commit-failed``) with the
         effects it released (``failed`` collects them across the halves)."""
-        orphans = [a for a in items if (a.event.world_id, a.event.caused_by) in failed]
+        # ``failed`` is empty but for the halves of a failing batch: no pass over every item then.
+        orphans = [a for a in items if (a.event.world_id, a.event.caused_by) in failed] if failed else []
         if orphans:
             failed |= {a.ref for a in orphans}
             await self._publish_dead(

@@ -36,10 +36,12 @@ def test_a_union_merged_in_one_pass_holds_what_one_insert_per_range_holds(
             s.add_range(a, a + n)
         return s
 
+    other = inserted(added, added_floor)
     merged = inserted(held, held_floor)
-    merged.update(inserted(added, added_floor))
-    expected = inserted(held, max(held_floor, added_floor))
-    for a, b in inserted(added, added_floor).ranges:
+    merged.update(other)
+    expected = inserted(held, held_floor)
+    expected.raise_floor(other.floor)
+    for a, b in other.ranges:
         expected.add_range(a, b)
     assert merged == expected
     members = {o for o in range(200) if o in merged}
