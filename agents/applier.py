@@ -582,9 +582,10 @@ class Applier:
         (a gate rebuilt by ``_abandon`` meanwhile included). Giving up (stopping, a revoke) loses
         nothing: the causes stay unknown and are looked up again.
         """
+        none: set[str] = set()
         try:
             for world, ids in due.items():
-                read = partial(_readable, partial(lookup, world, ids), set())
+                read = partial(_readable, partial(lookup, world, ids), none)
                 found = await self._retry(f"cause lookup in world {world}", read, "nessie")
                 if found:
                     refs = [(world, i) for i in found]
