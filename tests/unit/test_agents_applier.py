@@ -369,17 +369,23 @@ class HeldBranchLog(BranchLog):
         return ids & self.applied
 
 
+async def parked_behind_a_held_lookup(now: list[float]) -> tuple[Applier, HeldBranchLog]:
+    """An applier (clock ``now[0]``) with e0 parked on cause ``c1``, 1.5 s later: its lookup is due."""
+    committer = HeldBranchLog({"c1"})
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, causal_timeout_s=40.0)
+    applier = applier_with(settings, committer, FakeMarks(), clock=lambda: now[0])
+    await applier.process([rec(0, event(0, caused_by="c1"))])
+    now[0] += 1.5
+    return applier, committer
+
+
 async def test_a_cause_lookup_in_flight_does_not_hold_the_intakes_next_poll() -> None:
     """A branch lookup reads the world's log in a thread; awaited inside a poll's step it held the
     applier's lock, so the intake read nothing until it returned (in a soak at 5,000/s the lookups
     found nothing: the causes were still in the backlog). Now it runs beside the steps, and what it
     finds is released by the next tick, before anything expires."""
     now = [100.0]
-    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, causal_timeout_s=40.0)
-    committer = HeldBranchLog({"c1"})
-    applier = applier_with(settings, committer, FakeMarks(), clock=lambda: now[0])
-    await applier.process([rec(0, event(0, caused_by="c1"))])
-    now[0] += 1.5
+    applier, committer = await parked_behind_a_held_lookup(now)
     await asyncio.wait_for(applier.process([rec(1, event(1))]), 5)  # before: waited for the lookup
     assert committer.lookups == [{"c1"}]
     assert [e.event_id for b in committer.batches for e in b.events] == ["e1"]
@@ -395,11 +401,7 @@ async def test_a_lookup_in_flight_lands_before_its_effects_expire() -> None:
     """The tick that would expire parked events waits for the cause lookup in flight first: a
     cause the branch holds releases its effect, never dead-letters it."""
     now = [100.0]
-    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, causal_timeout_s=40.0)
-    committer = HeldBranchLog({"c1"})
-    applier = applier_with(settings, committer, FakeMarks(), clock=lambda: now[0])
-    await applier.process([rec(0, event(0, caused_by="c1"))])
-    now[0] += 1.5
+    applier, committer = await parked_behind_a_held_lookup(now)
     await asyncio.wait_for(applier.tick(), 5)  # the lookup starts and is held (before: the tick waited)
     now[0] += 40.0  # the effect is due to expire
     tick = asyncio.ensure_future(applier.tick())
