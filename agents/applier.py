@@ -204,6 +204,9 @@ class Applier:
         # Causes Redis does not know: when first seen unknown, and when last looked up on the branch.
         self._cause_seen: dict[tuple[str, str], float] = {}
         self._cause_checked: dict[tuple[str, str], float] = {}
+        # The branch lookup of causes in flight (``_look_up_causes``): it runs beside the intake's
+        # steps, not inside one, and only one at a time.
+        self._cause_lookup: asyncio.Task[None] | None = None
         # Asked while a dependency keeps failing: False gives the step up (``StepAbandoned``) so the
         # caller's lock is released. The intake says False while it stops or a revoke waits for it.
         self.keep_trying: Callable[[], bool] = lambda: True
@@ -254,7 +257,7 @@ class Applier:
             arrivals, dead = await self._settle_replays(arrivals, dead)
             arrivals = await self._check_worlds(arrivals, dead)
             await self._dedupe_and_gate(arrivals, now)
-            await self._look_up_causes(now)
+            self._look_up_causes(now)
             self._collect_gate_output(dead)
             await self._publish_dead(dead)
             await self._flush_due(now)
@@ -264,7 +267,9 @@ class Applier:
         """Periodic work: expire waits, learn causes applied elsewhere, flush old batches."""
         async with self._exclusive():
             now = self.clock()
-            await self._look_up_causes(now)
+            self._look_up_causes(now)
+            if self.gate.expiring(now):
+                await self.causes_looked_up(now)  # the last look at a cause comes before its effects expire
             if self.gate.unknown_causes():
                 await self._dedupe_and_gate([], now)  # before expiring: a cause marked meanwhile releases
             if await self._expiry_fenced(now):
@@ -280,6 +285,8 @@ class Applier:
         """Commit everything released (before a partition is given up, or at shutdown)."""
         if self.flusher is not None:
             await self.flusher.drain()
+        if self._cause_lookup is not None:
+            await self._cause_lookup  # gives up at its next failure while the worker stops or a revoke waits
         async with self._exclusive():
             await asyncio.gather(*(self._flush(world) for world in list(self.batches.worlds())))
             return self._acks_due()
@@ -508,19 +515,31 @@ class Applier:
         for world, n in parked.items():
             self.metrics.event_outcome(world, "parked", n)
 
-    async def _look_up_causes(self, now: float) -> None:
+    def _look_up_causes(self, now: float) -> None:
         """Causes parked events wait for that Redis does not know: look them up in the branch's log.
 
         A mark may be gone (TTL, Redis data loss) or never made (a fork inherits history, not
         marks); the branch's event log is the source of truth (issue 12, case 5). A cause is looked
         up once it has been unknown for a short grace (most late causes simply arrive; a quarter of
         the causal timeout while the intake is behind), then again at most every half causal
-        timeout, so the last look comes before its effects time out.
-        Found causes are re-marked in Redis and released.
+        timeout, so the last look comes before its effects time out (``tick`` waits for a lookup
+        in flight before it expires anything).
+
+        The lookup runs as a task beside the intake (``_find_causes``), one at a time: awaited
+        inside a step, it held the applier's lock, and the intake with it, for the log's read (a
+        soak at 5,000/s: the intake stalled while it found nothing, the causes were still in the
+        backlog). What it finds is re-marked in Redis and learned by the gate; the next step or
+        tick releases the effects.
         """
         lookup = getattr(self.committer, "applied_events_async", None)
         if lookup is None:
             return
+        task = self._cause_lookup
+        if task is not None:
+            if not task.done():
+                return  # what is due now is looked up by the next call after this one
+            self._cause_lookup = None
+            task.result()  # a lookup that failed unexpectedly fails the worker here, not silently
         unknown = self.gate.unknown_causes()
         for table in (self._cause_seen, self._cause_checked):
             for ref in [r for r in table if r not in unknown]:
@@ -530,10 +549,10 @@ class Applier:
         if self.behind:
             # A full poll means a backlog: a cause unknown for a second is most likely still in it
             # (another partition), and each lookup plans the world's log and reads the files not
-            # yet filtered while the intake waits for it (measured before the log's lookups went
-            # by file filters: 13 lookups, 1.45 s of intake stalled, none found, in one
-            # small-profile run). The first look waits a quarter of the timeout; the recheck at
-            # half the timeout still comes before the effects expire.
+            # yet filtered (measured before the log's lookups went by file filters: 13 lookups,
+            # 1.45 s of intake stalled, none found, in one small-profile run). The first look
+            # waits a quarter of the timeout; the recheck at half the timeout still comes before
+            # the effects expire.
             grace = timeout / 4
         due: dict[str, set[str]] = defaultdict(set)
         for ref in unknown:
@@ -542,13 +561,38 @@ class Applier:
             if now - seen >= grace and (checked is None or now - checked >= recheck):
                 due[ref[0]].add(ref[1])
                 self._cause_checked[ref] = now
-        for world, ids in due.items():
-            read = partial(_readable, partial(lookup, world, ids), set())
-            found = await self._retry(f"cause lookup in world {world}", read, "nessie")
-            if found:
-                refs = [(world, i) for i in found]
-                await self._retry("redis mark", partial(self.marks.mark, refs), "redis")
-                self.gate.learn_applied(refs)
+        if due:
+            self._cause_lookup = asyncio.get_running_loop().create_task(self._find_causes(lookup, due))
+
+    async def causes_looked_up(self, now: float) -> None:
+        """Wait for the lookup in flight, then for the one due by ``now`` (``_look_up_causes``)."""
+        for _ in range(2):
+            task = self._cause_lookup
+            if task is not None:
+                await task
+            self._look_up_causes(now)
+
+    async def _find_causes(
+        self, lookup: Callable[[str, set[str]], Awaitable[set[str]]], due: dict[str, set[str]]
+    ) -> None:
+        """Look ``due`` causes up in their worlds' logs; mark and learn those applied there.
+
+        Runs without the applier's lock, like a pipelined flush's settle: the gate learns in one
+        synchronous call, and learning that a cause took effect is a fact whichever gate hears it
+        (a gate rebuilt by ``_abandon`` meanwhile included). Giving up (stopping, a revoke) loses
+        nothing: the causes stay unknown and are looked up again.
+        """
+        none: set[str] = set()
+        try:
+            for world, ids in due.items():
+                read = partial(_readable, partial(lookup, world, ids), none)
+                found = await self._retry(f"cause lookup in world {world}", read, "nessie")
+                if found:
+                    refs = [(world, i) for i in found]
+                    await self._retry("redis mark", partial(self.marks.mark, refs), "redis")
+                    self.gate.learn_applied(refs)
+        except StepAbandoned:
+            log.info("cause lookup given up (stopping or partitions revoked); looked up again later")
 
     def _collect_gate_output(self, dead: list[DeadLetter]) -> None:
         out = self.gate.drain()
@@ -654,7 +698,8 @@ class Applier:
         """Commit ``items`` as one batch; a batch that fails deterministically is halved until the
         event that cannot be committed is alone, which is dead-lettered (``commit-failed``) with the
         effects it released (``failed`` collects them across the halves)."""
-        orphans = [a for a in items if (a.event.world_id, a.event.caused_by) in failed]
+        # ``failed`` is empty but for the halves of a failing batch: no pass over every item then.
+        orphans = [a for a in items if (a.event.world_id, a.event.caused_by) in failed] if failed else []
         if orphans:
             failed |= {a.ref for a in orphans}
             await self._publish_dead(

@@ -375,16 +375,21 @@ class AppliedMarks:
 
     def _grouped(self, world: str, ids: list[str], slot: int) -> dict[str, tuple[str, list[bytes]]]:
         """The ids by bucket key of ``slot``: key → (kind, stored bytes)."""
-        out: dict[str, tuple[str, list[bytes]]] = {}
-        place, key = self.window.place, self.window.key
+        # By (family, bucket) first, then one key string per bucket: a key built per id cost
+        # about a fifth of the marks' client CPU (a batch's ids spread over at most ``buckets``).
+        buckets: dict[tuple[str, int], list[bytes]] = {}
+        place = self.window.place
         for event_id in ids:
             family, data, bucket = place(event_id)
-            k = key(world, slot, family, bucket)
-            entry = out.get(k)
-            if entry is None:
-                entry = out[k] = ("h" if family == "s" else "p", [])
-            entry[1].append(data)
-        return out
+            datas = buckets.get((family, bucket))
+            if datas is None:
+                datas = buckets[(family, bucket)] = []
+            datas.append(data)
+        key = self.window.key
+        return {
+            key(world, slot, family, bucket): ("h" if family == "s" else "p", datas)
+            for (family, bucket), datas in buckets.items()
+        }
 
     @staticmethod
     def _per_key_args(grouped: dict[str, tuple[str, list[bytes]]]) -> list[Any]:

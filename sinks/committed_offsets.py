@@ -12,6 +12,8 @@ full of gaps that only the floor can absorb.
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
@@ -58,9 +60,11 @@ class OffsetSet:
 
     @classmethod
     def of(cls, offsets: Iterable[int]) -> OffsetSet:
+        # ``compact`` is already sorted and disjoint: taken whole, not one insert per range (a
+        # world's offsets are mostly single ones; the inserts cost ~2 % of a worker's samples).
         result = cls()
-        for start, end in compact(offsets):
-            result.add_range(start, end)
+        result.ranges = _union([], compact(offsets), result.floor)
+        result._absorb()
         return result
 
     @classmethod
@@ -111,9 +115,12 @@ class OffsetSet:
         self._absorb()
 
     def update(self, other: OffsetSet) -> None:
+        # One merge of two sorted lists: an insert per range (bisect, then a slice assignment that
+        # moves the tail) made every commit's merge of a batch's offsets cost ~3 % of the samples.
         self.raise_floor(other.floor)
-        for a, b in other.ranges:
-            self.add_range(a, b)
+        if other.ranges:
+            self.ranges = _union(self.ranges, other.ranges, self.floor)
+            self._absorb()
 
     def raise_floor(self, floor: int) -> None:
         """Everything below ``floor`` is settled: drop detail under it."""
@@ -128,9 +135,12 @@ class OffsetSet:
         self._absorb()
 
     def _absorb(self) -> None:
-        while self.ranges and self.ranges[0][0] <= self.floor:
-            self.floor = max(self.floor, self.ranges[0][1] + 1)
-            self.ranges.pop(0)
+        ranges, n = self.ranges, 0
+        while n < len(ranges) and ranges[n][0] <= self.floor:
+            self.floor = max(self.floor, ranges[n][1] + 1)
+            n += 1
+        if n:
+            del ranges[:n]
 
     def __contains__(self, offset: object) -> bool:
         if not isinstance(offset, int):
@@ -155,6 +165,24 @@ class OffsetSet:
     def __str__(self) -> str:
         text = self.format()
         return f"<{self.floor}" + (f",{text}" if text else "") if self.floor else text
+
+
+def _union(a: list[tuple[int, int]], b: list[tuple[int, int]], floor: int) -> list[tuple[int, int]]:
+    """The sorted disjoint ranges covering ``a ∪ b`` at or above ``floor`` (both sorted by start;
+    either may overlap or touch the other), merged in one pass."""
+    out: list[tuple[int, int]] = []
+    # Most merges add offsets past everything held: no interleaving needed then.
+    pairs = itertools.chain(a, b) if not a or not b or b[0][0] > a[-1][1] else heapq.merge(a, b)
+    for start, end in pairs:
+        if end < floor:
+            continue
+        start = max(start, floor)
+        if out and start <= out[-1][1] + 1:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
 
 
 def compact(offsets: Iterable[int]) -> list[tuple[int, int]]:

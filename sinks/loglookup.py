@@ -22,7 +22,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from sinks.keyfilter import Probe
 from sinks.rowdelta import FileCache, plan_live_files
@@ -53,11 +52,14 @@ def logged_events(table: Any, ids: set[str], cache: FileCache | None = None) -> 
             continue
         rows = cache.rows(path)
         if rows is None:
-            with table.io.new_input(path).open() as f:
-                try:
-                    rows = pq.read_table(f, columns=list(COLUMNS))
-                except (KeyError, pa.ArrowInvalid):
-                    return _scanned(table, ids)  # a file of another schema: matched by field id there
+            # A file too small for a filter is read by every lookup: its columns are kept (read
+            # from storage on every cause lookup before). A filtered file is read again only for
+            # the ids it may hold (rare), so its columns would only take the key index's room.
+            small = task.file.record_count < cache.min_filter_rows
+            try:
+                rows, _ = cache.get(table.io, path, COLUMNS, keep=small)
+            except (KeyError, pa.ArrowInvalid):
+                return _scanned(table, ids)  # a file of another schema: matched by field id there
         if held is None:
             cache.seed_filter(path, COLUMNS[0], rows.column(COLUMNS[0]))
         _collect(rows, wanted, out)

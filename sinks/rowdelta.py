@@ -145,8 +145,9 @@ class FileCache:
         self._filter_columns: set[str] = set()  # as ``_column_sets``, for ``forget``
         self.min_filter_rows = MIN_ROWS
 
-    def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None) -> tuple[pa.Table, bool]:
-        """The file's ``columns`` (all when None) and whether it came from the cache."""
+    def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None, keep: bool = True) -> tuple[pa.Table, bool]:
+        """The file's ``columns`` (all when None) and whether it came from the cache; a read is
+        kept only when ``keep`` (a file read again only for rare hits need not take cache space)."""
         key = (path, columns or ())
         with self._lock:
             hit = self._items.get(key)
@@ -156,7 +157,7 @@ class FileCache:
         with io.new_input(path).open() as f:
             table = pq.read_table(f, columns=list(columns) if columns else None)
         with self._lock:
-            if table.nbytes <= self.max_bytes:
+            if keep and table.nbytes <= self.max_bytes:
                 self._column_sets.add(key[1])
                 self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
         return table, False

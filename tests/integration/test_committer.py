@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import orjson
 import pyarrow.compute as pc
@@ -13,6 +17,7 @@ from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import OffsetSet
 from sinks.committer import Batch, BatchCommitter, RetriesExhausted, Source
 from sinks.errors import CommitStateUnknown, TableUnreadable
+from sinks.keyfilter import MIN_ROWS
 from sinks.nessie import SyncNessieClient
 from streams.settings import Settings
 from tests.integration.commits import LNK, OBJ, batch, batch_commits, empty_root, event_ids, link, obj, objects
@@ -702,6 +707,52 @@ def test_a_flush_reads_none_of_the_files_the_previous_flush_wrote_and_keeps_them
     } == planned
 
 
+def _looked_up_once(
+    client: SyncNessieClient, sink_settings: Settings, world: str, rows_per_file: int
+) -> tuple[BatchCommitter, list[str], list[Any]]:
+    """Three log files of ``rows_per_file`` rows, then a restarted worker's (nothing cached) first
+    lookup of two logged ids and an absent one: the reader, those ids, the log's files."""
+    writer = BatchCommitter(sink_settings, client)
+    offset = 0
+    for k in range(3):
+        events = [obj(world, f"p{k}-{j}", "CREATE", 1) for j in range(rows_per_file)]
+        writer.commit_batch(batch(world, f"b{k}", events, offset))
+        offset += len(events)
+    some = sorted(event_ids(writer.catalog(f"world-{world}")))[:2]
+    reader = BatchCommitter(sink_settings, client)
+    assert reader.applied_events(world, {*some, "never-published"}) == set(some)
+    log = reader.catalog(f"world-{world}").load_table(("onto", "entity_events"))
+    files = [t.file for t in log.scan().plan_files()]
+    assert len(files) == 3
+    return reader, some, files
+
+
+@contextmanager
+def _gone_from_storage(files: list[Any]) -> Iterator[None]:
+    """The files moved away for the block (only a read would notice), then back."""
+    paths = [f.file_path.removeprefix("file://") for f in files]
+    for p in paths:
+        os.rename(p, p + ".gone")
+    try:
+        yield
+    finally:
+        for p in paths:
+            os.rename(p + ".gone", p)
+
+
+def test_a_small_log_file_is_read_from_storage_once_for_its_lookups(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """A log file of fewer than keyfilter.MIN_ROWS rows gets no key filter, so every lookup reads
+    it; a worker that did not write it (restarted, or its rows evicted) read it from storage on
+    every cause lookup. Now its two columns are kept in the file cache after the first read: here
+    the files are gone from storage after the first lookup, and the second is still answered."""
+    reader, some, files = _looked_up_once(client, sink_settings, world, 40)
+    assert all(f.record_count < MIN_ROWS for f in files)
+    with _gone_from_storage(files):
+        assert reader.applied_events(world, {some[1], "absent"}) == {some[1]}
+
+
 def test_a_lookup_of_ids_the_log_does_not_hold_reads_no_log_file_once_their_filters_are_built(
     client: SyncNessieClient, sink_settings: Settings, world: str
 ) -> None:
@@ -710,27 +761,8 @@ def test_a_lookup_of_ids_the_log_does_not_hold_reads_no_log_file_once_their_filt
     (a third of the worker's CPU in a 5,000/s soak). Now each log file's ``event_id`` filter is kept
     after its first read, and ids no file holds are answered without opening a file: here the
     files are gone from storage after the first lookup, which only a read would notice."""
-    import os
-
-    writer = BatchCommitter(sink_settings, client)
-    offset = 0
-    for k in range(3):  # files of more than keyfilter.MIN_ROWS rows get a filter
-        events = [obj(world, f"p{k}-{j}", "CREATE", 1) for j in range(2100)]
-        writer.commit_batch(batch(world, f"b{k}", events, offset))
-        offset += len(events)
-    some = sorted(event_ids(writer.catalog(f"world-{world}")))[:2]
-    reader = BatchCommitter(sink_settings, client)  # a restarted worker: nothing cached
-    assert reader.applied_events(world, {*some, "never-published"}) == set(some)
-
-    log = reader.catalog(f"world-{world}").load_table(("onto", "entity_events"))
-    paths = [t.file.file_path for t in log.scan().plan_files()]
-    assert len(paths) == 3
-    for p in paths:
-        os.rename(p.removeprefix("file://"), p.removeprefix("file://") + ".gone")
-    try:
+    reader, some, files = _looked_up_once(client, sink_settings, world, 2100)  # > MIN_ROWS: filtered
+    with _gone_from_storage(files):
         assert reader.applied_events(world, {f"absent-{i}" for i in range(500)}) == set()
         with pytest.raises(TableUnreadable):  # an id the log holds is still read from its file
             reader.applied_events(world, {some[0]})
-    finally:
-        for p in paths:
-            os.rename(p.removeprefix("file://") + ".gone", p.removeprefix("file://"))

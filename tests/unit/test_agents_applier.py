@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -337,6 +338,8 @@ async def test_while_the_intake_is_behind_a_cause_is_looked_up_on_the_branch_lat
     await applier.tick()
     assert committer.lookups == []  # before: looked up here, while the cause was still on its way
     now[0] += 10.0 - 1.5  # a quarter of the causal timeout
+    await applier.tick()
+    await applier.causes_looked_up(now[0])
     acks = await applier.tick()
     assert committer.lookups == [{"c1"}] and acks == ["h0"]
     assert [e.event_id for b in committer.batches for e in b.events] == ["e0"]
@@ -347,5 +350,65 @@ async def test_a_caught_up_intake_looks_a_missing_cause_up_after_the_short_grace
     applier, committer = cause_lookup_applier(now)
     await applier.process([rec(0, event(0, caused_by="c1"))])
     now[0] += 1.5
+    await applier.tick()
+    await applier.causes_looked_up(now[0])
     acks = await applier.tick()
     assert committer.lookups == [{"c1"}] and acks == ["h0"]
+
+
+class HeldBranchLog(BranchLog):
+    """A branch log whose lookups wait until ``opened`` is set."""
+
+    def __init__(self, applied: set[str]) -> None:
+        super().__init__(applied)
+        self.opened = asyncio.Event()
+
+    async def applied_events_async(self, world_id: str, ids: set[str]) -> set[str]:
+        self.lookups.append(set(ids))
+        await self.opened.wait()
+        return ids & self.applied
+
+
+async def parked_behind_a_held_lookup(now: list[float]) -> tuple[Applier, HeldBranchLog]:
+    """An applier (clock ``now[0]``) with e0 parked on cause ``c1``, 1.5 s later: its lookup is due."""
+    committer = HeldBranchLog({"c1"})
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=0.0, causal_timeout_s=40.0)
+    applier = applier_with(settings, committer, FakeMarks(), clock=lambda: now[0])
+    await applier.process([rec(0, event(0, caused_by="c1"))])
+    now[0] += 1.5
+    return applier, committer
+
+
+async def test_a_cause_lookup_in_flight_does_not_hold_the_intakes_next_poll() -> None:
+    """A branch lookup reads the world's log in a thread; awaited inside a poll's step it held the
+    applier's lock, so the intake read nothing until it returned (in a soak at 5,000/s the lookups
+    found nothing: the causes were still in the backlog). Now it runs beside the steps, and what it
+    finds is released by the next tick, before anything expires."""
+    now = [100.0]
+    applier, committer = await parked_behind_a_held_lookup(now)
+    await asyncio.wait_for(applier.process([rec(1, event(1))]), 5)  # before: waited for the lookup
+    assert committer.lookups == [{"c1"}]
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e1"]
+    assert await asyncio.wait_for(applier.process([rec(2, event(2))]), 5) == []  # offset 0 still parked
+    committer.opened.set()
+    await applier.causes_looked_up(now[0])
+    acks = await applier.tick()
+    assert acks == ["h0", "h1", "h2"] and committer.lookups == [{"c1"}]
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e1", "e2", "e0"]
+
+
+async def test_a_lookup_in_flight_lands_before_its_effects_expire() -> None:
+    """The tick that would expire parked events waits for the cause lookup in flight first: a
+    cause the branch holds releases its effect, never dead-letters it."""
+    now = [100.0]
+    applier, committer = await parked_behind_a_held_lookup(now)
+    await asyncio.wait_for(applier.tick(), 5)  # the lookup starts and is held (before: the tick waited)
+    now[0] += 40.0  # the effect is due to expire
+    tick = asyncio.ensure_future(applier.tick())
+    await asyncio.sleep(0.05)
+    assert not tick.done()
+    committer.opened.set()
+    acks = await asyncio.wait_for(tick, 5)
+    acks += await applier.tick()
+    assert not applier.dlq.letters  # type: ignore[attr-defined]
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e0"] and acks == ["h0"]

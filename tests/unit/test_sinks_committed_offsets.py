@@ -23,6 +23,31 @@ def test_batch_offsets_equal_one_insert_per_offset(sources: list[tuple[int, int]
     assert batch.offsets == expected
 
 
+_SPANS = st.lists(st.tuples(st.integers(0, 120), st.integers(0, 4)), max_size=25)
+
+
+@given(_SPANS, st.integers(0, 40), _SPANS, st.integers(0, 40))
+def test_a_union_merged_in_one_pass_holds_what_one_insert_per_range_holds(
+    held: list[tuple[int, int]], held_floor: int, added: list[tuple[int, int]], added_floor: int
+) -> None:
+    def inserted(spans: list[tuple[int, int]], floor: int) -> OffsetSet:
+        s = OffsetSet(floor=floor)
+        for a, n in spans:
+            s.add_range(a, a + n)
+        return s
+
+    other = inserted(added, added_floor)
+    merged = inserted(held, held_floor)
+    merged.update(other)
+    expected = inserted(held, held_floor)
+    expected.raise_floor(other.floor)
+    for a, b in other.ranges:
+        expected.add_range(a, b)
+    assert merged == expected
+    members = {o for o in range(200) if o in merged}
+    assert members == {o for o in range(200) if o in expected}
+
+
 @given(
     st.lists(st.tuples(st.integers(0, 200), st.integers(0, 5)), max_size=30),
     st.integers(0, 50),
