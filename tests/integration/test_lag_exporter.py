@@ -1,12 +1,14 @@
-"""The lag exporter's broker reads keep one consumer and one admin client across polls."""
+"""The lag exporter's broker reads (and the demo's drain wait) keep one consumer and one admin client across polls."""
 
 from __future__ import annotations
 
 import time
 
+import click
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from cli.demo import _wait_drained
 from monitoring.lag_exporter import LagMetrics, Watch, poll_once
 from streams import lag_probe
 from streams.lag_probe import OffsetProbe
@@ -46,3 +48,32 @@ async def test_polls_share_one_pair_of_clients(monkeypatch: pytest.MonkeyPatch, 
     finally:
         await probe.close()
     assert probe.opened == 1 and len(made) == 1
+
+
+async def test_the_demo_waits_for_the_drain_on_one_pair_of_clients(
+    monkeypatch: pytest.MonkeyPatch, unique: str
+) -> None:
+    """The demo polled the group's lag every 0.5 s through a one-shot probe: a consumer and an admin
+    client bootstrapped per poll. A group that never commits its one record lags until the limit."""
+    settings = Settings.from_env().replace(
+        app_id=f"group-{unique}", objects_topic=f"lagdemo.{unique}", links_topic=f"lagdemo-links.{unique}"
+    )
+    for topic in (settings.objects_topic, settings.links_topic):
+        await ensure_topic(settings, topic, partitions=1)
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(settings.objects_topic, b"v", key=b"k")
+    finally:
+        await producer.stop()
+    made: list[object] = []
+
+    class Counted(lag_probe.AIOKafkaConsumer):  # type: ignore[misc]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(lag_probe, "AIOKafkaConsumer", Counted)
+    with pytest.raises(click.ClickException, match=r"lag 1\)"):
+        await _wait_drained(settings, total=1, limit_s=2.0)
+    assert len(made) == 1
