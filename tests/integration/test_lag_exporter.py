@@ -18,17 +18,16 @@ from streams.topics import ensure_topic
 pytestmark = pytest.mark.integration
 
 
-async def test_polls_share_one_pair_of_clients(monkeypatch: pytest.MonkeyPatch, unique: str) -> None:
-    settings = Settings.from_env()
-    topic = f"lagexp.{unique}"
-    await ensure_topic(settings, topic, partitions=2)
+async def _one_record_and_counted_consumers(
+    monkeypatch: pytest.MonkeyPatch, settings: Settings, topic: str
+) -> list[object]:
+    """Publish one record to ``topic``'s partition 0; the list fills with every consumer the probe makes."""
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
     await producer.start()
     try:
         await producer.send_and_wait(topic, b"v", key=b"k", partition=0)
     finally:
         await producer.stop()
-
     made: list[object] = []
 
     class Counted(lag_probe.AIOKafkaConsumer):  # type: ignore[misc]
@@ -37,6 +36,14 @@ async def test_polls_share_one_pair_of_clients(monkeypatch: pytest.MonkeyPatch, 
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(lag_probe, "AIOKafkaConsumer", Counted)
+    return made
+
+
+async def test_polls_share_one_pair_of_clients(monkeypatch: pytest.MonkeyPatch, unique: str) -> None:
+    settings = Settings.from_env()
+    topic = f"lagexp.{unique}"
+    await ensure_topic(settings, topic, partitions=2)
+    made = await _one_record_and_counted_consumers(monkeypatch, settings, topic)
     probe, metrics = OffsetProbe(settings.kafka_bootstrap), LagMetrics()
     watch = Watch((f"group-{unique}",), (topic,))
     try:
@@ -60,20 +67,7 @@ async def test_the_demo_waits_for_the_drain_on_one_pair_of_clients(
     )
     for topic in (settings.objects_topic, settings.links_topic):
         await ensure_topic(settings, topic, partitions=1)
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
-    await producer.start()
-    try:
-        await producer.send_and_wait(settings.objects_topic, b"v", key=b"k")
-    finally:
-        await producer.stop()
-    made: list[object] = []
-
-    class Counted(lag_probe.AIOKafkaConsumer):  # type: ignore[misc]
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            made.append(self)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(lag_probe, "AIOKafkaConsumer", Counted)
+    made = await _one_record_and_counted_consumers(monkeypatch, settings, settings.objects_topic)
     with pytest.raises(click.ClickException, match=r"lag 1\)"):
         await _wait_drained(settings, total=1, limit_s=2.0)
     assert len(made) == 1
