@@ -143,6 +143,9 @@ class ChangeIntake(KafkaLoop):
             consumer, self._consumer = self._consumer, None
             if consumer is not None:
                 await consumer.stop()
+        # start() started the applier's dead-letter producer: this stop closes it, after the final
+        # flush (which may dead-letter) or once that flush was given up.
+        await self.applier.dlq.stop()  # type: ignore[attr-defined]
 
     async def _commit_and_close(self) -> None:
         async with self._lock:

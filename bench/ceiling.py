@@ -81,7 +81,13 @@ class Ceiling(Contender):
         cat = self.catalog(world)
         cat.begin()
         try:
-            table = load_or_create(cat, self.cfg.namespace, EVENTS, self.cfg.target_file_bytes)
+            table = load_or_create(
+                cat,
+                self.cfg.namespace,
+                EVENTS,
+                projection_buckets=self.settings.projection_buckets,
+                target_file_bytes=self.cfg.target_file_bytes,
+            )
             tx = table.transaction()
             tx.append(self.to_arrow(rows, batch_id, datetime.now(UTC)))
             expire_old_snapshots(tx, self.cfg.expire_every)

@@ -31,7 +31,7 @@ from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import format_ranges, tp_name
 from sinks.committer import PROP_BATCH, PROP_COUNT, PROP_OFFSETS, PROP_WORLD
 from sinks.nessie import SyncNessieClient
-from sinks.tables import TableDef, table_properties
+from sinks.tables import TableDef, create_table
 from streams.security import kafka_client_options
 from streams.settings import Settings, mask_url
 
@@ -115,16 +115,16 @@ def commit_properties(world: str, batch_id: str, offsets: Mapping[tuple[str, int
     return props
 
 
-def load_or_create(cat: NessieCatalog, namespace: str, tdef: TableDef, target_file_bytes: int) -> Table:
+def load_or_create(
+    cat: NessieCatalog, namespace: str, tdef: TableDef, *, projection_buckets: int, target_file_bytes: int
+) -> Table:
+    """The contender's table, created as causeway's writers create it (``sinks.tables.create_table``):
+    the layout of ``projection_buckets`` (``Settings.projection_buckets``) with its sort order, so a
+    comparison with causeway's worker compares the same tables."""
     try:
         return cat.load_table((namespace, tdef.name))
     except NoSuchTableError:
-        return cat.create_table(
-            (namespace, tdef.name),
-            tdef.schema,
-            partition_spec=tdef.spec,
-            properties=table_properties(target_file_bytes),
-        )
+        return create_table(cat, namespace, tdef, projection_buckets, target_file_bytes)
 
 
 def expire_old_snapshots(tx: Transaction, keep_below: int) -> None:

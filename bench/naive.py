@@ -145,8 +145,10 @@ class Naive(Contender):
             cat.begin()  # GET the branch HEAD: the expected hash of the commit
             try:
                 now = datetime.now(UTC)
+                buckets, size = self.settings.projection_buckets, self.cfg.target_file_bytes
                 tables = {
-                    d.name: load_or_create(cat, ns, d, self.cfg.target_file_bytes) for d in (EVENTS, COMMON, EDGE)
+                    d.name: load_or_create(cat, ns, d, projection_buckets=buckets, target_file_bytes=size)
+                    for d in (EVENTS, COMMON, EDGE)
                 }
                 tx = tables[EVENTS.name].transaction()
                 tx.append(events_arrow(items, batch_id, now, set()))

@@ -27,7 +27,7 @@ from models.worlds import WorldNaming
 from sinks.committer import PROP_BATCH
 from sinks.nessie import NessieClient
 from sinks.readback import read_world
-from streams.lag_probe import group_lag
+from streams.lag_probe import OffsetProbe
 from streams.security import kafka_client_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
@@ -85,20 +85,21 @@ async def _wait_drained(settings: Settings, total: int, limit_s: float) -> float
     topics = (settings.objects_topic, settings.links_topic)
     started = time.monotonic()
     last = None
-    with click.progressbar(length=total, label="applying   ", show_pos=True, show_eta=True) as bar:
-        while time.monotonic() - started < limit_s:
-            lag = sum(
-                (
-                    await group_lag(settings.kafka_bootstrap, settings.app_id, topics, kafka_client_options(settings))
-                ).values()
-            )
-            done = max(0, total - min(lag, total))
-            bar.update(done - bar.pos)
-            if lag == 0:
-                return time.monotonic() - started
-            if lag != last:
-                last = lag
-            await asyncio.sleep(0.5)
+    # One probe for the whole wait: its clients are kept between polls (a bootstrap per poll otherwise).
+    probe = OffsetProbe(settings.kafka_bootstrap, kafka_options=kafka_client_options(settings))
+    try:
+        with click.progressbar(length=total, label="applying   ", show_pos=True, show_eta=True) as bar:
+            while time.monotonic() - started < limit_s:
+                lag = sum((await probe.group_lag(settings.app_id, topics)).values())
+                done = max(0, total - min(lag, total))
+                bar.update(done - bar.pos)
+                if lag == 0:
+                    return time.monotonic() - started
+                if lag != last:
+                    last = lag
+                await asyncio.sleep(0.5)
+    finally:
+        await probe.close()
     raise click.ClickException(f"events still unprocessed after {limit_s:.0f} s (lag {last})")
 
 

@@ -5,7 +5,7 @@ rebuild`` writes the projections folded from the event log onto its rebuild bran
 given as dicts under the table's definition; typed property columns added by schema evolution are
 filled from the JSON properties with the contracts recorded on the table, as the live committer
 fills them. A missing table is created with the layout the settings configure, as the committer
-creates it (``sinks.tables.create_table``).
+creates it (``sinks.tables.create_table``), and the rows are written in the table's sort order.
 """
 
 from __future__ import annotations
@@ -17,8 +17,12 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.sorting import NullOrder, SortDirection, SortOrder
+from pyiceberg.transforms import IdentityTransform
 
 from sinks.catalog import NessieCatalog
 from sinks.nessie import SyncNessieClient
@@ -59,7 +63,9 @@ def overwrite_tables(
             with warnings.catch_warnings():
                 # pyiceberg notes it rewrites instead of merge-on-read: a full overwrite is meant.
                 warnings.filterwarnings("ignore", "Merge on read is not yet supported", UserWarning)
-                tx.overwrite(_arrow(table, tdef, list(rows)))
+                data = _arrow(table, tdef, list(rows))
+                # pyiceberg writes rows in the order given; the table says how its files are sorted.
+                tx.overwrite(in_sort_order(data, table.sort_order(), table.schema()))
             tx.commit_transaction()
         return cat.publish(message, dict(properties)).hash
 
@@ -73,6 +79,24 @@ def overwrite_tables(
         id_property=id_property,
         landed=lambda h, _n: h,
     )
+
+
+def in_sort_order(data: pa.Table, order: SortOrder, schema: Schema) -> pa.Table:
+    """``data`` sorted by ``order``'s leading identity fields (direction and null order kept).
+
+    A field with another transform (bucket, truncate, ...) ends the keys: its order is that of a
+    derived value, and sorting by the fields after it alone would not be the table's order.
+    """
+    keys = []
+    for f in order.fields:
+        name = schema.find_column_name(f.source_id)
+        if not isinstance(f.transform, IdentityTransform) or name not in data.column_names:
+            break
+        direction = "ascending" if f.direction == SortDirection.ASC else "descending"
+        keys.append((name, direction, "at_start" if f.null_order == NullOrder.NULLS_FIRST else "at_end"))
+    if not keys or data.num_rows < 2:
+        return data
+    return data.take(pc.sort_indices(data, sort_keys=keys))
 
 
 @dataclass(frozen=True)

@@ -153,17 +153,6 @@ def _replace_ts(row: PartitionOffsets, ts: float) -> PartitionOffsets:
     return PartitionOffsets(row.topic, row.partition, row.end, row.low, row.committed, ts)
 
 
-async def group_lag(
-    bootstrap: str, group: str, topics: Iterable[str], kafka_options: dict[str, Any] | None = None
-) -> dict[tuple[str, int], int]:
-    """Lag per (topic, partition) of ``topics`` for ``group`` (one-shot: opens and closes its clients)."""
-    probe = OffsetProbe(bootstrap, kafka_options=kafka_options)
-    try:
-        return await probe.group_lag(group, topics)
-    finally:
-        await probe.close()
-
-
 async def _quietly_stop(consumer: AIOKafkaConsumer | None, admin: AIOKafkaAdminClient | None) -> None:
     for stop in (consumer.stop if consumer else None, admin.close if admin else None):
         if stop is None:

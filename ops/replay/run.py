@@ -335,6 +335,7 @@ async def run_replay(
     rid = spec.replay_id()
     await store.acquire(rid)
     watch = OutageWatch()
+    stop = asyncio.Event()
     try:
         run = asyncio.ensure_future(
             _run(
@@ -349,13 +350,17 @@ async def run_replay(
                 into_existing,
                 allow_prod,
                 metrics=watch,
+                stop=stop,
             )
         )
         while not run.done():
             try:
                 await asyncio.wait({run}, timeout=1.0)
             except asyncio.CancelledError:
-                # Ctrl-C: the run saves its checkpoint while it unwinds; wait for that.
+                # Ctrl-C: the run saves its checkpoint while it unwinds; wait for that. A library can
+                # lose the cancellation (Python 3.11's wait_for does when its inner call finishes as
+                # it lands: redis-py's writes): ``stop`` then ends the run at its next poll.
+                stop.set()
                 run.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await run
@@ -385,6 +390,7 @@ async def _run(
     into_existing: bool = False,
     allow_prod: bool = False,
     metrics: Metrics | None = None,
+    stop: asyncio.Event | None = None,
 ) -> ReplayReport:
     started = time.monotonic()
     rid = spec.replay_id()
@@ -445,6 +451,8 @@ async def _run(
             consumer.seek(TopicPartition(t, p), start)
         active = set(remaining)
         while active:
+            if stop is not None and stop.is_set():
+                raise asyncio.CancelledError  # the interrupt whose cancellation was lost
             budget = settings.batch_max_events
             if stop_after is not None:  # never read past the bound, however small
                 budget = max(1, min(budget, stop_after - counts["read"]))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaProducer
 
 from agents.applier import Applier
+from agents.deadletter_publisher import DeadLetterPublisher
 from agents.intake import ChangeIntake
 from monitoring.metrics import Metrics
 from streams.settings import Settings
@@ -16,13 +17,16 @@ from streams.topics import ensure_topics
 from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, NessieDown, event
 
 
-def intake(settings: Settings, committer: FakeCommitter | NessieDown) -> ChangeIntake:
-    """A real ``ChangeIntake`` (real Kafka group) whose applier commits through ``committer``."""
+def intake(
+    settings: Settings, committer: FakeCommitter | NessieDown, dead_letters: DeadLetterPublisher | None = None
+) -> ChangeIntake:
+    """A real ``ChangeIntake`` (real Kafka group) whose applier commits through ``committer`` (and
+    dead-letters through ``dead_letters``, default a list in memory)."""
     applier = Applier(
         settings,
         marks=FakeMarks(),
         committer=committer,
-        dead_letters=FakeDlq(),
+        dead_letters=dead_letters or FakeDlq(),
         worlds=FakeWorlds(),
         metrics=Metrics(),
         pipelined=True,

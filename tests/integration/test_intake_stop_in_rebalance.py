@@ -9,13 +9,17 @@ lock deadlocked the stop until its shutdown timeout (seen in CI as a 30 s timeou
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
+import warnings
 from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
+from agents.deadletter_publisher import DeadLetterPublisher
 from agents.kafka_loop import KafkaLoop
+from streams.security import kafka_client_options
 from streams.settings import Settings
 from streams.topics import ensure_topics
 from tests.fakes import FakeCommitter
@@ -150,3 +154,17 @@ async def test_any_kafka_loop_stopped_while_its_listener_waits_for_its_lock_stop
         await loop.stop()
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_a_stopped_intake_closes_the_dead_letter_producer_it_started(settings: Settings, unique: str) -> None:
+    """The intake starts its applier's dead-letter publisher (a Kafka producer) and used to leave it
+    open at stop: every worker logged "Unclosed AIOKafkaProducer" when its event loop closed."""
+    s = await one_partition_group(settings, "dlqstop", unique, events=0)
+    a = intake(s, FakeCommitter(), DeadLetterPublisher(s.kafka_bootstrap, s.dlq_topic, kafka_client_options(s)))
+    await a.start()
+    await a.stop()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del a
+        gc.collect()
+    assert [str(w.message) for w in caught if "Unclosed" in str(w.message)] == []

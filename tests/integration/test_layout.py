@@ -98,6 +98,44 @@ def test_a_rebuild_creates_a_missing_projection_with_the_configured_layout(clien
     assert t.scan().to_arrow().column("object_pk").to_pylist() == ["p1"]
 
 
+@pytest.mark.parametrize("buckets", [0, 4])
+def test_a_rebuild_writes_its_rows_in_the_table_sort_order(client, sink_settings, buckets: int) -> None:
+    """The rebuild's overwrite wrote the rows in the order it was given them (the fold's), while the
+    table is sorted by (type, key): each data file now holds its rows in that order."""
+    from datetime import UTC, datetime
+
+    from sinks.overwrite import overwrite_tables
+
+    world = new_world(client)
+    settings = sink_settings.replace(projection_buckets=buckets)
+    now = datetime.now(UTC)
+    keys = [(t, f"p{i:03d}") for i in range(60) for t in ("person", "account", "zone")]
+    rows = [
+        {
+            "object_type_id": t, "object_pk": pk, "version": 1, "properties": "{}", "deleted": False,
+            "updated_at": now, "committed_at": now, "event_id": f"e-{t}-{pk}", "batch_id": "b1", "schema_version": 1,
+        }
+        for t, pk in reversed(keys)
+    ]  # fmt: skip
+    overwrite_tables(
+        settings,
+        client,
+        f"world-{world}",
+        [(COMMON, rows)],
+        message="rebuild with rows out of order",
+        properties={"causeway.test.rebuild": world},
+        id_property="causeway.test.rebuild",
+    )
+    table = cat_of(BatchCommitter(settings, client), world).load_table(("onto", COMMON.name))
+    files = [task.file.file_path for task in table.scan().plan_files()]
+    assert len(files) == (3 if buckets == 0 else 12)
+    for path in files:
+        stored = pq.read_table(path.removeprefix("file://"), columns=["object_type_id", "object_pk"])
+        pairs = list(zip(*(stored.column(c).to_pylist() for c in stored.column_names), strict=True))
+        assert pairs == sorted(pairs), path
+    assert sorted(table.scan().to_arrow().column("object_pk").to_pylist()) == sorted(pk for _, pk in keys)
+
+
 def test_a_batch_touching_k_buckets_reads_and_rewrites_only_those(client, sink_settings) -> None:
     n = 16  # 2 of 16 buckets, whatever the default count (the test is about buckets)
     world = new_world(client)
