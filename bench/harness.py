@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from bench import cdc_latency, measure
+from bench import cdc_latency, measure, publish
 from bench.contender import ContenderConfig, quantiles_summary
 from bench.procs import (
     PYTHON,
@@ -248,7 +248,7 @@ class Run:
                     topic = r.topic
                 else:
                     topic = plan.topics[0] if r.kind is EntityKind.OBJECT else plan.topics[1]
-                futures.append((await producer.send(topic, r.value, key=r.key), len(r.value)))
+                futures.append((await publish.send(producer, topic, r.value, key=r.key), len(r.value)))
                 if rate and (i + 1) % tick == 0:
                     delay = started + (i + 1) / rate - time.monotonic()
                     if delay > 0:

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from bench import measure
+from bench import measure, publish
 from bench.harness import Run, machine, versions
 from bench.procs import GroupWatch, Sampler, service_pids, stop
 from bench.profiles import Profile
@@ -108,7 +108,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     futures = []
                     for kind, key, value in records:
                         topic = plan.topics[0] if kind is EntityKind.OBJECT else plan.topics[1]
-                        fut = await producer.send(topic, value, key=key)
+                        fut = await publish.send(producer, topic, value, key=key)
                         sent += 1
                         if sent % SAMPLE_EVERY == 0:
                             futures.append((fut, len(windows)))
