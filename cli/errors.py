@@ -171,8 +171,12 @@ class Guarded(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt, SystemExit):
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
             raise
+        except KeyboardInterrupt:
+            # click would print "Aborted!" and exit 1, the code of a failure; a command that saves
+            # what can be resumed catches it first and says so.
+            raise CommandError("interrupted", Exit.INTERRUPTED) from None
         except Exception as exc:  # noqa: BLE001 - the point: one line per failure, by kind
             from streams.security import redact, secret_values
 

@@ -201,7 +201,8 @@ def replay(
         # The run saved its checkpoint while unwinding; show where the next run resumes.
         report = asyncio.run(_interrupted_report(settings, rid))
         if report is None:
-            raise click.ClickException("interrupted before the replay was planned; nothing was done") from None
+            nothing = "interrupted before the replay was planned; nothing was done"
+            raise CommandError(nothing, Exit.INTERRUPTED) from None
         _replay_summary(report, spec)
         raise SystemExit(130) from None
     _replay_summary(report, spec)

@@ -120,3 +120,39 @@ def test_cli_log_lines_carry_no_traceback() -> None:
     line = OneLineFormatter("%(levelname)s %(name)s: %(message)s").format(record)
     assert line == "ERROR agents.reconcile: pass failed (ValueError: boom second line)"
     assert record.exc_info is not None  # other handlers still see the exception
+
+
+def test_ctrl_c_in_any_command_exits_130_not_as_a_failure() -> None:
+    @click.group(cls=Guarded)
+    def root() -> None:
+        pass
+
+    @root.command()
+    def slow() -> None:
+        raise KeyboardInterrupt
+
+    r = CliRunner().invoke(root, ["slow"])
+    assert r.exit_code == Exit.INTERRUPTED, r.output
+    assert "Error: interrupted" in r.output and "Aborted" not in r.output
+
+
+def test_ctrl_c_of_a_replay_before_its_plan_exits_130_saying_nothing_was_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cli.replay
+
+    async def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    async def no_report(*_: object) -> None:
+        return None
+
+    monkeypatch.setattr(cli.replay, "run_replay", interrupted)
+    monkeypatch.setattr(cli.replay, "_interrupted_report", no_report)
+    monkeypatch.setattr(cli.replay.CheckpointStore, "from_settings", staticmethod(lambda _s: _Store()))
+    r = CliRunner().invoke(cli.replay.replay, ["--topic", "onto.changes.objects"], obj=Settings())
+    assert r.exit_code == Exit.INTERRUPTED, r.output
+    assert "interrupted before the replay was planned; nothing was done" in r.output
+
+
+class _Store:
+    async def close(self) -> None:
+        return None
