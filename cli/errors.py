@@ -100,6 +100,7 @@ def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] |
         NessieError,
         NessieNotAnApi,
         NessieUnavailable,
+        TableUnreadable,
     )
     from worlds.manager import WorldError
 
@@ -140,6 +141,13 @@ def explain(exc: BaseException, settings: Settings | None) -> tuple[str, Exit] |
             return (str(e), Exit.ERROR)
         if isinstance(e, ResetRefused):
             return (f"reset refused: {e}", Exit.ERROR)
+        if isinstance(e, TableUnreadable):
+            # Most often a branch written with another warehouse (an earlier run's, a removed folder).
+            return (
+                f"{e}; the branch's tables point at a file this warehouse ({mask_url(s.warehouse)}) does not hold: "
+                "check CAUSEWAY_WAREHOUSE, or restore the files, roll the world back or re-create it",
+                Exit.ERROR,
+            )
     for e in _chain(exc):
         if isinstance(e, ConnectionRefusedError | socket.gaierror | TimeoutError):
             return (f"a service did not answer: {type(e).__name__}: {e}; run `causeway doctor`", Exit.UNAVAILABLE)

@@ -156,3 +156,14 @@ def test_ctrl_c_of_a_replay_before_its_plan_exits_130_saying_nothing_was_done(mo
 class _Store:
     async def close(self) -> None:
         return None
+
+
+def test_a_table_whose_files_are_missing_names_the_file_and_the_warehouse() -> None:
+    from sinks.errors import TableUnreadable
+
+    exc = TableUnreadable("world demo-1 on world-demo-1: file missing: /old/wh/x.avro", path="/old/wh/x.avro")
+    assert explain(RuntimeError("read failed"), S) is None
+    line, code = explain(exc, Settings(warehouse="file:///new/wh")) or ("", None)
+    assert code == Exit.ERROR
+    assert "world demo-1" in line and "/old/wh/x.avro" in line and "file:///new/wh" in line
+    assert "CAUSEWAY_WAREHOUSE" in line
