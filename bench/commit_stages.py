@@ -26,7 +26,9 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("  carry stored properties", "sinks.projection_write", "carry_stored_properties"),
     ("  Arrow rows (projection)", "sinks.projection_write", "projection_arrow"),
     ("  compaction pick + read", "sinks.compaction", "Compaction.rewrites"),
-    ("  Parquet data files", "sinks.projection_write", "write_data_files_with_rows"),
+    ("  partition split (write plan)", "sinks.projection_write", "_write_batches"),
+    ("  Parquet data files", "sinks.projection_write", "write_split"),  # rows split by _write_batches
+    ("  Parquet data files", "sinks.projection_write", "write_data_files_with_rows"),  # before 2026-12-02
     ("  Parquet data files", "sinks.projection_write", "write_data_files"),  # before the rows were kept
     ("  Parquet delete files", "sinks.projection_write", "write_partition_deletes"),
     ("plan files (pyiceberg)", "pyiceberg.table", "DataScan.plan_files"),

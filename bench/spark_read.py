@@ -16,6 +16,15 @@ and updates and deletes of a few old rows), so its tables hold files of two spec
 deletes against old-spec files. For each (branch, table) both engines give the
 row count and a digest of every non-timestamp column and of the rows (timestamps are left out:
 engines render zones differently); ``read`` exits 1 if any differs.
+
+``write --cross-spec-delete`` adds world ``c``, a probe of one reader rule rather than of
+causeway's writes: type-only projections written one type a flush (so every data file is under
+the type spec), then ONE position-delete file under the table's unpartitioned spec naming the
+first row of every type's files. The Iceberg spec applies a position-delete file only to data files
+of its own spec and partition (the "or the delete file's partition spec is unpartitioned" clause
+is the equality deletes' rule), so a conforming reader ignores it; ``read`` says whether Spark
+applied it, ``write`` whether pyiceberg and causeway's own planning did (docs/architecture.md,
+"Table layout": why a small flush's position deletes stay one file per partition).
 """
 
 from __future__ import annotations
@@ -144,7 +153,66 @@ def _evolve(world: str, env: dict[str, str], args: list[str]) -> str:
     return done.stdout
 
 
-def write(out: Path, warehouse: str | None, events: int) -> int:
+def _cross_spec_delete(settings: Any, client: Any, world: str, events: int) -> dict[str, Any]:
+    """World ``c``: every data file under the type spec, then one position-delete file under the
+    unpartitioned spec over all of them. What pyiceberg's scan and ``plan_live_files`` make of it."""
+    import pyarrow.parquet as pq
+    from pyiceberg.table.update import AddPartitionSpecUpdate
+    from pyiceberg.typedef import Record
+
+    from models.events import EntityKind
+    from sinks.committer import BatchCommitter
+    from sinks.layout import unpartitioned_spec
+    from sinks.rowdelta import RowDelta, new_delete_location, plan_live_files, write_position_deletes
+
+    committer = BatchCommitter(settings, client)
+    evs = _events(world, 14, events // 2, events // 10, 3)
+    groups: dict[str, list[Any]] = {}
+    for e in evs:  # one flush per object type (and one of links): one partition each, never one file
+        groups.setdefault("" if e.kind is EntityKind.LINK else e.entity_type, []).append(e)
+    offset = 0
+    for group in groups.values():
+        _commit(committer, world, group, len(group), offset)
+        offset += len(group)
+    cat = committer.catalog(f"world-{world}")
+    table = cat.load_table((settings.namespace, "entity_common"))
+    files = [t.file for t in plan_live_files(table)]
+    named: dict[str, Iterable[int] | Any] = {}
+    gone: set[tuple[str, int]] = set()
+    for df in files:
+        with table.io.new_input(df.file_path).open() as f:
+            first = pq.read_table(f, columns=["object_type_id", "object_pk"]).slice(0, 1).to_pylist()[0]
+        named[df.file_path] = [0]
+        gone.add((first["object_type_id"], first["object_pk"]))
+    before = table.scan().to_arrow()
+    cat.begin()
+    table = cat.load_table((settings.namespace, "entity_common"))
+    tx = table.transaction()
+    one = unpartitioned_spec(tx.table_metadata.specs())
+    if one.spec_id not in tx.table_metadata.specs():
+        tx._apply((AddPartitionSpecUpdate(spec=one),))
+    delete = write_position_deletes(table.io, new_delete_location(table), named, one.spec_id, Record())
+    assert delete is not None
+    RowDelta(tx, {"causeway.batch_id": "cross-spec-delete"}).add([delete]).commit()
+    tx.commit_transaction()
+    cat.publish("bench.spark_read: one position-delete file under the unpartitioned spec")
+    table = cat.load_table((settings.namespace, "entity_common"))
+    rows = table.scan().to_arrow()
+    kept = [r for r in before.to_pylist() if (r["object_type_id"], r["object_pk"]) not in gone]
+    return {
+        "data_files": [(df.spec_id, str(df.partition)) for df in files],
+        "delete_file_spec": one.spec_id,
+        "rows_before": before.num_rows,
+        "rows_if_applied": len(kept),
+        "if_applied": digest(before.column_names, kept),
+        "pyiceberg_rows": rows.num_rows,
+        "pyiceberg_applies": rows.num_rows == len(kept),
+        "pyiceberg_plan_deletes_per_file": [len(t.delete_files) for t in table.scan().plan_files()],
+        "causeway_plan_deletes_per_file": [len(t.delete_files) for t in plan_live_files(table)],
+    }
+
+
+def write(out: Path, warehouse: str | None, events: int, cross_spec_delete: bool = False) -> int:
     from sinks.committer import BatchCommitter
     from sinks.nessie import Reference, SyncNessieClient
     from streams.settings import Settings
@@ -186,6 +254,11 @@ def write(out: Path, warehouse: str | None, events: int) -> int:
     _commit(BatchCommitter(settings, client), world, later, max(1, len(later) // 6), len(evs))
     report["worlds"]["b"] = {"world": world, "branch": f"world-{world}", "evolved": evolved}
 
+    if cross_spec_delete:
+        world = f"{tag}c"
+        client.create_branch(f"world-{world}", root)
+        report["worlds"]["c"] = {"world": world, "branch": f"world-{world}", "evolved": []}
+        report["cross_spec_delete"] = _cross_spec_delete(settings.replace(projection_buckets=0), client, world, events)
     for w in report["worlds"].values():
         w["pyiceberg"] = _pyiceberg_side(committer, w["branch"], settings.namespace)
     out.write_text(json.dumps(report, indent=2))
@@ -244,6 +317,17 @@ def read(path: Path, jar: str) -> int:
             if not same:
                 print("  spark    ", json.dumps(seen))
                 print("  pyiceberg", json.dumps({k: mine[k] for k in ("rows", "columns", "row_digest")}))
+    probe = report.get("cross_spec_delete")
+    if probe:
+        ident = f"cwc.{report['namespace']}.entity_common"
+        df = spark.table(ident)
+        seen = digest(df.columns, (r.asDict() for r in df.toLocalIterator()))
+        applied = seen["row_digest"] == probe["if_applied"]["row_digest"]
+        print(
+            f"cross-spec delete: spark {seen['rows']} rows, {probe['rows_if_applied']} if the unpartitioned-spec "
+            f"delete file applied, {probe['rows_before']} if not: Spark {'APPLIES' if applied else 'IGNORES'} it; "
+            f"pyiceberg {'APPLIES' if probe['pyiceberg_applies'] else 'IGNORES'} it ({probe['pyiceberg_rows']} rows)"
+        )
     spark.stop()
     print("ALL SAME" if not failures else f"{failures} table(s) differ")
     return 1 if failures else 0
@@ -256,12 +340,17 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--out", type=Path, required=True)
     w.add_argument("--warehouse", help="file:// warehouse (default: a new temporary folder)")
     w.add_argument("--events", type=int, default=2_400, help="events per world (default 2,400)")
+    w.add_argument(
+        "--cross-spec-delete",
+        action="store_true",
+        help="add world c: one position-delete file under the unpartitioned spec over type-spec files",
+    )
     r = sub.add_parser("read", help="read them with Spark and compare (a venv with pyspark)")
     r.add_argument("report", type=Path)
     r.add_argument("--jar", required=True, help="iceberg-spark-runtime-3.5_2.12 jar")
     args = ap.parse_args(argv)
     if args.cmd == "write":
-        return write(args.out, args.warehouse, args.events)
+        return write(args.out, args.warehouse, args.events, args.cross_spec_delete)
     return read(args.report, args.jar)
 
 

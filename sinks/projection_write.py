@@ -16,7 +16,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import AddPartitionSpecUpdate
 
 from models.events import ChangeEvent
@@ -26,12 +27,14 @@ from sinks.flush_stats import FlushStats
 from sinks.layout import key_filter, unpartitioned_spec, writes_one_file
 from sinks.rowdelta import (
     FileCache,
+    PartitionSplit,
     RowDelta,
     deletes_to_merge,
-    partition_runs,
+    joined,
     read_state,
-    write_data_files_with_rows,
+    split_rows,
     write_partition_deletes,
+    write_split,
 )
 from sinks.rows import projection_arrow
 from sinks.tables import TableDef, arrow_schema, contracts
@@ -68,30 +71,25 @@ def _index_columns(tdef: TableDef) -> tuple[str, ...]:
 
 
 def _write_batches(
-    tx: Transaction, rows: pa.Table, carried: list[pa.Table], policy: Compaction
-) -> list[tuple[pa.Table, PartitionSpec | None]]:
-    """What a flush writes, each with its spec (None: the default): its new ``rows`` and the
-    ``carried`` live rows of the files it rewrites.
+    metadata: TableMetadata, rows: pa.Table, carried: list[pa.Table], small_file_bytes: int
+) -> tuple[list[PartitionSplit], PartitionSpec | None]:
+    """What a flush writes, split by partition: its new ``rows`` and the ``carried`` live rows of
+    the files it rewrites; and the unpartitioned spec to add to the table first, if any.
 
     A small flush that would write a file per partition writes its rows as one file under the
     unpartitioned spec, added to the table's specs (not as default) the first time
     (:func:`sinks.layout.writes_one_file` says why). Carried rows always go to the default spec:
-    the small-file merge is what moves those one-file flushes into their partitions.
+    the small-file merge is what moves those one-file flushes into their partitions. The rows'
+    split under the default spec both counts their partitions and is what the writer writes:
+    cut once, not once to count and again to write.
     """
-    metadata = tx.table_metadata
-    spec = metadata.spec()
-    small = rows.nbytes < policy.small_file_bytes
-    partitions = len(partition_runs(rows, spec, metadata.schema())) if small else 0
-    if not writes_one_file(spec, partitions, rows.nbytes, policy.small_file_bytes):
-        parts = [rows, *carried]
-        return [(pa.concat_tables(parts) if len(parts) > 1 else rows, None)]
+    spec, schema = metadata.spec(), metadata.schema()
+    split = split_rows(rows, spec, schema)
+    rest = [split_rows(pa.concat_tables(carried) if len(carried) > 1 else carried[0], spec, schema)] if carried else []
+    if not writes_one_file(spec, split.partitions, rows.nbytes, small_file_bytes):
+        return [joined(split, *rest) if rest else split], None
     one = unpartitioned_spec(metadata.specs())
-    if one.spec_id not in metadata.specs():
-        tx._apply((AddPartitionSpecUpdate(spec=one),))
-    out: list[tuple[pa.Table, PartitionSpec | None]] = [(rows, one)]
-    if carried:
-        out.append((pa.concat_tables(carried) if len(carried) > 1 else carried[0], None))
-    return out
+    return [split_rows(rows, one, schema), *rest], None if one.spec_id in metadata.specs() else one
 
 
 def apply_projection(
@@ -162,12 +160,12 @@ def apply_projection(
 
     tx = table.transaction()
     rd = RowDelta(tx, {"causeway.batch_id": batch_id})
-    batches = _write_batches(tx, rows, carried, policy)
-    data_rows = sum(t.num_rows for t, _ in batches)
+    batches, new_spec = _write_batches(tx.table_metadata, rows, carried, policy.small_file_bytes)
+    if new_spec is not None:
+        tx._apply((AddPartitionSpecUpdate(spec=new_spec),))
+    data_rows = sum(split.num_rows for split in batches)
     if data_rows:
-        written_rows = [
-            w for t, spec in batches for w in write_data_files_with_rows(tx.table_metadata, t, table.io, spec)
-        ]
+        written_rows = [w for split in batches for w in write_split(tx.table_metadata, split, table.io)]
         files = [f for f, _ in written_rows]
         index_columns = _index_columns(tdef)
         for f, file_rows in written_rows:  # the next flush's key lookup reads these files: keep them

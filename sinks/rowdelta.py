@@ -747,11 +747,53 @@ def write_data_files(metadata: Any, df: pa.Table, io: FileIO) -> list[DataFile]:
     return [data_file for data_file, _ in write_data_files_with_rows(metadata, df, io)]
 
 
+@dataclass(frozen=True)
+class PartitionSplit:
+    """Rows cut by partition of ``spec`` (:func:`split_rows`): each run with its transformed
+    partition values. Made once per batch of rows and handed to the writer (:func:`write_split`),
+    so a caller that decides by the partition count does not pay a second split."""
+
+    spec: PartitionSpec
+    runs: list[tuple[pa.Table, list[Any]]]
+
+    @property
+    def partitions(self) -> int:
+        return sum(1 for run, _ in self.runs if run.num_rows)
+
+    @property
+    def num_rows(self) -> int:
+        return sum(run.num_rows for run, _ in self.runs)
+
+
+def split_rows(df: pa.Table, spec: PartitionSpec, schema: Schema) -> PartitionSplit:
+    """``df`` cut by partition of ``spec`` (:func:`partition_runs`, with the values). Pure."""
+    return PartitionSplit(spec, _keyed_runs(df, spec, schema))
+
+
+def joined(first: PartitionSplit, second: PartitionSplit) -> PartitionSplit:
+    """The split of ``first``'s rows followed by ``second``'s (same spec): each partition's runs
+    concatenated, ``first``'s rows first, as a split of the concatenated rows would hold them. Pure."""
+    if first.spec.spec_id != second.spec.spec_id:
+        raise ValueError(f"splits of specs {first.spec.spec_id} and {second.spec.spec_id} cannot be joined")
+    by_key: dict[tuple[Any, ...], tuple[list[pa.Table], list[Any]]] = {}
+    for run, values in (*first.runs, *second.runs):
+        if run.num_rows:
+            by_key.setdefault(tuple(values), ([], values))[0].append(run)
+    runs = [(parts[0] if len(parts) == 1 else pa.concat_tables(parts), values) for parts, values in by_key.values()]
+    return PartitionSplit(first.spec, runs)
+
+
 def write_data_files_with_rows(
     metadata: Any, df: pa.Table, io: FileIO, spec: PartitionSpec | None = None
 ) -> list[tuple[DataFile, pa.Table]]:
     """Data files of ``df`` under the current spec of ``metadata`` (or ``spec``, one of its specs),
-    with the rows each one holds.
+    with the rows each one holds: :func:`write_split` of :func:`split_rows`."""
+    return write_split(metadata, split_rows(df, metadata.spec() if spec is None else spec, metadata.schema()), io)
+
+
+def write_split(metadata: Any, split: PartitionSplit, io: FileIO) -> list[tuple[DataFile, pa.Table]]:
+    """Data files of rows already split by partition (``split.spec`` is one of ``metadata``'s
+    specs), with the rows each one holds.
 
     Rows are split by partition once (:func:`partition_runs`) and cut at the table's target size
     as pyiceberg cuts them; :class:`sinks.datafiles.FileWriter` writes every file with one set-up
@@ -767,9 +809,9 @@ def write_data_files_with_rows(
 
     from sinks.datafiles import FileWriter
 
-    if df.num_rows == 0:
+    if split.num_rows == 0:
         return []
-    spec, schema = (metadata.spec() if spec is None else spec), metadata.schema()
+    spec, schema = split.spec, metadata.schema()
     target: int = property_as_int(  # type: ignore[assignment]
         metadata.properties,
         TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
@@ -777,7 +819,9 @@ def write_data_files_with_rows(
     )
     writer = FileWriter(metadata, io, spec.spec_id)
     chunks: list[tuple[pa.Table, PartitionKey | None]] = []
-    for run, values in _keyed_runs(df, spec, schema):
+    for run, values in split.runs:
+        if not run.num_rows:
+            continue
         key = (
             None
             if spec.is_unpartitioned()

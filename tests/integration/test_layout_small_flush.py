@@ -115,3 +115,38 @@ def test_a_small_flush_writes_one_file_and_the_merge_splits_it_by_type(client, s
     assert {k: v[:2] for k, v in objects(cat).items()} == model
     result = rebuild(settings, world, write=False)
     assert result.identical, [d.sample() for d in result.diffs]
+
+
+def test_a_flush_splits_its_rows_by_partition_once(client, sink_settings, monkeypatch) -> None:
+    """The writer takes the split that counted the flush's partitions (``_write_batches``): a small
+    flush of one type cut its rows twice, once to count partitions and again to write them."""
+    import sinks.rowdelta as rowdelta
+
+    world = new_world(client)
+    committer = BatchCommitter(sink_settings.replace(projection_buckets=0), client, max_small_files=3)
+    offset = 0
+
+    def commit(events, name):  # type: ignore[no-untyped-def]
+        nonlocal offset
+        committer.commit_batch(batch(world, name, events, offset))
+        offset += len(events)
+
+    commit([obj(world, f"{t}{i}", "CREATE", 1, typ=t, n=i) for t in TYPES for i in range(10)], "first")
+    splits: list[tuple[int, int]] = []  # (spec fields, rows) of every projection split under a partitioned spec
+    keyed_runs = rowdelta._keyed_runs
+
+    def counted(df, spec, schema):  # type: ignore[no-untyped-def]
+        if "object_pk" in df.column_names and not spec.is_unpartitioned():
+            splits.append((len(spec.fields), df.num_rows))
+        return keyed_runs(df, spec, schema)
+
+    monkeypatch.setattr(rowdelta, "_keyed_runs", counted)
+    commit([obj(world, f"person{i}", "UPDATE", 2, n=50 + i) for i in range(4)], "one type")
+    assert splits == [(1, 4)], "one split of the flush's 4 rows, by type"
+    splits.clear()
+    commit([obj(world, f"{t}{i}", "UPDATE", 3, typ=t, n=60 + i) for t in TYPES for i in range(2)], "three types")
+    assert splits == [(1, 6)], "one split to count the types; the rows are written as one file"
+    model = {f"{t}{i}": (1, False) for t in TYPES for i in range(10)}
+    model.update({f"person{i}": (2, False) for i in range(4)})
+    model.update({f"{t}{i}": (3, False) for t in TYPES for i in range(2)})
+    assert {k: v[:2] for k, v in objects(cat_of(committer, world)).items()} == model

@@ -98,3 +98,58 @@ def test_the_replay_predicts_the_unpartitioned_tables_rewrites_for_one_file_flus
         per_partition = run(3, flushes, 1_000_000, 3_300, 30)
         assert one_file["bytes_superseded"] == unpartitioned["bytes_superseded"]
         assert per_partition["bytes_superseded"] > 1.8 * unpartitioned["bytes_superseded"]
+
+
+def _common_rows(schema: pa.Schema, types: list[str], first: int = 0) -> pa.Table:
+    n = len(types)
+    columns = {
+        "object_type_id": pa.array(types),
+        "object_pk": pa.array([f"pk-{first + i}" for i in range(n)]),
+        "version": pa.array(range(first, first + n), pa.int64()),
+    }
+    return pa.table(
+        {
+            f.name: columns.get(f.name)
+            if f.name in columns
+            else (pa.nulls(n, f.type) if f.nullable else pa.array([0] * n, pa.int64()).cast(f.type))
+            for f in schema
+        },
+        schema=schema,
+    )
+
+
+def test_a_flushs_write_plan_hands_the_split_that_counted_its_partitions_to_the_writer(tmp_path: Path) -> None:
+    """``_write_batches``: one split of the flush's rows both decides one file or one per type and
+    is what is written; carried rows join their partitions as a split of all the rows would."""
+    from pyiceberg.table.metadata import new_table_metadata
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+
+    from sinks.projection_write import _write_batches
+    from sinks.rowdelta import split_rows
+
+    spec = partition_spec(parse_spec("identity(object_type_id)"), COMMON.schema)
+    metadata = new_table_metadata(COMMON.schema, spec, UNSORTED_SORT_ORDER, f"file://{tmp_path}", {})
+    schema = metadata.schema().as_arrow()
+
+    three = _common_rows(schema, ["a", "b", "c", "a"])
+    (one_file,), added = _write_batches(metadata, three, [], SMALL)
+    assert added is not None and added.is_unpartitioned() and one_file.spec is added
+    assert [run.num_rows for run, _ in one_file.runs] == [4], "three types, one file"
+
+    (per_type,), added = _write_batches(metadata, three, [], 1)  # not small: a file per type
+    assert added is None and per_type.spec.spec_id == spec.spec_id and per_type.partitions == 3
+
+    single = _common_rows(schema, ["b", "b"])
+    carried = [_common_rows(schema, ["a", "b"], 10), _common_rows(schema, ["c", "b"], 20)]
+    (split,), added = _write_batches(metadata, single, carried, SMALL)
+    whole = split_rows(pa.concat_tables([single, *carried]), spec, metadata.schema())
+    assert added is None
+
+    def versions(s):  # type: ignore[no-untyped-def]
+        return {tuple(values): run.column("version").to_pylist() for run, values in s.runs}
+
+    assert versions(split) == versions(whole) == {("b",): [0, 1, 11, 21], ("a",): [10], ("c",): [20]}
+
+    (rows_split, carried_split), added = _write_batches(metadata, three, carried, SMALL)
+    assert added is not None and rows_split.spec is added and carried_split.spec.spec_id == spec.spec_id
+    assert versions(carried_split) == {("a",): [10], ("b",): [11, 21], ("c",): [20]}, "carried rows by type"
