@@ -57,20 +57,22 @@ def _metadata(tmp_path: Path) -> Any:
 
 
 def _rows(n: int) -> pa.Table:
+    """``n`` rows of ``entity_common`` over two types (two partitions' worth of buckets)."""
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    columns: dict[str, list[Any]] = {
-        "object_type_id": [("person", "place")[i % 2] for i in range(n)],
-        "object_pk": [f"k{i:05d}" for i in range(n)],
-        "version": list(range(n)),
-        "properties": [None if i % 4 == 0 else f'{{"n": {i}}}' for i in range(n)],
-        "deleted": [i % 5 == 0 for i in range(n)],
-        "updated_at": [now] * n,
-        "committed_at": [now] * n,
-        "event_id": [f"e{i}" for i in range(n)],
-        "batch_id": ["b"] * n,
-        "schema_version": [0] * n,
+    schema = arrow_schema(COMMON.schema)
+    values = {
+        "object_type_id": lambda i: ("person", "place")[i % 2],
+        "object_pk": lambda i: f"k{i:05d}",
+        "version": lambda i: i,
+        "properties": lambda i: None if i % 4 == 0 else f'{{"n": {i}}}',
+        "deleted": lambda i: i % 5 == 0,
+        "updated_at": lambda i: now,
+        "committed_at": lambda i: now,
+        "event_id": lambda i: f"e{i}",
+        "batch_id": lambda i: "b",
+        "schema_version": lambda i: 0,
     }
-    return pa.Table.from_pydict(columns, schema=arrow_schema(COMMON.schema))
+    return pa.table([pa.array([values[f.name](i) for i in range(n)], f.type) for f in schema], schema=schema)
 
 
 def test_a_small_data_file_is_created_with_one_open_and_one_write(tmp_path: Path, monkeypatch: Any) -> None:
