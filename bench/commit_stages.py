@@ -44,6 +44,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("metadata update (pyiceberg, deep copies)", "pyiceberg.catalog", "update_table_metadata"),
     ("metadata update (build, no deep copy)", "sinks.table_metadata", "build"),
     ("metadata JSON write", "pyiceberg.catalog", "MetastoreCatalog._write_metadata"),
+    ("metadata JSON write", "sinks.catalog", "NessieCatalog._write_metadata"),
     ("nessie: publish", "sinks.catalog", "NessieCatalog.publish"),
     ("nessie: HTTP round trips (all)", "httpx", "Client.send"),
     ("manifest entries read (thread CPU, all threads)", "pyiceberg.manifest", "ManifestFile.fetch_manifest_entry"),

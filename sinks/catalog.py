@@ -59,7 +59,7 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
 from sinks import table_metadata
 from sinks.errors import CommitStateUnknown, NessieConflict, NessieNotFound, unreadable_if_missing
-from sinks.fileio import file_io, open_output
+from sinks.fileio import file_io, write_file
 from sinks.nessie import IcebergTable, Namespace, Operation, SyncNessieClient
 
 if TYPE_CHECKING:
@@ -471,10 +471,9 @@ class NessieCatalog(MetastoreCatalog):
         carries a fresh UUID, and that check could not stop a concurrent writer anyway."""
         from pyiceberg.serializers import Compressor
 
-        data = metadata.model_dump_json(exclude_none=not _legacy_snapshot_id()).encode()
+        data = table_metadata.metadata_json(metadata, exclude_none=not _legacy_snapshot_id()).encode()
         data = Compressor.get_compressor(metadata_path).bytes_compressor()(data)
-        with open_output(io, metadata_path) as out:
-            out.write(data)
+        write_file(io, metadata_path, data)  # one open, one write: no stream buffer for ~20 KB
 
     def _resolve_table_location(self, location: str | None, database_name: str, table_name: str) -> str:
         # A unique suffix keeps two tables of the same name (on two branches, or dropped and

@@ -18,6 +18,12 @@ paid in full on every commit:
   changing the base's (checked for pyiceberg 0.12: :func:`build` applies the same updates), so
   the copy protects nothing causeway or pyiceberg does; :func:`build` leaves it out.
 
+* **JSON.** A commit writes each table's new metadata JSON, and almost all of it is what the
+  previous version held: the retained snapshots (~16 a table) and the schemas are the same
+  objects, handed on by :func:`build`. :func:`metadata_json` serialises each of them once and
+  splices the kept JSON into the rest (305-371 → 77-96 µs for a 16-snapshot ``entity_events``
+  measured alone, the same bytes).
+
 Objects handed out are shared: nothing may change them in place (pyiceberg's frozen models refuse
 attribute assignment; their lists and dicts are only ever replaced).
 """
@@ -27,7 +33,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table, Transaction
@@ -154,3 +160,46 @@ class BuiltOnceTable(Table):
 
     def transaction(self) -> Transaction:
         return BuiltOnceTransaction(self)
+
+
+#: The metadata list fields whose items :func:`metadata_json` keeps the JSON of: the ones a
+#: commit hands on unchanged and that cost most to serialise (a snapshot ~17 µs, a schema 60-120).
+_SPLICED = ("snapshots", "schemas")
+#: JSON of snapshots and schemas by (object id, ``exclude_none``), each with its object (held, so
+#: the id is not reused while the entry lives). ~100 busy worlds hold ~5,000 (0.5-2 KB each).
+_FRAGMENTS: dict[tuple[int, bool], tuple[object, str]] = {}
+MAX_FRAGMENTS = 8192
+_FRAGMENTS_LOCK = threading.Lock()
+
+
+def _fragment(item: Any, exclude_none: bool) -> str:
+    key = (id(item), exclude_none)
+    kept = _FRAGMENTS.get(key)
+    if kept is not None and kept[0] is item:
+        return kept[1]
+    text: str = item.model_dump_json(exclude_none=exclude_none)
+    with _FRAGMENTS_LOCK:
+        if len(_FRAGMENTS) >= MAX_FRAGMENTS:
+            _FRAGMENTS.clear()
+        _FRAGMENTS[key] = (item, text)
+    return text
+
+
+def metadata_json(metadata: TableMetadata, exclude_none: bool) -> str:
+    """``metadata.model_dump_json(exclude_none=...)``, byte for byte, its snapshots and schemas
+    serialised once per object.
+
+    The rest is dumped with those lists empty, and each ``"name":[]`` is replaced by the kept
+    items: a top-level list field is the only place the text ``"name":[]`` can occur (a property
+    value or a ref name inside it is a JSON string or an object key before ``{``). Format v1
+    metadata drops a field of its snapshots when dumped (pyiceberg's serializer): dumped whole.
+    """
+    if metadata.format_version == 1:
+        return metadata.model_dump_json(exclude_none=exclude_none)
+    lists = {name: getattr(metadata, name) for name in _SPLICED}
+    text = metadata.model_copy(update=dict.fromkeys(_SPLICED, [])).model_dump_json(exclude_none=exclude_none)
+    for name, items in lists.items():
+        if items:
+            joined = ",".join(_fragment(item, exclude_none) for item in items)
+            text = text.replace(f'"{name}":[]', f'"{name}":[{joined}]', 1)
+    return text

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -24,7 +25,8 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.types import LongType, NestedField, StringType
 
-from sinks.table_metadata import MetadataCache, build
+from sinks.table_metadata import MetadataCache, build, metadata_json
+from tests.calls import count_calls
 
 
 def _base() -> TableMetadata:
@@ -103,3 +105,26 @@ def test_a_tables_metadata_file_is_parsed_once_and_what_was_written_is_never_par
     assert cache.parses == 5
     with pytest.raises(FileNotFoundError):
         cache.read(events, io, f"file://{tmp_path}/missing.metadata.json")
+
+
+def test_metadata_json_serialises_each_kept_snapshot_and_schema_once_and_is_pyicebergs_json(
+    monkeypatch: Any,
+) -> None:
+    # A commit's metadata JSON re-serialised every retained snapshot (~16 a table) and the schema
+    # that the previous version held, as the same objects (failed before: no such function; the
+    # catalog dumped the whole metadata, ~374 µs a table against ~250 with the kept parts).
+    base = _base()
+    # Text that looks like the spliced fields, in a property value and as a ref name.
+    base = build(base, (SetPropertiesUpdate(updates={"x": '{"snapshots":[],"schemas":[]}'}),))
+    first = build(base, _snapshot(11, None, 1) + _snapshot(12, 11, 2))
+    first = build(first, (SetSnapshotRefUpdate(snapshot_id=11, ref_name="schemas", type=SnapshotRefType.TAG),))
+    dumps = count_calls(monkeypatch, Snapshot, "model_dump_json")
+    schema_dumps = count_calls(monkeypatch, Schema, "model_dump_json")
+    for exclude_none in (True, False):
+        assert metadata_json(first, exclude_none) == first.model_dump_json(exclude_none=exclude_none)
+    assert len(dumps) == 4 and len(schema_dumps) == 2  # each once per setting
+    second = build(first, _snapshot(13, 12, 3))
+    assert metadata_json(second, True) == second.model_dump_json(exclude_none=True)
+    assert len(dumps) == 5 and len(schema_dumps) == 2  # the new snapshot only
+    empty = _base()
+    assert metadata_json(empty, True) == empty.model_dump_json(exclude_none=True)
