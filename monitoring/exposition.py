@@ -197,7 +197,8 @@ class Exposition:
             # by their bits, so -0.0 after 0.0 (equal as floats, formatted apart) is formatted again.
             bits = array("d", values).tobytes()
             if bits != entry.bits:
-                entry.text = "".join([p + floatToGoString(v) + "\n" for p, v in zip(entry.prefixes, values, strict=True)])
+                texts = [p + floatToGoString(v) + "\n" for p, v in zip(entry.prefixes, values, strict=True)]
+                entry.text = "".join(texts)
                 entry.bits = bits
             lines.append(entry.text)
         return lines
