@@ -25,6 +25,7 @@ attributes are there but read differently from how ``generate_latest`` reads the
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -109,8 +110,9 @@ class Exposition:
     def __init__(self) -> None:
         # By the metric's id, holding the metric itself: an id is not reused while its entries live.
         self._heads: dict[int, tuple[Any, str]] = {}
-        # By (metric id, label values): the child, its value reader and its lines' prefixes.
-        self._series: dict[tuple[int, tuple[str, ...]], tuple[Any, Callable[[], list[float]], list[str]]] = {}
+        # By (metric id, label values): the child, its value reader, its lines' prefixes and its
+        # lines as last rendered.
+        self._series: dict[tuple[int, tuple[str, ...]], _Series] = {}
         # None: not checked yet (checked at the first render with _created series off).
         self._reads_as_library: bool | None = None
 
@@ -182,14 +184,23 @@ class Exposition:
         override = PRIVATE.samples_override if kind is Gauge else None
         for labels, child in series:
             entry = self._series.get((key, labels))
-            if entry is None or entry[0] is not child:  # new, or removed and labelled again since
+            if entry is None or entry.child is not child:  # new, or removed and labelled again since
                 if len(self._series) >= MAX_PREFIXES:
                     self._series.clear()
-                prefixes = entry[2] if entry is not None else self._line_texts(metric, [(labels, child)])[1]
-                entry = self._series[(key, labels)] = (child, _reader(kind, child), prefixes)
+                prefixes = entry.prefixes if entry is not None else self._line_texts(metric, [(labels, child)])[1]
+                entry = self._series[(key, labels)] = _Series(child, _reader(kind, child), prefixes)
             elif override is not None and override in vars(child):
                 raise _Unreadable(override)
-            lines += [p + floatToGoString(v) + "\n" for p, v in zip(entry[2], entry[1](), strict=True)]
+            values = entry.read()
+            # Most series do not move between two scrapes (100 worlds: each world's histograms
+            # change only when it commits): their lines are reused, not formatted again. Compared
+            # by their bits, so -0.0 after 0.0 (equal as floats, formatted apart) is formatted again.
+            bits = array("d", values).tobytes()
+            if bits != entry.bits:
+                texts = [p + floatToGoString(v) + "\n" for p, v in zip(entry.prefixes, values, strict=True)]
+                entry.text = "".join(texts)
+                entry.bits = bits
+            lines.append(entry.text)
         return lines
 
     @staticmethod
@@ -203,6 +214,20 @@ class Exposition:
                 family.add_sample(family.name + suffix, base | extra, 0.0)
         lines = generate_latest(_One(family)).decode().splitlines(keepends=True)
         return "".join(lines[:2]), [line[: -len("0.0\n")] for line in lines[2:]]
+
+
+class _Series:
+    """One child's kept rendering: its value reader, its lines' prefixes and its lines for the
+    values (as bits) they were last rendered with."""
+
+    __slots__ = ("child", "read", "prefixes", "bits", "text")
+
+    def __init__(self, child: Any, read: Callable[[], list[float]], prefixes: list[str]) -> None:
+        self.child = child
+        self.read = read
+        self.prefixes = prefixes
+        self.bits = b""  # no values rendered yet (a series always has at least one line)
+        self.text = ""
 
 
 def _collectors(registry: Any) -> list[Any]:

@@ -220,3 +220,32 @@ def test_a_check_that_cannot_build_its_registry_leaves_the_page_to_the_library(m
     calls = _counting_generate_latest(monkeypatch)
     assert Exposition().render(registry) == generate_latest(registry)
     assert calls == [registry]  # the whole page, by the library
+
+
+def test_a_scrape_formats_only_the_values_that_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between two scrapes most series keep their values (100 worlds: a world's histograms move
+    when it commits): their lines are reused, only moved values are formatted again."""
+    m, page = _worker_metrics(100), Exposition()
+    assert page.render(m.registry) == generate_latest(m.registry)
+    formatted: list[float] = []
+    real = exposition.floatToGoString
+
+    def counting(value: float) -> str:
+        formatted.append(value)
+        return real(value)
+
+    monkeypatch.setattr(exposition, "floatToGoString", counting)
+    assert page.render(m.registry) == generate_latest(m.registry)
+    assert formatted == []
+    m.event_outcome("world-7", "applied", 3)  # one counter series moves: its one line is formatted
+    assert page.render(m.registry) == generate_latest(m.registry)
+    assert formatted == [13.0]
+
+
+def test_a_value_equal_as_a_float_but_written_apart_is_formatted_again() -> None:
+    registry = CollectorRegistry()
+    gauge = Gauge("signed", "Zero and minus zero.", registry=registry)
+    page = Exposition()
+    for value in (0.0, -0.0, float("nan"), float("nan"), 0.0):
+        gauge.set(value)
+        assert page.render(registry) == generate_latest(registry)
