@@ -47,6 +47,7 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("metadata JSON write", "sinks.catalog", "NessieCatalog._write_metadata"),
     ("nessie: publish", "sinks.catalog", "NessieCatalog.publish"),
     ("nessie: HTTP round trips (all)", "httpx", "Client.send"),
+    ("nessie: HTTP round trips (all)", "sinks.nessie_http", "KeptConnections.request"),  # the sync client's, 2026-12-02
     ("manifest entries read (thread CPU, all threads)", "pyiceberg.manifest", "ManifestFile.fetch_manifest_entry"),
 )
 

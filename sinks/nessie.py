@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Concatenate, Generic, Literal, ParamSpec, Self
 from urllib.parse import quote
 
 import httpx
+import orjson
 
 from sinks.errors import (
     Conflict,
@@ -33,7 +34,8 @@ from sinks.errors import (
     error_from_response,
     error_from_transport,
 )
-from streams.security import nessie_http_options
+from sinks.nessie_http import KeptConnections
+from streams.security import NessieAuth, nessie_http_options
 from streams.settings import Settings, mask_url
 
 log = logging.getLogger(__name__)
@@ -341,13 +343,13 @@ class _Call(Generic[T]):
     body: Any = None
     unsafe: bool = False
 
-    def result(self, response: httpx.Response) -> T:
-        if response.is_success:
+    def result(self, status: int, content: bytes) -> T:
+        if 200 <= status < 300:
             try:
-                return self.parse(response.json() if response.content else None)
+                return self.parse(orjson.loads(content) if content else None)
             except (ValueError, KeyError, TypeError) as exc:  # not Nessie's JSON: a wrong URL
                 raise NessieNotAnApi(f"{self.method} {self.path} answered {type(exc).__name__}: {exc}") from exc
-        raise error_from_response(response.status_code, response.content, outcome_unknown=self.unsafe)
+        raise error_from_response(status, content, outcome_unknown=self.unsafe)
 
 
 def _params(**values: Any) -> dict[str, Any]:
@@ -638,9 +640,8 @@ class RetryPolicy:
     def backoff(self, attempt: int) -> float:
         return random.uniform(0, min(self.cap_s, self.base_s * 2**attempt))
 
-    def after_response(self, call: _Call[Any], attempt: int, response: httpx.Response) -> float | None:
-        """Seconds to wait before resending, or None when ``response`` is final."""
-        status = response.status_code
+    def after_response(self, call: _Call[Any], attempt: int, status: int) -> float | None:
+        """Seconds to wait before resending, or None when an answer with ``status`` is final."""
         retryable = status == 429 or (status == 503 and not call.unsafe)
         if not retryable or attempt + 1 >= self.attempts:
             return None
@@ -664,7 +665,7 @@ class _Base:
         token: str | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
-        auth: httpx.Auth | None = None,
+        auth: NessieAuth | None = None,
         verify: Any = True,
     ) -> None:
         """``timeout`` is per request, in seconds; an empty ``token`` means no auth.
@@ -673,15 +674,13 @@ class _Base:
         """
         self.base_url = base_url.rstrip("/")
         self.retry = retry or RetryPolicy()
-        self._http_args: dict[str, Any] = {
-            "base_url": self.base_url,
-            "timeout": httpx.Timeout(timeout),
-            # Spec 2 makes Nessie put the conflict list into 409 answers.
-            "headers": {"Nessie-Client-Spec": "2", "Accept": "application/json"}
-            | ({"Authorization": f"Bearer {token}"} if token else {}),
-            "auth": auth,
-            "verify": verify,
-        }
+        self._timeout = timeout
+        # Spec 2 makes Nessie put the conflict list into 409 answers.
+        self._headers = {"Nessie-Client-Spec": "2", "Accept": "application/json"} | (
+            {"Authorization": f"Bearer {token}"} if token else {}
+        )
+        self._auth = auth
+        self._verify = verify
 
     @classmethod
     def from_settings(cls, settings: Settings, **kw: Any) -> Self:
@@ -810,7 +809,13 @@ class NessieClient(_Base):
 
     def __init__(self, base_url: str, **kw: Any) -> None:
         super().__init__(base_url, **kw)
-        self._http = httpx.AsyncClient(**self._http_args)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(self._timeout),
+            headers=self._headers,
+            auth=self._auth,
+            verify=self._verify,
+        )
 
     async def _send(self, call: _Call[T]) -> T:
         delay: float | None
@@ -820,9 +825,9 @@ class NessieClient(_Base):
             except httpx.TransportError as exc:
                 delay = self.retry.after_error(call, attempt, exc)
             else:
-                delay = self.retry.after_response(call, attempt, response)
+                delay = self.retry.after_response(call, attempt, response.status_code)
                 if delay is None:
-                    return call.result(response)
+                    return call.result(response.status_code, response.content)
             await asyncio.sleep(delay)
         raise NessieError("unreachable: the retry policy allows no attempt")
 
@@ -854,23 +859,41 @@ class NessieClient(_Base):
 
 
 class SyncNessieClient(_Base):
-    """The same client for synchronous callers (pyiceberg's Catalog); same methods, same errors."""
+    """The same client for synchronous callers (pyiceberg's Catalog); same methods, same errors.
+
+    It sends over ``sinks.nessie_http.KeptConnections`` rather than httpx.Client: about a tenth of the
+    CPU per request, with the same error classes, so ``RetryPolicy`` decides the same way.
+    """
 
     def __init__(self, base_url: str, **kw: Any) -> None:
         super().__init__(base_url, **kw)
-        self._http = httpx.Client(**self._http_args)
+        headers = dict(self._headers)
+        # Sent per request, so that ``auth``'s token replaces it as in httpx's auth flow.
+        self._bearer = headers.pop("Authorization", None)
+        self._http = KeptConnections(self.base_url, timeout=self._timeout, headers=headers, verify=self._verify)
+
+    def _exchange(self, call: _Call[Any], body: bytes | None) -> tuple[int, bytes]:
+        """One attempt: the request with the current token and, as httpx's OAuth2 flow did, once
+        more with a fresh token after a 401 (a 401 applied nothing, even for a commit)."""
+        auth = self._auth
+        send = functools.partial(self._http.request, call.method, call.path, params=call.params, body=body)
+        answer = send(authorization=(auth.authorization() if auth else None) or self._bearer)
+        if answer.status_code == 401 and auth is not None and auth.oauth:
+            answer = send(authorization=auth.authorization(force=True))
+        return answer.status_code, answer.content
 
     def _send(self, call: _Call[T]) -> T:
+        body = None if call.body is None else orjson.dumps(call.body)  # once, for every attempt
         delay: float | None
         for attempt in range(self.retry.attempts):
             try:
-                response = self._http.request(call.method, call.path, params=call.params, json=call.body)
+                status, content = self._exchange(call, body)
             except httpx.TransportError as exc:
                 delay = self.retry.after_error(call, attempt, exc)
             else:
-                delay = self.retry.after_response(call, attempt, response)
+                delay = self.retry.after_response(call, attempt, status)
                 if delay is None:
-                    return call.result(response)
+                    return call.result(status, content)
             time.sleep(delay)
         raise NessieError("unreachable: the retry policy allows no attempt")
 

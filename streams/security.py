@@ -316,16 +316,20 @@ class NessieAuth(httpx.Auth):
     def _set(request: httpx.Request, token: Secret) -> None:
         request.headers["Authorization"] = f"Bearer {token.reveal()}"
 
+    def authorization(self, *, force: bool = False) -> str | None:
+        """The ``Authorization`` header value for a synchronous request, None without a token;
+        ``force`` fetches a new OAuth2 token (after a 401). Used by httpx's flow below and by the
+        sync Nessie client's own connections (sinks.nessie_http)."""
+        if self.oauth:
+            return f"Bearer {self._sync_token(force).reveal()}"
+        return f"Bearer {self._static.reveal()}" if self._static else None
+
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        if not self.oauth:
-            if self._static:
-                self._set(request, self._static)
-            yield request
-            return
-        self._set(request, self._sync_token())
+        if (header := self.authorization()) is not None:
+            request.headers["Authorization"] = header
         response = yield request
-        if response.status_code == 401:
-            self._set(request, self._sync_token(force=True))
+        if response.status_code == 401 and self.oauth:
+            request.headers["Authorization"] = self.authorization(force=True) or ""
             yield request
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
