@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pyiceberg.io import FileIO, InputFile, OutputFile, load_file_io
 from pyiceberg.typedef import Properties
+
+T = TypeVar("T")
 
 _IOS: dict[tuple[Any, ...], FileIO] = {}
 _IOS_MAX = 64
@@ -74,11 +77,7 @@ def open_output(io: FileIO, location: str) -> Any:
     scheme, netloc, path = io.parse_location(location, io.properties)
     fs = io.fs_by_scheme(scheme, netloc)
     buffer_size = int(io.properties.get(BUFFER_SIZE, ONE_MEGABYTE))
-    try:
-        return _open(fs, path, buffer_size)
-    except FileNotFoundError:
-        fs.create_dir(os.path.dirname(path), recursive=True)
-        return _open(fs, path, buffer_size)
+    return _creating_parent(fs, path, lambda: _open(fs, path, buffer_size))
 
 
 def write_file(io: FileIO, location: str, data: Any) -> int:
@@ -100,11 +99,7 @@ def write_file(io: FileIO, location: str, data: Any) -> int:
     scheme, netloc, path = io.parse_location(location, io.properties)
     fs = io.fs_by_scheme(scheme, netloc)
     if isinstance(fs, LocalFileSystem):
-        try:
-            fd = os.open(path, _CREATE, 0o666)
-        except FileNotFoundError:
-            fs.create_dir(os.path.dirname(path), recursive=True)
-            fd = os.open(path, _CREATE, 0o666)
+        fd = _creating_parent(fs, path, lambda: os.open(path, _CREATE, 0o666))
         try:
             done = 0
             while done < len(view):  # os.write may write less than asked (a signal, a large file)
@@ -112,14 +107,19 @@ def write_file(io: FileIO, location: str, data: Any) -> int:
         finally:
             os.close(fd)
         return len(view)
-    try:
-        out = fs.open_output_stream(path, buffer_size=0)
-    except FileNotFoundError:
-        fs.create_dir(os.path.dirname(path), recursive=True)
-        out = fs.open_output_stream(path, buffer_size=0)
-    with out:
+    with _creating_parent(fs, path, lambda: _open(fs, path, 0)) as out:
         out.write(view)
     return len(view)
+
+
+def _creating_parent(fs: Any, path: str, open_: Callable[[], T]) -> T:
+    """``open_()``, and once more after creating the parent directory when it is missing (a local
+    warehouse's new partition directory; object stores have none to create)."""
+    try:
+        return open_()
+    except FileNotFoundError:
+        fs.create_dir(os.path.dirname(path), recursive=True)
+        return open_()
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
