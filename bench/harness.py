@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -313,13 +314,15 @@ class Run:
         return subprocess.Popen([PYTHON, "-m", "agents.cdc"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def _attach_py_spy(self, pid: int, name: str) -> subprocess.Popen[bytes] | None:
-        exe = Path(PYTHON).parent / "py-spy"
-        if not exe.exists():
-            self.log("  py-spy not installed in the venv: no profile (pip install py-spy)")
+        # The venv's own first; then PATH (a profiler kept outside the project's venv).
+        found = Path(PYTHON).parent / "py-spy"
+        exe = str(found) if found.exists() else shutil.which("py-spy")
+        if exe is None:
+            self.log("  py-spy not in the venv nor on PATH: no profile (pip install py-spy)")
             return None
         out = self.work / f"{name}-{pid}.pyspy.txt"
         return subprocess.Popen(
-            [str(exe), "record", "--pid", str(pid), "--rate", "50", "--nonblocking", "--format", "raw", "-o", str(out)],
+            [exe, "record", "--pid", str(pid), "--rate", "50", "--nonblocking", "--format", "raw", "-o", str(out)],
             stdout=subprocess.DEVNULL,
             stderr=(self.work / f"{name}-{pid}.pyspy.log").open("wb"),
         )
