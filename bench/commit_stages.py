@@ -54,6 +54,38 @@ STAGES: tuple[tuple[str, str, str], ...] = (
 #: Stages that run in pyiceberg's pool threads: timed with the thread's own CPU clock.
 IN_THREADS = frozenset({"manifest entries read (thread CPU, all threads)"})
 
+#: (module, function): every way a commit creates a file, by the name each writer calls it under.
+FILE_WRITERS: tuple[tuple[str, str], ...] = (
+    ("sinks.fileio", "write_file"),  # manifests and manifest lists (``SizedOutputFile``)
+    ("sinks.catalog", "write_file"),  # metadata JSON
+    ("sinks.datafiles", "write_file"),  # small data files
+    ("sinks.datafiles", "open_output"),  # large data files
+    ("sinks.rowdelta", "open_output"),  # position-delete files
+    ("sinks.rowdelta", "write_file"),  # position-delete files, when written in one go
+)
+
+TABLES = ("entity_events", "entity_common", "entity_edge")
+
+
+def file_kind(location: str) -> tuple[str, str]:
+    """(table, kind) of a file a commit writes, from its location (pyiceberg's and causeway's names). Pure.
+
+    Kinds: ``data``, ``delete`` (position deletes), ``manifest``, ``manifest list``, ``metadata``.
+    """
+    table = next((t for t in TABLES if f"/{t}" in location), "other")
+    name = location.rsplit("/", 1)[-1]
+    if name.endswith(".metadata.json"):
+        kind = "metadata"
+    elif name.startswith("snap-") and name.endswith(".avro"):
+        kind = "manifest list"
+    elif name.endswith(".avro"):
+        kind = "manifest"
+    elif name.startswith("delete-"):
+        kind = "delete"
+    else:
+        kind = "data"
+    return table, kind
+
 
 class StageTimer:
     """Accumulates (wall, cpu, calls) per stage while installed."""
@@ -64,6 +96,8 @@ class StageTimer:
         self.calls: dict[str, int] = defaultdict(int)
         self._local = threading.local()
         self._lock = threading.Lock()
+        #: Files created while installed, by (table, kind) (:func:`file_kind`).
+        self.files: dict[tuple[str, str], int] = defaultdict(int)
 
     def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         clock = time.thread_time if label in IN_THREADS else time.process_time
@@ -85,6 +119,14 @@ class StageTimer:
 
         return timed
 
+    def _counting(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(io: Any, location: str, *a: Any, **kw: Any) -> Any:
+            with self._lock:
+                self.files[file_kind(location)] += 1
+            return fn(io, location, *a, **kw)
+
+        return counted
+
     @contextmanager
     def installed(self) -> Iterator[StageTimer]:
         import importlib
@@ -102,6 +144,14 @@ class StageTimer:
             wrapped = self._wrap(label, fn)
             setattr(owner, name, staticmethod(wrapped) if isinstance(original, staticmethod) else wrapped)
             undo.append((owner, name, original))
+        # Every writer module imported before any is patched: one imported later would bind the
+        # patched function by name and count each of its files twice.
+        owners = [(importlib.import_module(module), name) for module, name in FILE_WRITERS]
+        for owner, name in owners:
+            original = getattr(owner, name, None)
+            if original is not None:
+                setattr(owner, name, self._counting(original))
+                undo.append((owner, name, original))
         try:
             yield self
         finally:
@@ -112,6 +162,7 @@ class StageTimer:
         self.wall.clear()
         self.cpu.clear()
         self.calls.clear()
+        self.files.clear()
 
     def table(self, commits: int, total_wall: float, total_cpu: float) -> str:
         """Markdown: ms per commit per stage (inclusive; indented stages are inside the one above)."""
@@ -123,4 +174,20 @@ class StageTimer:
                     f"| {self.calls[label] / commits:.1f} |"
                 )
         lines.append(f"| **whole commit** | {1000 * total_wall / commits:.1f} | {1000 * total_cpu / commits:.1f} | 1 |")
+        return "\n".join(lines) + "\n\n" + self.files_table(commits)
+
+    def files_table(self, commits: int) -> str:
+        """Markdown: files created per commit, by table and kind."""
+        kinds = ("data", "delete", "manifest", "manifest list", "metadata")
+        lines = ["| files per commit | " + " | ".join(kinds) + " | all |", "| --- |" + " --- |" * (len(kinds) + 1)]
+        for table in (*TABLES, "other"):
+            counts = [self.files.get((table, k), 0) / commits for k in kinds]
+            if any(counts):
+                lines.append(f"| {table} | " + " | ".join(f"{c:.2f}" for c in counts) + f" | {sum(counts):.2f} |")
+        total = sum(self.files.values()) / commits
+        lines.append(
+            "| **all tables** | "
+            + " | ".join(f"{sum(self.files.get((t, k), 0) for t in (*TABLES, 'other')) / commits:.2f}" for k in kinds)
+            + f" | {total:.2f} |"
+        )
         return "\n".join(lines)

@@ -9,7 +9,7 @@ rows a flush changes; small files are bin-packed per partition and size tier pas
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +21,17 @@ from sinks.logcompact import TIER_BASE_BYTES, Candidate, choose, lifts, small_fi
 from sinks.rowdelta import FileCache, TableState, positions
 from sinks.rowfiles import kept_rows, read_data_file
 from sinks.tables import arrow_schema
+
+
+@dataclass
+class Rewrites:
+    """What a flush rewrites: the data files it removes, and their live rows to write again, those
+    that go with the flush's own rows (``with_flush``) apart from those that go to their partitions
+    (``by_partition``; :meth:`Compaction.picks` says which)."""
+
+    remove: list[str] = field(default_factory=list)
+    with_flush: list[pa.Table] = field(default_factory=list)
+    by_partition: list[pa.Table] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -47,7 +58,26 @@ class Compaction:
         return self.target_file_bytes // 4
 
     def pick(self, state: TableState, new_deletes: dict[str, list[int]]) -> list[tuple[str, set[int]]]:
-        """The data files a flush rewrites, each with its deleted positions. Pure.
+        """The data files a flush rewrites, each with its deleted positions (both of
+        :meth:`picks`'s lists). Pure."""
+        with_flush, by_partition = self.picks(state, new_deletes)
+        return with_flush + by_partition
+
+    def picks(
+        self, state: TableState, new_deletes: dict[str, list[int]]
+    ) -> tuple[list[tuple[str, set[int]]], list[tuple[str, set[int]]]]:
+        """The data files a flush rewrites, each with its deleted positions, in two lists: those
+        whose live rows may be written with the flush's own rows, and those whose rows go to their
+        partitions. Pure.
+
+        With the flush: the unpartitioned files (a small flush's one file, ``writes_one_file``)
+        rewritten because this flush left them sparse, when their live rows together fit the
+        budget below. Their rows were written with a flush and are rewritten because the file
+        emptied, not to be moved; into the type partitions they came out as a small file per type
+        (and at 1,000 keys and ~150 updates a flush, one such file empties in most flushes). A
+        sparse file over the budget (taken alone, below) and a small-file merge's files go to
+        their partitions: rows that stayed unpartitioned would be rewritten once more when their
+        tier merges (a replay of the policy at 10k keys: 1.1x the rows rewritten).
 
         Candidates are files this flush deletes from whose live fraction falls below
         ``compact_below``, emptiest first; then, in a partition whose size tier holds more than
@@ -77,13 +107,17 @@ class Compaction:
                 break
             chosen.append((path, dead_set))
             rows += live_rows
+        unpartitioned = [(p, dead) for p, dead in chosen if not len(state.files[p].data_file.partition or ())]
+        carried = sum(state.files[p].data_file.record_count - len(dead) for p, dead in unpartitioned)
+        with_flush = unpartitioned if carried <= budget else []
+        taken = {p for p, _ in chosen}
+        chosen = [c for c in chosen if c[0] not in {p for p, _ in with_flush}]
         # Small files (one per flush and partition) are bin-packed per partition and size tier, once
         # a tier holds more than max_small_files of them, under the same budget but never less than
         # small_files_min_rows: a flush that deletes little (new keys, one hot key updated) would
         # otherwise merge nothing, and a world of small flushes would grow a file per partition per
         # flush, which every scan and time-travel read then plans (500 flushes: 3,296 files).
         budget = max(budget, self.small_files_min_rows)
-        taken = {c for c, _ in chosen}
         base = 1 if self.tiers_in_rows else TIER_BASE_BYTES
         measure = {
             p: live.data_file.record_count if self.tiers_in_rows else live.data_file.file_size_in_bytes
@@ -107,7 +141,7 @@ class Compaction:
                 continue
             chosen.extend((c.path, dead_of[c.path]) for c in part)
             rows += sum(c.size for c in part)
-        return chosen
+        return with_flush, chosen
 
     def rewrites(
         self,
@@ -116,28 +150,30 @@ class Compaction:
         new_deletes: dict[str, list[int]],
         stats: FlushStats,
         cache: FileCache | None = None,
-    ) -> tuple[list[str], list[pa.Table]]:
-        """Rewrite the files :meth:`pick` chooses: return their paths and their live rows.
+    ) -> Rewrites:
+        """Rewrite the files :meth:`picks` chooses: their paths and their live rows, those to be
+        written with the flush's rows apart from those that go to their partitions.
 
         A file whose rows its writer kept in ``cache`` (small files, see ``FileCache.seed_rows``)
         is not read back.
         """
-        remove: list[str] = []
-        carried: list[pa.Table] = []
+        out = Rewrites()
         schema = arrow_schema(table.schema())
-        for path, dead_set in self.pick(state, new_deletes):
-            live = state.files[path]
-            kept = kept_rows(table, path, cache)
-            t = read_data_file(table, path) if kept is None else kept
-            stats.bytes_read += 0 if kept is not None else live.data_file.file_size_in_bytes
-            if dead_set:
-                dead = pa.array(sorted(dead_set), pa.int64())
-                t = t.filter(pc.invert(pc.is_in(positions(t.num_rows), value_set=dead)))
-            remove.append(path)
-            if t.num_rows:
-                carried.append(t.select(schema.names).cast(schema))
-                stats.rows_rewritten += t.num_rows
-        return remove, carried
+        with_flush, by_partition = self.picks(state, new_deletes)
+        for carried, picked in ((out.with_flush, with_flush), (out.by_partition, by_partition)):
+            for path, dead_set in picked:
+                live = state.files[path]
+                kept = kept_rows(table, path, cache)
+                t = read_data_file(table, path) if kept is None else kept
+                stats.bytes_read += 0 if kept is not None else live.data_file.file_size_in_bytes
+                if dead_set:
+                    dead = pa.array(sorted(dead_set), pa.int64())
+                    t = t.filter(pc.invert(pc.is_in(positions(t.num_rows), value_set=dead)))
+                out.remove.append(path)
+                if t.num_rows:
+                    carried.append(t.select(schema.names).cast(schema))
+                    stats.rows_rewritten += t.num_rows
+        return out
 
     def expire(self, tx: Transaction) -> None:
         metadata = tx.table_metadata

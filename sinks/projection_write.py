@@ -22,7 +22,7 @@ from pyiceberg.table.update import AddPartitionSpecUpdate
 
 from models.events import ChangeEvent
 from sinks import projection
-from sinks.compaction import Compaction
+from sinks.compaction import Compaction, Rewrites
 from sinks.flush_stats import FlushStats
 from sinks.layout import key_filter, unpartitioned_spec, writes_one_file
 from sinks.rowdelta import (
@@ -71,25 +71,30 @@ def _index_columns(tdef: TableDef) -> tuple[str, ...]:
 
 
 def _write_batches(
-    metadata: TableMetadata, rows: pa.Table, carried: list[pa.Table], small_file_bytes: int
+    metadata: TableMetadata, rows: pa.Table, rewrites: Rewrites, small_file_bytes: int
 ) -> tuple[list[PartitionSplit], PartitionSpec | None]:
-    """What a flush writes, split by partition: its new ``rows`` and the ``carried`` live rows of
-    the files it rewrites; and the unpartitioned spec to add to the table first, if any.
+    """What a flush writes, split by partition: its new ``rows`` and the live rows of the files it
+    rewrites; and the unpartitioned spec to add to the table first, if any.
 
     A small flush that would write a file per partition writes its rows as one file under the
     unpartitioned spec, added to the table's specs (not as default) the first time
-    (:func:`sinks.layout.writes_one_file` says why). Carried rows always go to the default spec:
-    the small-file merge is what moves those one-file flushes into their partitions. The rows'
-    split under the default spec both counts their partitions and is what the writer writes:
-    cut once, not once to count and again to write.
+    (:func:`sinks.layout.writes_one_file` says why). The live rows of the files that
+    :meth:`sinks.compaction.Compaction.picks` rewrites with the flush (``rewrites.with_flush``:
+    earlier one-file flushes that this flush left sparse) are written with the flush's rows, in
+    its one file when it writes one. The other rewritten rows (``rewrites.by_partition``) go to
+    the default spec: the small-file merge is what moves those one-file flushes into their
+    partitions. The rows' split under the default spec both counts their partitions and is what
+    the writer writes: cut once, not once to count and again to write.
     """
     spec, schema = metadata.spec(), metadata.schema()
-    split = split_rows(rows, spec, schema)
-    rest = [split_rows(pa.concat_tables(carried) if len(carried) > 1 else carried[0], spec, schema)] if carried else []
-    if not writes_one_file(spec, split.partitions, rows.nbytes, small_file_bytes):
-        return [joined(split, *rest) if rest else split], None
+    fresh = pa.concat_tables([rows, *rewrites.with_flush]) if rewrites.with_flush else rows
+    split = split_rows(fresh, spec, schema)
+    rest = rewrites.by_partition
+    others = [split_rows(pa.concat_tables(rest) if len(rest) > 1 else rest[0], spec, schema)] if rest else []
+    if not writes_one_file(spec, split.partitions, fresh.nbytes, small_file_bytes):
+        return [joined(split, *others) if others else split], None
     one = unpartitioned_spec(metadata.specs())
-    return [split_rows(rows, one, schema), *rest], None if one.spec_id in metadata.specs() else one
+    return [split_rows(fresh, one, schema), *others], None if one.spec_id in metadata.specs() else one
 
 
 def apply_projection(
@@ -156,11 +161,12 @@ def apply_projection(
     )
     stats.values_unconverted = sum(unconverted.values())
     stats.rows_written = rows.num_rows
-    to_remove, carried = policy.rewrites(table, state, new_deletes, stats, cache)
+    rewrites = policy.rewrites(table, state, new_deletes, stats, cache)
+    to_remove = rewrites.remove
 
     tx = table.transaction()
     rd = RowDelta(tx, {"causeway.batch_id": batch_id})
-    batches, new_spec = _write_batches(tx.table_metadata, rows, carried, policy.small_file_bytes)
+    batches, new_spec = _write_batches(tx.table_metadata, rows, rewrites, policy.small_file_bytes)
     if new_spec is not None:
         tx._apply((AddPartitionSpecUpdate(spec=new_spec),))
     data_rows = sum(split.num_rows for split in batches)

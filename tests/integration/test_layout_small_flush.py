@@ -28,6 +28,21 @@ def new_world(client: SyncNessieClient) -> str:
     return world_id
 
 
+def type_only_world(client: SyncNessieClient, settings, **committer_kw):  # type: ignore[no-untyped-def]
+    """A new world, a committer with type-only projections, and a function committing a batch of
+    events to the world at the next offsets."""
+    world = new_world(client)
+    committer = BatchCommitter(settings.replace(projection_buckets=0), client, **committer_kw)
+    offset = 0
+
+    def commit(events, name):  # type: ignore[no-untyped-def]
+        nonlocal offset
+        committer.commit_batch(batch(world, name, events, offset))
+        offset += len(events)
+
+    return world, committer, commit
+
+
 def live_files(cat, name: str = COMMON.name):  # type: ignore[no-untyped-def]
     return list(cat.load_table(("onto", name)).scan().plan_files())
 
@@ -122,15 +137,7 @@ def test_a_flush_splits_its_rows_by_partition_once(client, sink_settings, monkey
     flush of one type cut its rows twice, once to count partitions and again to write them."""
     import sinks.rowdelta as rowdelta
 
-    world = new_world(client)
-    committer = BatchCommitter(sink_settings.replace(projection_buckets=0), client, max_small_files=3)
-    offset = 0
-
-    def commit(events, name):  # type: ignore[no-untyped-def]
-        nonlocal offset
-        committer.commit_batch(batch(world, name, events, offset))
-        offset += len(events)
-
+    world, committer, commit = type_only_world(client, sink_settings, max_small_files=3)
     commit([obj(world, f"{t}{i}", "CREATE", 1, typ=t, n=i) for t in TYPES for i in range(10)], "first")
     splits: list[tuple[int, int]] = []  # (spec fields, rows) of every projection split under a partitioned spec
     keyed_runs = rowdelta._keyed_runs
@@ -150,3 +157,37 @@ def test_a_flush_splits_its_rows_by_partition_once(client, sink_settings, monkey
     model.update({f"person{i}": (2, False) for i in range(4)})
     model.update({f"{t}{i}": (3, False) for t in TYPES for i in range(2)})
     assert {k: v[:2] for k, v in objects(cat_of(committer, world)).items()} == model
+
+
+def test_a_small_flush_writes_the_live_rows_of_a_file_it_empties_in_its_own_one_file(client, sink_settings) -> None:
+    """A flush that deletes most rows of a file rewrites it (``compact_below``); its live rows go
+    into the flush's one file, not into a file per type: one data file for the commit, not three."""
+    from sinks.rowdelta import plan_live_files
+
+    world, committer, commit = type_only_world(client, sink_settings)
+    commit([obj(world, f"{t}{i}", "CREATE", 1, typ=t, n=i) for t in TYPES for i in range(10)], "first")
+    model = {f"{t}{i}": (1, False) for t in TYPES for i in range(10)}
+    cat = cat_of(committer, world)
+    (first,) = live_files(cat)
+    # 16 of the first file's 30 rows replaced: under half live, so the flush rewrites its 14 rows.
+    second = [obj(world, f"person{i}", "UPDATE", 2, n=20 + i) for i in range(10)]
+    second += [obj(world, f"place{i}", "DELETE", 2, typ="place") for i in range(6)]
+    commit(second, "second")
+    model.update({f"person{i}": (2, False) for i in range(10)})
+    model.update({f"place{i}": (2, True) for i in range(6)})
+
+    table = cat.load_table(("onto", COMMON.name))
+    summary = table.current_snapshot().summary
+    assert (summary["added-data-files"], summary["deleted-data-files"]) == ("1", "1"), summary
+    assert summary["total-position-deletes"] == "0", "the emptied file was removed, not masked"
+    (now,) = live_files(cat)
+    assert now.file.file_path != first.file.file_path and now.file.spec_id == first.file.spec_id
+    assert now.file.record_count == 30 and not now.delete_files
+    assert {k: v[:2] for k, v in objects(cat).items()} == model  # pyiceberg's scan
+    (task,) = plan_live_files(table)  # the key lookup's planning
+    assert task.file.file_path == now.file.file_path and not task.delete_files
+    for t in TYPES:  # a read by type plans the one file under its own spec
+        rows = table.scan(row_filter=EqualTo("object_type_id", t)).to_arrow()
+        assert sorted(rows.column("object_pk").to_pylist()) == sorted(f"{t}{i}" for i in range(10))
+    result = rebuild(sink_settings.replace(projection_buckets=0), world, write=False)
+    assert result.identical, [d.sample() for d in result.diffs]
