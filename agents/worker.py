@@ -119,13 +119,6 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
 
     app.task(dependency_watcher(health, settings, lambda: app.should_stop))
 
-    @app.task
-    async def release_in_worker_threads() -> None:
-        # Commits and lookups run in the loop's default executor (asyncio.to_thread): each of its
-        # threads hands back what Arrow's pool keeps free in that thread (streams.memory).
-        if settings.memory_release_interval_s > 0:
-            asyncio.get_running_loop().set_default_executor(memory.ReleasingExecutor(memory.THREAD_RELEASE_INTERVAL_S))
-
     def health_page(live_only: bool) -> Any:
         report = health.report()
         ok = report.live if live_only else report.ready

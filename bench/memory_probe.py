@@ -304,7 +304,6 @@ def sample(census: bool = False) -> dict[str, Any]:
     doc["manifests"] = _manifest_caches()
     doc["appliers"] = _appliers()
     doc["consumers"] = _consumers()
-    doc["thread_releases"] = sum(getattr(ex, "releases", 0) for ex in _live("executor"))
     if census:
         counts = Counter(type(o).__qualname__ for o in gc.get_objects())
         doc["census"] = dict(counts.most_common(25))
@@ -359,12 +358,6 @@ def install(path: str, interval: float = 30.0, census_every: int = 4, release_ev
     _register(FileCache, "file_cache")
     _register(Applier, "applier")
     _register(AIOKafkaConsumer, "consumer")
-    try:
-        from streams.memory import ReleasingExecutor
-    except ImportError:  # a tree before it
-        pass
-    else:
-        _register(ReleasingExecutor, "executor")
     started = time.time()
     lock = threading.Lock()
 
@@ -436,7 +429,6 @@ def rows(samples: list[dict[str, Any]]) -> list[dict[str, float]]:
                 "filters_mb": sum(c.get("filter_bytes", 0) for c in fc) / MIB,
                 "arrow_peak": s.get("arrow_default_pool_peak", 0) / MIB,
                 "threads": s.get("os_threads", 0),
-                "thread_releases": s.get("thread_releases", 0),
             }
         )
     return out

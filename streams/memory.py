@@ -14,11 +14,7 @@ import ctypes
 import ctypes.util
 import functools
 import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
@@ -97,38 +93,3 @@ class Releaser:
         while not self._stop.wait(self.interval_s):
             release()
             self.releases += 1
-
-
-#: Seconds between two releases by one executor thread (each after a task): a commit thread's
-#: transients are freed at most this long before they go back.
-THREAD_RELEASE_INTERVAL_S = 2.0
-
-
-class ReleasingExecutor(ThreadPoolExecutor):
-    """The worker's default executor (commits, lookups): each thread hands back what Arrow's pool
-    keeps free *in that thread* after a task, at most every ``interval_s`` seconds (0: never).
-
-    mimalloc keeps freed pages per thread heap, and ``release_unused`` collects only the calling
-    thread's: the ``Releaser``'s own thread never sees the commit threads' transients (log merges,
-    key lookups, writers), which is where a soak's resident memory above Arrow's live bytes was
-    (docs/benchmarks.md, "2026-12-02 early morning: what the worker's RSS follows while it is behind").
-    """
-
-    def __init__(self, interval_s: float, max_workers: int | None = None) -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix="asyncio")
-        self.interval_s = interval_s
-        self.releases = 0
-        self._last = threading.local()
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        return super().submit(self._then_release, fn, *args, **kwargs)
-
-    def _then_release(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            now = time.monotonic()
-            if self.interval_s > 0 and now - getattr(self._last, "at", float("-inf")) >= self.interval_s:
-                self._last.at = now
-                pa.default_memory_pool().release_unused()
-                self.releases += 1

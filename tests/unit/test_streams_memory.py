@@ -96,27 +96,3 @@ def test_releases_look_the_c_library_up_once(monkeypatch: pytest.MonkeyPatch) ->
     for _ in range(3):
         memory.release()
     assert looked == ["c"]
-
-
-@pytest.mark.parametrize("pool", ["mimalloc", "system"])
-def test_arrow_memory_a_worker_thread_freed_goes_back_after_its_task(restore_pool: None, pool: str) -> None:
-    # A commit thread's transients (many mid-sized Arrow buffers, like a log merge's columns) are
-    # freed into that thread's heap, where a release from another thread (the Releaser) does not
-    # reach them: with a plain executor 181 MiB (mimalloc) and 155 MiB (system) of this 160 MiB
-    # transient stayed resident. The worker's executor releases in the thread, after the task.
-    try:
-        memory.configure(pool, 0)
-    except SettingsError:
-        pytest.skip(f"pyarrow built without {pool}")
-
-    def transient() -> int:
-        held = [pa.array(range(25_000), pa.int64()) for _ in range(800)]  # ~160 MiB in 200 KB buffers
-        return len(held)
-
-    with memory.ReleasingExecutor(interval_s=60.0, max_workers=1) as ex:
-        base = _rss()
-        assert ex.submit(transient).result() == 800
-        assert _rss() - base < 48 << 20
-        assert ex.releases == 1
-        ex.submit(transient).result()  # within the interval: no second release (its cost is bounded)
-        assert ex.releases == 1
