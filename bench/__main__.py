@@ -151,6 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="write the workers' memory holders every 30 s to this JSON-lines file (bench/memory_probe.py)",
     )
+    soak.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=120.0,
+        help="after the load, wait this long for the workers to catch up (0: stop at once; a short "
+        "run that left the worker behind then skips the wait, and its late windows' latency is partial)",
+    )
     dedupe_memory.add_parser(sub)
     args = ap.parse_args(argv)
 

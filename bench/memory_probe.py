@@ -66,7 +66,7 @@ def _status() -> dict[str, int]:
     out = {}
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith(("VmRSS:", "RssAnon:", "RssFile:")):
+            if line.startswith(("VmRSS:", "RssAnon:", "RssFile:", "VmHWM:")):
                 key, value = line.split(":")
                 out[key] = int(value.split()[0]) * 1024
     return out
@@ -262,6 +262,8 @@ def _appliers() -> list[dict[str, Any]]:
                 "batched": applier.batches.size(),
                 "cause_seen": len(applier._cause_seen),
                 "parked_at": len(applier._parked_at),
+                "backpressure": bool(applier.backpressure),
+                "behind": bool(applier.behind),
             }
         )
     return out
@@ -271,8 +273,18 @@ def _consumers() -> list[dict[str, Any]]:
     out = []
     for consumer in _live("consumer"):
         fetcher = getattr(consumer, "_fetcher", None)
-        records = getattr(fetcher, "_records", None) or {}
-        out.append({"fetched_partitions": len(records)})
+        records = dict(getattr(fetcher, "_records", None) or {})
+        fetched = 0
+        for result in records.values():
+            try:  # aiokafka 0.14: FetchResult._partition_records._records is the fetch's record set
+                fetched += result._partition_records._records.size_in_bytes()
+            except AttributeError:
+                pass
+        try:
+            paused = len(consumer.paused())
+        except Exception:  # noqa: BLE001 - not started, or closed
+            paused = -1
+        out.append({"fetched_partitions": len(records), "fetched_bytes": fetched, "paused": paused})
     return out
 
 
@@ -411,6 +423,12 @@ def rows(samples: list[dict[str, Any]]) -> list[dict[str, float]]:
                 "held": sum(a["held_records"] for a in ap),
                 "held_mb": sum(a["held_record_bytes"] for a in ap) / MIB,
                 "batched": sum(a["batched"] for a in ap),
+                "parked": sum(a["gate_parked"] for a in ap),
+                "paused": sum(c.get("paused", 0) for c in s.get("consumers", [])),
+                "fetched_mb": sum(c.get("fetched_bytes", 0) for c in s.get("consumers", [])) / MIB,
+                "filters_mb": sum(c.get("filter_bytes", 0) for c in fc) / MIB,
+                "arrow_peak": s.get("arrow_default_pool_peak", 0) / MIB,
+                "threads": s.get("os_threads", 0),
             }
         )
     return out

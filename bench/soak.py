@@ -127,7 +127,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         sampled[(meta.topic, meta.partition, meta.offset)] = (meta.timestamp / 1000, w)
             finally:
                 await producer.stop()
-            await watch.wait_drained(120)
+            await watch.wait_drained(getattr(args, "drain_seconds", 120.0))
     finally:
         stop(procs)
         sampler.stop()
