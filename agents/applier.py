@@ -37,6 +37,7 @@ from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler
 from agents.letter_marks import Decisions, DecisionStore, arrival_keys, letter_key, redrive_count, split_replays
 from agents.offset_tracker import Arrival, OffsetTracker
+from agents.readtime import ReadTime
 from models.deadletter import DeadLetter
 from models.errors import WorkerError
 from models.events import EntityKind, Invalid, decode
@@ -219,6 +220,9 @@ class Applier:
         self.keep_trying: Callable[[], bool] = lambda: True
         # None: no consumer group to fence by (tests, replay); the intake sets its own.
         self.fence = fence
+        # How far the intake has read in record time (``agents.readtime``); None: not known, a
+        # parked event's timeout is wall time alone. The intake sets its own when it starts.
+        self.reading: ReadTime | None = None
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -274,13 +278,14 @@ class Applier:
         """Periodic work: expire waits, learn causes applied elsewhere, flush old batches."""
         async with self._exclusive():
             now = self.clock()
+            read_time = self._read_time()
             self._look_up_causes(now)
-            if self.gate.expiring(now):
+            if self.gate.expiring(now, read_time):
                 await self.causes_looked_up(now)  # the last look at a cause comes before its effects expire
             if self.gate.unknown_causes():
                 await self._dedupe_and_gate([], now)  # before expiring: a cause marked meanwhile releases
-            if await self._expiry_fenced(now):
-                self.gate.expire(now)
+            if await self._expiry_fenced(now, read_time):
+                self.gate.expire(now, read_time)
             dead: list[DeadLetter] = []
             self._collect_gate_output(dead)
             await self._publish_dead(dead)
@@ -329,7 +334,7 @@ class Applier:
                     dropped[tp],
                 )
 
-    async def _expiry_fenced(self, now: float) -> bool:
+    async def _expiry_fenced(self, now: float, read_time: float = float("inf")) -> bool:
         """May the gate expire what is due now? Asks ``fence`` once for all the partitions whose
         parked events would expire (nothing is asked when none would). Refused (the membership is
         lost): nothing expires here, and those partitions are forgotten like a revoke (the
@@ -338,7 +343,7 @@ class Applier:
         fence = self.fence
         if fence is None:
             return True
-        tps = self.gate.expiring(now)
+        tps = self.gate.expiring(now, read_time)
         if not tps:
             return True
         if await self._retry("membership fence", partial(fence, tps), "kafka"):
@@ -357,11 +362,22 @@ class Applier:
     def backpressure(self) -> bool:
         # Batches keep growing while their world's commit is in flight: bound them too. Records wait
         # for their ack behind the oldest unsettled offset of their partition: bound those as well.
-        return (
-            self.gate.full
-            or self.batches.size() >= 3 * self.settings.batch_max_events
-            or sum(map(len, self._handles.values())) >= self.settings.max_unacked_records
-        )
+        return self._held_back() or self.batches.size() >= 3 * self.settings.batch_max_events
+
+    def _held_back(self) -> bool:
+        """Reading is paused by what parked events hold: the gate is full, or the records waiting
+        for their ack behind them (a parked event holds its partition's later offsets) reach
+        their bound. Commits do not clear it; only a release or an expiry does."""
+        return self.gate.full or sum(map(len, self._handles.values())) >= self.settings.max_unacked_records
+
+    def _read_time(self) -> float:
+        """The read time the gate's expiry waits for (``agents.readtime``): +inf, the wall-time
+        rule alone, when the intake's reading is not known or when it is held back by the parked
+        events themselves (the watermark cannot move until something expires: waiting on it would
+        stall the worker for good; memory stays bounded and those letters are redrivable)."""
+        if self.reading is None or self._held_back():
+            return float("inf")
+        return self.reading.watermark(time.time())
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -516,7 +532,8 @@ class Applier:
             # Every marked ref counts: causes of new arrivals as well as of parked events.
             self.gate.learn_applied(marked)
         parked: dict[str, int] = defaultdict(int)
-        for a in self.gate.offer_all(split.fresh, now):  # fast path: no cause, nothing parked on the key
+        at = self.reading.at if self.reading is not None else None
+        for a in self.gate.offer_all(split.fresh, now, at):  # fast path: no cause, nothing parked on the key
             self._parked_at[a.ref] = (now, a.tp)
             parked[a.event.world_id] += 1
         for world, n in parked.items():

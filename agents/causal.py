@@ -11,6 +11,13 @@ Rules (issue 5, BRIEF guarantee 3):
 - A parked event still waiting for its cause ``timeout_s`` after it arrived is dead-lettered with
   ``cause-missing``; that frees its key, and events parked on *it* as their cause are dead-lettered
   too (their cause will never take effect here). ``caused_by == event_id`` is ``self-caused``.
+- The timeout counts in *read time* as well as in wall time (2026-12-02 early morning): an event
+  read at record time ``T`` (``at``) expires only once wall time ``timeout_s`` after it was parked
+  has passed *and* the intake's read time (``read_time``: how far the worker has read every one of
+  its partitions, ``agents.readtime``) has passed ``T + timeout_s``. A worker behind reads some
+  partitions minutes behind others; a cause still unread there is late, not missing. The caller
+  passes ``read_time=inf`` where reading cannot move (nothing known, or the intake paused by the
+  parked events themselves), which is the wall-time rule alone.
 - Cycles are ``causal-cycle``: the gate keeps a wait-for graph (an event waits for its cause and for
   the event ahead of it on its key). A new parked event can only close a cycle through itself, so it
   is searched for then, and only when something already waits on the new event. Every event whose
@@ -40,7 +47,7 @@ Wiring, per fetched batch (``OffsetTracker`` and ``agents.dedupe`` do the rest):
     split = drop_duplicates(arrivals, marked)                 # split.duplicates: offsets done now
     for a in split.fresh: gate.offer(a, now)
     out = gate.drain()   # ready → batch of its world; dead → DLQ, then done; duplicates → done
-    # on a timer: gate.expire(now), ask about gate.unknown_causes(), drain again
+    # on a timer: gate.expire(now, read_time), ask about gate.unknown_causes(), drain again
     # flush: decide_versions → DLQ the stale ones → Nessie commit → SET marks → gate.committed(all
     #        refs of the batch, stale included) → done(all offsets) → commit tracker offsets to Kafka
 """
@@ -49,7 +56,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from agents.offset_tracker import Arrival, EventRef
@@ -100,6 +107,7 @@ class _Parked:
     order_key: OrderKey
     arrived_at: float
     seq: int
+    at: float  # record time it was read at (Unix seconds); -inf: not known, wall time alone decides
     prev: _Parked | None = None  # the event ahead on the same order key
     next: _Parked | None = None
 
@@ -121,7 +129,10 @@ class CausalGate:
         self._by_cause: dict[EventRef, dict[int, _Parked]] = {}
         self._pending: dict[EventRef, Arrival] = {}
         self._applied: OrderedDict[EventRef, None] = OrderedDict()
+        # Wall-time deadlines; an entry due there whose read time is not yet due moves to
+        # ``_read_deadlines`` (keyed by record time + timeout), so each heap is walked only where due.
         self._deadlines: list[tuple[float, int, EventRef]] = []
+        self._read_deadlines: list[tuple[float, int, EventRef]] = []
         self._seq = 0
         self._work: deque[OrderKey] = deque()
         self._ready: list[Arrival] = []
@@ -130,8 +141,9 @@ class CausalGate:
 
     # --- inputs -----------------------------------------------------------------------------------
 
-    def offer(self, arrival: Arrival, now: float) -> None:
-        """Take one event (after Redis dedupe), in arrival order; results come out of ``drain``."""
+    def offer(self, arrival: Arrival, now: float, at: float = float("-inf")) -> None:
+        """Take one event (after Redis dedupe), in arrival order; results come out of ``drain``.
+        ``at``: the record time it was read at (see the module doc), for its read-time deadline."""
         ref = arrival.ref
         if ref in self._parked or ref in self._pending or ref in self._applied:
             self._dups.append(arrival)
@@ -147,20 +159,23 @@ class CausalGate:
             self._run()
             return
         self._seq += 1
-        entry = _Parked(arrival, ref, cause, order_key, now, self._seq)
+        entry = _Parked(arrival, ref, cause, order_key, now, self._seq, at)
         self._park(entry)
         heapq.heappush(self._deadlines, (now + self.timeout_s, entry.seq, ref))
         if self._by_cause.get(ref):
             self._break_cycles(entry)
         self._run()
 
-    def offer_all(self, arrivals: Iterable[Arrival], now: float) -> list[Arrival]:
+    def offer_all(
+        self, arrivals: Iterable[Arrival], now: float, at: Callable[[PartitionId], float] | None = None
+    ) -> list[Arrival]:
         """``offer`` each event in order; returns the ones left parked (in arrival order).
 
         Fast path (issue 13): an event with no ``caused_by`` whose key has nothing parked, and that
         is not a copy of one held or applied, is released on the spot: no parking, no deadline, no
         wait-for search, and its wake-up is skipped when nothing waits on it. Anything else goes
-        through ``offer``. The result is the same as offering the events one by one.
+        through ``offer``. The result is the same as offering the events one by one. ``at``: the
+        record time read so far on a partition, asked only for events that go through ``offer``.
         """
         parked: list[Arrival] = []
         heads, pending, applied, held = self._heads, self._pending, self._applied, self._parked
@@ -180,7 +195,7 @@ class CausalGate:
                     self._wake(ref)
                     self._run()
                 continue
-            self.offer(arrival, now)
+            self.offer(arrival, now, at(arrival.tp) if at is not None else float("-inf"))
             if ref in held and held[ref].arrival is arrival:
                 parked.append(arrival)
         return parked
@@ -227,39 +242,66 @@ class CausalGate:
             self._pending.pop(ref, None)
         self._run()
 
-    def expire(self, now: float) -> None:
-        """Dead-letter parked events still waiting for their cause ``timeout_s`` after they arrived."""
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, seq, ref = heapq.heappop(self._deadlines)
-            entry = self._parked.get(ref)
-            if entry is None or entry.seq != seq:
+    def expire(self, now: float, read_time: float = float("inf")) -> None:
+        """Dead-letter parked events still waiting for their cause: ``timeout_s`` of wall time
+        since they were parked and ``read_time`` past their record time + ``timeout_s``."""
+        wall, by_read = self._deadlines, self._read_deadlines
+        while wall and wall[0][0] <= now:
+            _, seq, ref = heapq.heappop(wall)
+            entry = self._live(seq, ref)
+            if entry is None:
                 continue
             if self._satisfied(entry.cause):
                 # Only waiting behind its key: the events ahead expire first. Keep a deadline anyway,
                 # in case its cause drops out of the bounded applied cache before it gets to the head.
-                heapq.heappush(self._deadlines, (now + self.timeout_s, seq, ref))
+                heapq.heappush(wall, (now + self.timeout_s, seq, ref))
+            elif entry.at + self.timeout_s > read_time:
+                heapq.heappush(by_read, (entry.at + self.timeout_s, seq, ref))  # its cause may be unread
+            else:
+                self._reject([(entry, CAUSE_MISSING, self._missing(entry))])
+        while by_read and by_read[0][0] <= read_time:
+            _, seq, ref = heapq.heappop(by_read)
+            entry = self._live(seq, ref)
+            if entry is None:
                 continue
-            assert entry.cause is not None
-            detail = f"cause {entry.cause[1]!r} did not take effect within {self.timeout_s:g} s"
-            self._reject([(entry, CAUSE_MISSING, detail)])
+            if self._satisfied(entry.cause):
+                heapq.heappush(wall, (now + self.timeout_s, seq, ref))
+            else:
+                self._reject([(entry, CAUSE_MISSING, self._missing(entry))])
         self._run()
 
-    def expiring(self, now: float) -> set[PartitionId]:
-        """The partitions of the parked events ``expire(now)`` would dead-letter (their own expiry,
-        not the effects that follow them): a decision made by the clock, which the worker fences by
-        group membership first. Walks only the due part of the deadline heap."""
-        heap, out = self._deadlines, set()
+    def _missing(self, entry: _Parked) -> str:
+        assert entry.cause is not None
+        return f"cause {entry.cause[1]!r} did not take effect within {self.timeout_s:g} s"
+
+    def _live(self, seq: int, ref: EventRef) -> _Parked | None:
+        """The parked entry a deadline belongs to, or None when it left (or was parked again)."""
+        entry = self._parked.get(ref)
+        return entry if entry is not None and entry.seq == seq else None
+
+    def expiring(self, now: float, read_time: float = float("inf")) -> set[PartitionId]:
+        """The partitions of the parked events ``expire(now, read_time)`` would dead-letter (their
+        own expiry, not the effects that follow them): a decision made by the clock, which the
+        worker fences by group membership first. Walks only the due part of the deadline heaps."""
+        out: set[PartitionId] = set()
+        for entry in self._due(self._deadlines, now):
+            if entry.at + self.timeout_s <= read_time:
+                out.add(entry.arrival.tp)
+        out.update(entry.arrival.tp for entry in self._due(self._read_deadlines, read_time))
+        return out
+
+    def _due(self, heap: list[tuple[float, int, EventRef]], limit: float) -> Iterator[_Parked]:
+        """Live entries of ``heap`` due by ``limit`` whose cause has not taken effect."""
         stack = [0] if heap else []
         while stack:
             i = stack.pop()
             deadline, seq, ref = heap[i]
-            if deadline > now:
+            if deadline > limit:
                 continue  # a heap: nothing below it is due either
-            entry = self._parked.get(ref)
-            if entry is not None and entry.seq == seq and not self._satisfied(entry.cause):
-                out.add(entry.arrival.tp)
+            entry = self._live(seq, ref)
+            if entry is not None and not self._satisfied(entry.cause):
+                yield entry
             stack.extend(j for j in (2 * i + 1, 2 * i + 2) if j < len(heap))
-        return out
 
     def revoke(self, tp: PartitionId) -> int:
         """Drop the parked events read from ``tp`` (no dead letters); returns how many were dropped."""
@@ -282,12 +324,14 @@ class CausalGate:
         return {cause for cause, waiters in self._by_cause.items() if waiters and not self._satisfied(cause)}
 
     def next_deadline(self) -> float | None:
-        """The earliest time ``expire`` may dead-letter something, or None."""
+        """The earliest wall time ``expire`` may dead-letter something, or None (an entry already
+        past it and waiting on read time is due now: its wall deadline is behind us)."""
+        if any(self._live(seq, ref) is not None for _, seq, ref in self._read_deadlines):
+            return float("-inf")
         heap = self._deadlines
         while heap:
             _, seq, ref = heap[0]
-            entry = self._parked.get(ref)
-            if entry is not None and entry.seq == seq:
+            if self._live(seq, ref) is not None:
                 return heap[0][0]
             heapq.heappop(heap)
         return None

@@ -37,6 +37,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from agents.applier import Applier, RawRecord, StepAbandoned
 from agents.kafka_loop import KafkaLoop
+from agents.readtime import ReadTime
 from monitoring.metrics import Metrics
 from streams.security import kafka_client_options
 from streams.settings import Settings
@@ -81,6 +82,9 @@ class ChangeIntake(KafkaLoop):
         self._revoking = 0
         applier.keep_trying = self._keep_trying
         applier.fence = self.fence
+        # Where reading stands in record time, per assigned partition (the causal timeout's
+        # second clock); handed to the applier by ``start`` (a real consumer reports high watermarks).
+        self.reading = ReadTime()
         self.stats = {
             "polls": 0,
             "records": 0,
@@ -114,6 +118,7 @@ class ChangeIntake(KafkaLoop):
         )
         self._consumer.subscribe(topics=list(self.topics), listener=_Rebalance(self))
         await self._consumer.start()
+        self.applier.reading = self.reading
         await self.applier.dlq.start()  # type: ignore[attr-defined]
         log.info("change intake started: group %s, topics %s", self.settings.app_id, ", ".join(self.topics))
 
@@ -187,6 +192,8 @@ class ChangeIntake(KafkaLoop):
                 return 0  # stopped while the poll ran: nothing more is processed or acked
             self._take_assignment()
             records = self.admit(polled, generation, self._taken)
+            if generation == self.generation:
+                await self._note_reading(consumer, polled)
             # Adaptive batching: a poll that is not full means intake has caught up.
             full = len(records) >= self.settings.batch_max_events
             self.applier.idle = self.settings.batch_flush_when_idle and not full
@@ -218,6 +225,26 @@ class ChangeIntake(KafkaLoop):
         ]
         self.stats["records"] += len(out)
         return out
+
+    async def _note_reading(self, consumer: AIOKafkaConsumer, polled: dict[TopicPartition, list[Any]]) -> None:
+        """Feed ``reading`` from a poll, before its records reach the applier (an event parked
+        now is read at its partition's last record time): the last record per partition, and per
+        assigned partition the high watermark of its last fetch and the position aiokafka hands
+        out from (past any offset with no record for us, such as a transaction marker). The
+        position is asked only once a fetch reported the high watermark: aiokafka then holds a
+        valid position and answers without a round trip."""
+        if self.applier.reading is not self.reading:
+            return
+        reading = self.reading
+        assigned = [tp for tp in consumer.assignment() if tp in self._taken]
+        reading.assigned({(tp.topic, tp.partition) for tp in assigned})
+        for tp, rs in polled.items():
+            if rs and tp in self._taken:
+                reading.read((tp.topic, tp.partition), rs[-1].offset, rs[-1].timestamp)
+        for tp in assigned:
+            mark = consumer.highwater(tp)
+            position = await consumer.position(tp) if mark is not None else None
+            reading.fetched((tp.topic, tp.partition), position, mark)
 
     async def ticks(self) -> None:
         """Periodic applier work (expiries, age flushes) and the offset commits it allows."""
@@ -319,6 +346,7 @@ class ChangeIntake(KafkaLoop):
                 for tp in tps:
                     self._taken.discard(tp)
                     self._committed.pop(tp, None)
+                self.reading.assigned({(tp.topic, tp.partition) for tp in self._taken})
         finally:
             self._revoking -= 1
 

@@ -7,10 +7,13 @@ import time
 from typing import Any
 
 from agents.applier import Applier, RawRecord
+from agents.readtime import ReadTime
 from models.deadletter import H_FIRST_SEEN, H_REDRIVE, DeadLetter
 from sinks.committer import Batch, CommitOutcome
 from streams.settings import Settings
 from tests.fakes import FakeCommitter, FakeMarks, FakeWorlds, applier_with, event, make, rec
+
+OBJECTS = "onto.changes.objects"
 
 
 async def test_good_bad_and_waiting_events_ack_in_offset_order() -> None:
@@ -303,6 +306,55 @@ async def test_expiries_are_fenced_once_per_tick_for_all_their_partitions_and_th
         ("e5", "cause-missing"),
     ]
     assert sorted(acks) == ["h0", "h1", "x0"]
+
+
+def behind_reading(effect_read_at_s: float) -> ReadTime:
+    """Partition 0 read up to an effect read at ``effect_read_at_s``; partition 1 an hour behind it."""
+    reading = ReadTime()
+    reading.assigned({(OBJECTS, 0), (OBJECTS, 1)})
+    reading.read((OBJECTS, 0), 2, int(effect_read_at_s * 1000))
+    reading.fetched((OBJECTS, 0), 3, 3)
+    reading.read((OBJECTS, 1), 5, int((effect_read_at_s - 3600) * 1000))
+    reading.fetched((OBJECTS, 1), 6, 100)  # 94 records still unread there
+    return reading
+
+
+async def test_an_effect_whose_cause_is_still_unread_on_a_partition_behind_is_not_dead_lettered() -> None:
+    """The soak's ``cause-missing`` (2026-12-02): a worker behind read the effect long before its
+    cause's partition got that far. The wall clock passes the timeout; the effect stays parked
+    (failed before: dead-lettered at that tick) and is applied once its cause is read; once the
+    partition behind is read to its end, a wait whose cause truly never comes expires."""
+    applier, committer, dlq, _ = make()
+    now = [100.0]
+    applier.clock = lambda: now[0]
+    applier.fence = fence = Fence(ok=True)
+    applier.reading = reading = behind_reading(time.time() - 1_000)
+    await applier.process([rec(0, event(0, caused_by="e9")), rec(1, event(1)), rec(2, event(2, caused_by="e8"))])
+    now[0] += applier.settings.causal_timeout_s + 1
+    await applier.tick()
+    assert dlq.letters == [] and fence.calls == [] and applier.gate.parked_count == 2
+    cause = RawRecord(OBJECTS, 1, 6, b"prod::p9", event(9), [], "x6")
+    reading.read((OBJECTS, 1), 6, int((time.time() - 900) * 1000))
+    reading.fetched((OBJECTS, 1), 7, 7)  # now read to its end: read time is now
+    await applier.process([cause])
+    assert {e.event_id for b in committer.batches for e in b.events} == {"e0", "e1", "e9"}
+    await applier.tick()
+    assert [(d.event_id, d.reason) for d in dlq.letters] == [("e2", "cause-missing")]
+
+
+async def test_a_worker_held_back_by_its_parked_events_expires_on_the_wall_clock() -> None:
+    """Parked events that fill the ack bound pause reading, so read time cannot move: waiting on
+    it would stall the worker for good. The wall clock alone decides then, as before."""
+    applier, _, dlq, _ = make()
+    applier.settings = applier.settings.replace(max_unacked_records=3)
+    now = [100.0]
+    applier.clock = lambda: now[0]
+    applier.reading = behind_reading(time.time() - 1_000)
+    await applier.process([rec(0, event(0, caused_by="e9")), rec(1, event(1)), rec(2, event(2))])
+    assert applier.backpressure
+    now[0] += applier.settings.causal_timeout_s + 1
+    await applier.tick()
+    assert [(d.event_id, d.reason) for d in dlq.letters] == [("e0", "cause-missing")]
 
 
 class BranchLog(FakeCommitter):

@@ -13,6 +13,7 @@ from agents.batching import BatchAccumulator
 from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED, CausalGate, GateOutput
 from agents.dedupe import STALE_VERSION, decide_versions, drop_duplicates, entity_ref, refs_to_check
 from agents.offset_tracker import Arrival, EventRef, OffsetTracker
+from agents.readtime import UNKNOWN, ReadTime
 from models.events import ChangeEvent, EntityKind
 from sinks.committed_offsets import Source
 from tests.factories import change_event
@@ -157,6 +158,87 @@ def test_an_event_waiting_only_on_its_key_does_not_time_out(gate: CausalGate, fe
     gate.expire(100)
     out = gate.drain()
     assert dead(out) == [("e3", CAUSE_MISSING)] and ids(out.ready) == ["e4"]
+
+
+def test_a_wait_whose_cause_may_still_be_unread_outlasts_the_wall_clock_until_read_time_passes(
+    gate: CausalGate, feed: Feed
+) -> None:
+    """A worker behind: the effect was read at record time 1,000 s, but reading elsewhere stands at
+    1,005 s, so its cause may be unread. Wall time past the timeout alone does not dead-letter it
+    (before 2026-12-02 early morning it did: 93k valid effects in a soak); read time past
+    1,000 + 10 s does, and a cause that arrives first releases it."""
+    gate.offer(feed("e", "p1", caused_by="c"), now=0, at=1_000.0)
+    gate.offer(feed("f", "p2", caused_by="d"), now=0, at=1_000.0)
+    gate.expire(20.0, read_time=1_005.0)
+    assert gate.expiring(20.0, read_time=1_005.0) == set()
+    assert not gate.drain() and gate.parked_count == 2
+    gate.offer(feed("c", "p3", partition=1), now=21.0)  # e's cause, read at last
+    assert ids(gate.drain().ready) == ["c", "e"]
+    assert gate.expiring(22.0, read_time=1_010.0) == {(OBJECTS, 0)}
+    gate.expire(22.0, read_time=1_010.0)
+    out = gate.drain()
+    assert dead(out) == [("f", CAUSE_MISSING)] and gate.parked_count == 0
+
+
+def test_a_wait_read_time_has_passed_still_waits_out_its_wall_clock(gate: CausalGate, feed: Feed) -> None:
+    """Read time alone does not expire either: a worker catching up reads an hour of records in
+    seconds, and the cause may be a poll away."""
+    gate.offer(feed("e", "p1", caused_by="c"), now=0, at=1_000.0)
+    gate.expire(9.0, read_time=5_000.0)
+    assert gate.expiring(9.0, read_time=5_000.0) == set() and not gate.drain()
+    gate.expire(10.0, read_time=5_000.0)
+    assert dead(gate.drain()) == [("e", CAUSE_MISSING)]
+
+
+def test_a_caught_up_quiet_worker_expires_on_the_timeout_as_before(gate: CausalGate, feed: Feed) -> None:
+    """Every partition read to its high watermark: read time is now, so the wall clock decides."""
+    reading = ReadTime()
+    reading.assigned({(OBJECTS, 0), (LINKS, 0)})
+    reading.read((OBJECTS, 0), 41, 1_000_000)  # the effect's record, at 1,000 s
+    reading.fetched((OBJECTS, 0), 42, 42)
+    reading.fetched((LINKS, 0), 7, 7)
+    gate.offer(feed("e", "p1", caused_by="never"), now=0, at=reading.at((OBJECTS, 0)))
+    wall = 1_000.0
+    gate.expire(9.9, read_time=reading.watermark(wall + 9.9))
+    assert not gate.drain()
+    gate.expire(10.0, read_time=reading.watermark(wall + 10.0))
+    assert dead(gate.drain()) == [("e", CAUSE_MISSING)]
+
+
+def test_a_wait_moved_to_read_time_that_only_waits_behind_its_key_is_kept() -> None:
+    gate, feed = CausalGate(timeout_s=10.0, max_parked=100), Feed()
+    gate.offer(feed("e1", "p1", caused_by="c"), now=0, at=100.0)
+    gate.offer(feed("e2", "p1", caused_by="d"), now=0, at=100.0)
+    gate.expire(10.0, read_time=105.0)  # both wait on read time now
+    gate.learn_applied([("w1", "d")])  # e2 now waits only behind e1
+    gate.expire(11.0, read_time=110.0)
+    out = gate.drain()
+    assert dead(out) == [("e1", CAUSE_MISSING)] and ids(out.ready) == ["e2"]
+
+
+def test_read_time_is_the_least_read_partition_now_for_those_read_to_their_end() -> None:
+    reading = ReadTime()
+    assert reading.watermark(50.0) == 50.0  # nothing assigned: nothing behind
+    reading.assigned({(OBJECTS, 0), (OBJECTS, 1), (LINKS, 0)})
+    assert reading.watermark(50.0) == UNKNOWN  # not fetched yet
+    reading.fetched((OBJECTS, 0), 0, 0)  # empty partition: read to its end
+    reading.read((OBJECTS, 1), 9, 20_000)
+    reading.fetched((OBJECTS, 1), None, 500)  # 490 records still unread
+    reading.read((LINKS, 0), 99, 45_000)
+    reading.fetched((LINKS, 0), None, 100)
+    assert reading.watermark(50.0) == 20.0 and reading.at((LINKS, 0)) == 45.0
+    reading.read((OBJECTS, 1), 499, 44_000)
+    reading.fetched((OBJECTS, 1), None, 500)
+    assert reading.watermark(50.0) == 50.0
+    reading.fetched((LINKS, 0), None, 130)  # new records on the broker: read time is the last read
+    assert reading.watermark(50.0) == 45.0
+    reading.assigned({(OBJECTS, 0), (OBJECTS, 1)})  # revoked: forgotten
+    assert reading.watermark(50.0) == 50.0 and reading.at((LINKS, 0)) == UNKNOWN
+    reading.assigned({(OBJECTS, 0), (OBJECTS, 1), (LINKS, 0)})  # assigned again: unknown until fetched
+    assert reading.watermark(50.0) == UNKNOWN
+    reading.read((LINKS, 0), 5, -1)  # no timestamp on the record: behind, time unknown
+    reading.fetched((LINKS, 0), None, 130)
+    assert reading.watermark(50.0) == UNKNOWN
 
 
 def test_self_caused_is_rejected(gate: CausalGate, feed: Feed) -> None:

@@ -8,6 +8,7 @@ What the fake consumer models of aiokafka: ``getmany`` hands out records drained
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -435,3 +436,40 @@ async def test_an_empty_poll_of_paused_partitions_leaves_the_intake_behind() -> 
     assert intake.applier.behind
     await intake.step()
     assert consumer.paused() == {P0} and intake.applier.behind
+
+
+class MarkedConsumer(FakeConsumer):
+    """Reports high watermarks and positions as aiokafka does after a fetch."""
+
+    def __init__(self, assigned: set[TopicPartition], highwater: dict[TopicPartition, int]) -> None:
+        super().__init__(assigned)
+        self.marks = highwater
+        self.positions: dict[TopicPartition, int] = {tp: 0 for tp in assigned}
+
+    async def getmany(self, timeout_ms: int = 0, max_records: int | None = None) -> dict:
+        polled = await super().getmany(timeout_ms, max_records)
+        for tp, rs in polled.items():
+            self.positions[tp] = rs[-1].offset + 1
+        return polled
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.marks.get(tp)
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.positions[tp]
+
+
+async def test_each_poll_tells_the_applier_how_far_every_partition_is_read_in_record_time() -> None:
+    consumer = MarkedConsumer({P0, P1}, {P0: 50, P1: 0})
+    intake, _, _ = intake_with(consumer)
+    intake.applier.reading = intake.reading  # what start() does
+    stamped = dataclasses.replace(record(P0, 0, event(0)), timestamp=1_234_000)
+    consumer.polls.append({P0: [stamped]})
+    await intake.step()
+    assert intake.reading.at((TOPIC, 0)) == 1_234.0
+    assert intake.reading.watermark(9_999.0) == 1_234.0  # P0 has 49 unread; P1 is empty: read to its end
+    consumer.marks[P0] = 1
+    await intake.step()
+    assert intake.reading.watermark(9_999.0) == 9_999.0
+    await intake.on_revoked([P0, P1])
+    assert intake.reading.watermark(9_999.0) == 9_999.0 and intake.reading.at((TOPIC, 0)) == float("-inf")
