@@ -115,6 +115,45 @@ async def test_cross_partition_causes_published_after_effects(unique: str, tmp_p
         pipe.stop_all()
 
 
+async def test_an_effect_whose_cause_is_deep_in_a_backlog_outlasts_a_short_timeout(unique: str, tmp_path: Path) -> None:
+    """The soak's ``cause-missing`` (2026-12-02 early morning): a worker behind reads the small
+    links topic ahead of the objects backlog, and a link parked on an object event still unread
+    there used to be dead-lettered once the causal timeout passed in wall time. Published in order
+    (a backlog of objects, the link, then its cause after the backlog), read by one worker whose
+    timeout (1 s) is far shorter than the backlog takes to read (small batches: ~60 commits, one
+    at a time, and reading pauses while they lag): the link waits for read time and is applied,
+    nothing is dead-lettered. Failed before: the link was dead-lettered as ``cause-missing``."""
+    pipe = await Pipeline.create(unique, tmp_path, causal_timeout_s=1.0, batch_max_events=50)
+    try:
+        backlog = [_event(pipe, n, f"b-{n}") for n in range(3_000)]
+        cause = _event(pipe, 10_000, "cause")
+        link = change_event(
+            f"{pipe.unique}-link",
+            world="prod",
+            entity_type="Feeds",
+            kind=EntityKind.LINK,
+            from_pk="cause",
+            to_pk="b-0",
+            change=ChangeType.CREATE,
+            after={"n": 1},
+            caused_by=cause.event_id,
+            occurred_at_ms=1_767_225_600_000,
+            schema_version=1,
+        )
+        await pipe.publish([_rec(e) for e in backlog])
+        await asyncio.sleep(0.05)  # the link's record time is after the backlog's
+        await pipe.publish([_rec(link), _rec(cause)])
+        pipe.start_worker()
+        await pipe.wait_drained(timeout=240)
+        assert await pipe.dead_letters() == []
+        state = pipe.state("prod")
+        assert state.event_ids[link.event_id] == 1 and state.event_ids[cause.event_id] == 1
+        rows = _event_log(pipe)
+        assert rows[cause.event_id] <= rows[link.event_id]
+    finally:
+        pipe.stop_all()
+
+
 def _event_log(pipe: Pipeline) -> dict[str, object]:
     from sinks.catalog import NessieCatalog
 
