@@ -192,7 +192,10 @@ class Settings:
         "Also read marks of the key format before the world hash tag (causeway:applied:<world>:<id>). "
         "Turn off 7 days after upgrading, and on Redis Cluster (those keys span slots).",
     )
-    causal_timeout_s: float = _opt(300.0, "A parked event waits this long for its cause, then dead-letters.")
+    causal_timeout_s: float = _opt(
+        300.0,
+        "A parked event waits this long for its cause, then dead-letters (wall time, and read time while the worker is behind).",
+    )
     max_parked: int = _opt(100_000, "Parked events held in memory before the worker applies backpressure.")
     max_unacked_records: int = _opt(
         100_000,
