@@ -194,7 +194,8 @@ class Settings:
     )
     causal_timeout_s: float = _opt(
         300.0,
-        "A parked event waits this long for its cause, then dead-letters (wall time, and read time while the worker is behind).",
+        "A parked event waits this long for its cause, then dead-letters "
+        "(wall time, and read time while the worker is behind).",
     )
     max_parked: int = _opt(100_000, "Parked events held in memory before the worker applies backpressure.")
     max_unacked_records: int = _opt(
