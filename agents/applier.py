@@ -36,7 +36,7 @@ from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler
 from agents.letter_marks import Decisions, DecisionStore, arrival_keys, letter_key, redrive_count, split_replays
-from agents.offset_tracker import Arrival, OffsetTracker
+from agents.offset_tracker import Arrival, OffsetTracker, arrival
 from agents.readtime import ReadTime
 from models.deadletter import DeadLetter
 from models.errors import WorkerError
@@ -261,7 +261,7 @@ class Applier:
                 if isinstance(result, Invalid):
                     dead.append(self._letter(rec, result.reason, result.detail, result.event_id, result.world_id))
                 else:
-                    arrivals.append(Arrival(result, Source(topic, rec.partition, offset)))
+                    arrivals.append(arrival(result, Source(topic, rec.partition, offset)))
             self.totals["consumed"] += len(records)
             for topic, n in Counter(rec.topic for rec in records).items():
                 self.metrics.consumed(topic, n)  # per batch: a labels() lookup per record cost ~16% of process()

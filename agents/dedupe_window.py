@@ -33,6 +33,8 @@ from dataclasses import dataclass
 PREFIX = "causeway:marks:"
 SLOTS_PER_WINDOW = 2  # a lookup reads 3 slots; a mark lives window to 1.5 × window
 PACKED = 16  # bytes of a packed id
+#: The stored forms of an id (see the module doc): UUID, CDC id, any other.
+FAMILIES = ("u", "c", "s")
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _CDC = re.compile(r"cdc-[0-9a-f]{32}")
@@ -112,7 +114,17 @@ class MarkWindow:
         return "s", raw, bucket
 
     def key(self, world: str, slot: int, family: str, bucket: int) -> str:
-        return f"{self.prefix}{{{world}}}:{slot}:{family}{bucket:x}"
+        return self.key_prefix(world, slot, family) + f"{bucket:x}"
+
+    def key_prefix(self, world: str, slot: int, family: str) -> str:
+        """``key(world, slot, family, b)`` is this plus ``bucket_names()[b]``: a batch builds one key
+        per bucket and live slot (a lookup of small polls about three a id), and the formatted key
+        cost ~0.35 µs against ~0.06 for the concatenation."""
+        return f"{self.prefix}{{{world}}}:{slot}:{family}"
+
+    def bucket_names(self) -> list[str]:
+        """Every bucket's number as its key writes it, by bucket."""
+        return [f"{b:x}" for b in range(self.buckets)]
 
     def bytes_held(self, rate: float, bytes_per_mark: float) -> float:
         """Redis memory the marks of one world take at a steady ``rate`` (events/s): the docs' formula."""

@@ -18,7 +18,10 @@ Redis Cluster: the world is every key's hash tag, so one world's keys share a sl
 call (one per world) stays in one slot. Marks of the earlier formats, one key per event with a
 7-day TTL, are still read until they expire: ``causeway:applied:{<world>}:<event_id>`` while
 ``read_per_event`` is on, and the one before the hash tag (``causeway:applied:<world>:<event_id>``)
-while ``read_legacy`` is on; the latter span slots, so turn it off on a cluster.
+while ``read_legacy`` is on; the latter span slots, so turn it off on a cluster. The lookup script
+builds those keys itself from their prefix and the batch's ids (one argument per world), for the
+ids no slot holds: they are not declared as keys. The hash-tagged one is in the world's slot, the
+slot of the call's declared keys, so a cluster serves it; the legacy one never was (see above).
 
 ``DeadLetterMarks`` keeps the other durable decision the same way: which origins were dead-lettered
 (``causeway:dead:...``, see ``agents.letter_marks``).
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -38,7 +42,7 @@ from redis.exceptions import NoScriptError
 
 from agents.dedupe import applied_key as mark_key
 from agents.dedupe import legacy_applied_key
-from agents.dedupe_window import PACKED, MarkWindow
+from agents.dedupe_window import FAMILIES, PACKED, MarkWindow
 from agents.letter_marks import CONFIRMED, by_tag
 
 if TYPE_CHECKING:
@@ -138,15 +142,21 @@ return given
 """
 )
 
-# KEYS: G groups of m keys (one bucket in each live slot), then e per-event keys per id (old formats),
-# ids in group order. ARGV: m, e, G, then per group its kind ('p' packed / 'h' hash) and its ids' blob.
-# Returns the 1-based positions (in group order) of the ids found in any slot or old key.
+# KEYS: G groups of m keys (one bucket in each live slot). ARGV: m, e, G, then per group its kind
+# ('p' packed / 'h' hash) and its ids' blob; then, when e > 0, the e per-event key prefixes of the old
+# formats and every id as text, NUL-separated, in group order (one argument, not a key per id and
+# format: see ``AppliedMarks.applied``). Returns the 1-based positions (in group order) of the ids
+# found in any slot or old key. An old key is only asked for an id no slot holds.
 WINDOW_LOOKUP_LUA = (
     _FOUND_LUA
     + _RECORDS_LUA
     + """
 local m, e, G = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local base = G * m
+local old, texts = {}, nil
+if e > 0 then
+  for x = 1, e do old[x] = ARGV[3 + 2 * G + x] end
+  texts = records(ARGV[4 + 2 * G + e], 'h')
+end
 local hits = {}
 local i = 0
 for g = 1, G do
@@ -169,7 +179,7 @@ for g = 1, G do
     end
     if not hit then
       for x = 1, e do
-        if redis.call('EXISTS', KEYS[base + (i - 1) * e + x]) == 1 then hit = true break end
+        if redis.call('EXISTS', old[x] .. texts[i]) == 1 then hit = true break end
       end
     end
     if hit then hits[#hits + 1] = i end
@@ -253,6 +263,14 @@ def _blob(kind: str, datas: list[bytes]) -> bytes:
     return blob
 
 
+def _text_blob(ids: list[str]) -> bytes:
+    """Ids as text, NUL-separated, in one argument (joined once, encoded once)."""
+    blob = "\0".join(ids).encode()
+    if blob.count(b"\0") != len(ids) - 1:
+        raise ValueError("an event id holds a NUL character; the event contract rejects those")
+    return blob
+
+
 class _PackOnce(AbstractConnection):
     """Connection mixin: a command whose arguments are all str, bytes or int is packed in one pass.
 
@@ -314,9 +332,21 @@ def by_world(pairs: Iterable[tuple[str, str]], chunk: int = CHUNK) -> list[tuple
     return out
 
 
+#: Scripts each client has loaded: a client loads a script before its first call, not after the
+#: call fails with NOSCRIPT. redis-py formats a failed pipeline command's every argument into the
+#: error message (``annotate_exception``), and a batch's call has thousands: ~0.5 s of CPU once
+#: per script and worker, measured in the worker's profile (docs/benchmarks.md, 2026-12-02 early morning).
+_LOADED: weakref.WeakKeyDictionary[aioredis.Redis, set[str]] = weakref.WeakKeyDictionary()
+
+
 async def run_scripts(client: aioredis.Redis, script: str, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
-    """Run ``script`` once per (keys, args) in one pipelined round trip; loads it if Redis lost it."""
+    """Run ``script`` once per (keys, args) in one pipelined round trip; loads it first on a client's
+    first call, and again if Redis lost it (a restart, ``SCRIPT FLUSH``)."""
     sha = _sha(script)
+    loaded = _LOADED.setdefault(client, set())
+    if sha not in loaded:
+        await client.script_load(script)
+        loaded.add(sha)
     for attempt in (1, 2):
         try:
             async with client.pipeline(transaction=False) as pipe:
@@ -350,6 +380,7 @@ class AppliedMarks:
     ) -> None:
         self._redis = client
         self.window = MarkWindow(window_s, buckets) if prefix is None else MarkWindow(window_s, buckets, prefix)
+        self._bucket_names = self.window.bucket_names()
         self.read_per_event = read_per_event
         self.read_legacy = read_legacy
         self.clock = clock
@@ -385,9 +416,9 @@ class AppliedMarks:
             if datas is None:
                 datas = buckets[(family, bucket)] = []
             datas.append(data)
-        key = self.window.key
+        prefixes = {family: self.window.key_prefix(world, slot, family) for family in FAMILIES}
         return {
-            key(world, slot, family, bucket): ("h" if family == "s" else "p", datas)
+            prefixes[family] + self._bucket_names[bucket]: ("h" if family == "s" else "p", datas)
             for (family, bucket), datas in buckets.items()
         }
 
@@ -405,7 +436,7 @@ class AppliedMarks:
             return set()
         slots = self.window.live_slots(self.clock())
         per_event = int(self.read_per_event) + int(self.read_legacy)
-        place, key = self.window.place, self.window.key
+        place, key_prefix, names = self.window.place, self.window.key_prefix, self._bucket_names
         calls = []
         orders: list[list[str]] = []
         for world, ids in groups:
@@ -420,18 +451,22 @@ class AppliedMarks:
             keys: list[str] = []
             args: list[Any] = [len(slots), per_event, len(buckets)]
             order: list[str] = []
+            prefixes = {family: [key_prefix(world, slot, family) for slot in slots] for family in FAMILIES}
             for (family, bucket), (event_ids, datas) in buckets.items():
-                keys += [key(world, slot, family, bucket) for slot in slots]
+                tail = names[bucket]
+                keys += [prefix + tail for prefix in prefixes[family]]
                 kind = "h" if family == "s" else "p"
                 args += [kind, _blob(kind, datas)]
                 order += event_ids
             if per_event:
-                current, legacy = mark_key(world, ""), legacy_applied_key(world, "")
-                for event_id in order:
-                    if self.read_per_event:
-                        keys.append(current + event_id)
-                    if self.read_legacy:
-                        keys.append(legacy + event_id)
+                # The old formats' keys are built by the script from their prefix and the ids' text:
+                # sent as keys, two a id, they were most of the lookup's arguments (each one formatted
+                # here, packed and parsed), read only for ids no slot holds.
+                if self.read_per_event:
+                    args.append(mark_key(world, ""))
+                if self.read_legacy:
+                    args.append(legacy_applied_key(world, ""))
+                args.append(_text_blob(order))
             calls.append((keys, args))
             orders.append(order)
         answers = await self._scripts(WINDOW_LOOKUP_LUA, calls)
@@ -480,7 +515,7 @@ class AppliedMarks:
         return [
             self.window.key(world, slot, family, b)
             for slot in slots
-            for family in ("u", "c", "s")
+            for family in FAMILIES
             for b in range(self.window.buckets)
         ]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from models.events import ChangeEvent
 from sinks.committed_offsets import PartitionId, Source
@@ -38,6 +38,12 @@ class Arrival:
 
     event: ChangeEvent
     source: Source
+    #: ``(world_id, event_id)``, kept: dedupe, the gate and the flush ask for it ~5 times an event
+    #: (a property built the tuple each time). Derived, so not compared.
+    ref: EventRef = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", (self.event.world_id, self.event.event_id))
 
     @property
     def topic(self) -> str:
@@ -55,9 +61,25 @@ class Arrival:
     def tp(self) -> PartitionId:
         return (self.source.topic, self.source.partition)
 
-    @property
-    def ref(self) -> EventRef:
-        return (self.event.world_id, self.event.event_id)
+
+class _ArrivalDraft:
+    """A mutable twin of :class:`Arrival` (the same slots) that becomes one by a class assignment,
+    as ``models.events.new_event`` does for events: the frozen ``__init__`` sets each field through
+    ``object.__setattr__`` (~1.0-1.4 µs an arrival, one per polled event, against ~0.7)."""
+
+    __slots__ = Arrival.__slots__
+
+    def __init__(self, event: ChangeEvent, source: Source) -> None:
+        self.event = event
+        self.source = source
+        self.ref = (event.world_id, event.event_id)
+
+
+def arrival(event: ChangeEvent, source: Source) -> Arrival:
+    """``Arrival(event, source)``, built through :class:`_ArrivalDraft` (the intake's one per event)."""
+    draft = _ArrivalDraft(event, source)
+    draft.__class__ = Arrival  # type: ignore[assignment]
+    return draft  # type: ignore[return-value]
 
 
 class _Partition:

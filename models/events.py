@@ -247,6 +247,10 @@ def parse_timestamp_ms(value: Any) -> int:
 
 
 _CHANGE_TYPES = {t.value: t for t in ChangeType}
+# Members as module constants: an enum member read through its class is an attribute lookup on
+# the enum type (~0.2 µs in 3.11), a few of them per event on the fast path.
+_TRUNCATE, _DELETE = ChangeType.TRUNCATE, ChangeType.DELETE
+_OBJECT, _LINK = EntityKind.OBJECT, EntityKind.LINK
 _MAX_INT = 2**63 - 1
 #: World ids ``validate_world_id`` accepted (a worker sees a handful): the fast path skips the pattern.
 _VALID_WORLDS: set[str] = set()
@@ -286,32 +290,36 @@ def _fast_event(doc: dict[str, Any], topic_kind: EntityKind | None) -> ChangeEve
     if not (_text(event_id, MAX_ID_LEN) and type(world_id) is str and type(change) is str):
         return None
     change_type = _CHANGE_TYPES.get(change)
-    if change_type is None or change_type is ChangeType.TRUNCATE or not _valid_world(world_id):
+    if (
+        change_type is None
+        or change_type is _TRUNCATE
+        or (world_id not in _VALID_WORLDS and not _valid_world(world_id))
+    ):
         return None
     from_pk = to_pk = None
     if "link_type" in doc or "link_pk" in doc:
-        if topic_kind is EntityKind.OBJECT:
+        if topic_kind is _OBJECT:
             return None
-        kind = EntityKind.LINK
+        kind = _LINK
         entity_type, entity_pk = get("link_type"), get("link_pk")
         from_pk, to_pk = get("from_pk"), get("to_pk")
-        optional = change_type is ChangeType.DELETE
+        optional = change_type is _DELETE
         if not (
             (_text(from_pk, MAX_PK_LEN) or (optional and from_pk is None))
             and (_text(to_pk, MAX_PK_LEN) or (optional and to_pk is None))
         ):
             return None
     else:
-        if topic_kind is EntityKind.LINK:
+        if topic_kind is _LINK:
             return None
-        kind = EntityKind.OBJECT
+        kind = _OBJECT
         entity_type, entity_pk = get("object_type"), get("object_pk")
     if not (_text(entity_type, MAX_ID_LEN) and _text(entity_pk, MAX_PK_LEN)):
         return None
     before, after = get("before_properties"), get("after_properties")
     if (before is not None and type(before) is not dict) or (after is not None and type(after) is not dict):
         return None
-    if after is None and change_type is not ChangeType.DELETE:
+    if after is None and change_type is not _DELETE:
         return None
     version, caused_by, causal_order = get("version"), get("caused_by"), get("causal_order")
     if not _count(version) or (causal_order is not None and not _count(causal_order)):
@@ -326,8 +334,12 @@ def _fast_event(doc: dict[str, Any], topic_kind: EntityKind | None) -> ChangeEve
     elif not _count(schema_version):
         return None
     source = get("source") or ""
-    unchanged = get("unchanged_properties") or []
-    if type(source) is not str or type(unchanged) is not list or not all(type(u) is str for u in unchanged):
+    if type(source) is not str:
+        return None
+    unchanged: Any = get("unchanged_properties")
+    if not unchanged:  # absent, null or empty: most events (no generator for them)
+        unchanged = ()
+    elif type(unchanged) is not list or not all(type(u) is str for u in unchanged):
         return None
     return new_event(
         event_id,

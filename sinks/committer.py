@@ -102,6 +102,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 import orjson
 from pyiceberg.exceptions import NoSuchTableError
@@ -123,6 +124,7 @@ from sinks.committed_offsets import (
 )
 from sinks.compaction import Compaction
 from sinks.errors import NessieError, RetriesExhausted, unreadable_if_missing
+from sinks.filter_spill import FilterSpill
 from sinks.flush_stats import FlushStats
 from sinks.logcompact import compact_log
 from sinks.loglookup import logged_events
@@ -245,7 +247,12 @@ class BatchCommitter:
             max_delete_files,
             max_small_files,
         )
-        self.file_cache = FileCache(settings.index_cache_bytes if index_cache_bytes is None else index_cache_bytes)
+        self.file_cache = FileCache(
+            settings.index_cache_bytes if index_cache_bytes is None else index_cache_bytes,
+            FilterSpill(Path(settings.data_dir) / "key-filters", settings.key_filter_spill_bytes)
+            if settings.key_filter_spill_bytes
+            else None,
+        )
         #: The committed-offset map this committer last wrote per branch: the next commit's read.
         self.offset_maps = MapMemo()
         #: The commit loop (expected hash, backoff, "did it land?"); shared with the other writers.

@@ -96,6 +96,21 @@ class KeyFilter:
     def nbytes(self) -> int:
         return int(self.words.nbytes)
 
+    def to_bytes(self) -> bytes:
+        """The words as stored (native byte order): what :meth:`from_bytes` reads back."""
+        buf = self.words.buffers()[1]
+        assert buf is not None
+        return bytes(buf.slice(self.words.offset * 8, 8 * len(self.words)).to_pybytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> KeyFilter | None:
+        """The filter :meth:`to_bytes` gave, without copying; None for anything that cannot be one
+        (a word count that is not a power of two: a torn or foreign file is a miss, never a filter)."""
+        n = len(data) // 8
+        if not n or len(data) % 8 or n & (n - 1):
+            return None
+        return cls(pa.Array.from_buffers(pa.uint64(), n, [None, pa.py_buffer(data)]))
+
     def may_hold(self, probe: Probe) -> bool:
         """False only when the file holds none of ``probe``'s keys."""
         if not probe.count:

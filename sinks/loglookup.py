@@ -8,7 +8,8 @@ cost grows with the log for good. In a 30-minute soak at 5,000 events/s the look
 that had not arrived yet took about a third of the worker's CPU, and the worker fell behind.
 
 Here each log file gets the key filter of its ``event_id`` column (:mod:`sinks.keyfilter`, kept
-in the committer's :class:`~sinks.rowdelta.FileCache`, built the first time the file is read),
+in the committer's :class:`~sinks.rowdelta.FileCache`, built the first time the file is read; an
+evicted one is read back from the worker's local spill, :mod:`sinks.filter_spill`, not rebuilt),
 so a lookup reads only the files that may hold one of the ids: an absent id costs a probe per
 file, not a read. Small files (no filter) are read from the rows the cache keeps of the files
 the worker just wrote, or read whole. A file with position deletes applied to it is answered by

@@ -61,6 +61,7 @@ from pyiceberg.typedef import Record
 
 from sinks import manifest_cache
 from sinks.fileio import SizedOutputFile, open_output
+from sinks.filter_spill import FilterSpill
 from sinks.keyfilter import MIN_ROWS, KeyFilter, Probe
 from sinks.layout import KeyScan
 from sinks.manifest_write import ManifestListWriter, ManifestWriter, spec_facts
@@ -121,7 +122,7 @@ class FileCache:
     #: counting buffers only let the cache keep about twice its bound.
     ENTRY_BYTES = 4096
 
-    def __init__(self, max_bytes: int = 256 * 1024 * 1024) -> None:
+    def __init__(self, max_bytes: int = 256 * 1024 * 1024, spill: FilterSpill | None = None) -> None:
         self.max_bytes = max_bytes
         self._items: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
         #: Every column set ``_items`` was keyed with (a handful): ``forget`` finds a path's entries.
@@ -136,14 +137,18 @@ class FileCache:
         #: apart, at a quarter of ``max_bytes``, so full rows never evict the key index.
         self._rows: OrderedDict[str, pa.Table] = OrderedDict()
         self._rows_bytes = 0
-        #: Key filters of data files (``sinks.keyfilter``, ~4-8 bytes a key), by (path, key column):
-        #: a flush reads only the files whose filter may hold one of its keys. Bounded apart, at an
-        #: eighth of ``max_bytes``, so that the key columns never evict them; an evicted filter is
-        #: rebuilt when its file is next read (the lookup then reads that file whole, as before).
+        #: Key filters of data files (``sinks.keyfilter``, 5-10 bytes a key), by (path, key column):
+        #: a lookup reads only the files whose filter may hold one of its keys, so every lookup
+        #: probes the filters of every large file it may touch. They share ``max_bytes`` with the key
+        #: columns, up to half of it (``filter_share``), and come first: a filter put evicts key
+        #: columns past the bound, key columns never evict a filter. An evicted filter goes to
+        #: ``spill`` (local disk) and is read back from there; without one, or once the spill
+        #: dropped it, it is rebuilt when its file is next read (the file then read whole).
         self._filters: OrderedDict[tuple[str, str], KeyFilter] = OrderedDict()
         self._filters_bytes = 0
         self._filter_columns: set[str] = set()  # as ``_column_sets``, for ``forget``
         self.min_filter_rows = MIN_ROWS
+        self.spill = spill
 
     def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None, keep: bool = True) -> tuple[pa.Table, bool]:
         """The file's ``columns`` (all when None) and whether it came from the cache; a read is
@@ -159,7 +164,7 @@ class FileCache:
         with self._lock:
             if keep and table.nbytes <= self.max_bytes:
                 self._column_sets.add(key[1])
-                self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
+                self._bytes = _lru_put(self._items, key, table, self._bytes, self._columns_bound())
         return table, False
 
     def seed(self, path: str, columns: tuple[str, ...], table: pa.Table) -> None:
@@ -176,7 +181,7 @@ class FileCache:
         table = _own_buffers(table)
         with self._lock:
             self._column_sets.add(columns)
-            self._bytes = _lru_put(self._items, key, table, self._bytes, self.max_bytes)
+            self._bytes = _lru_put(self._items, key, table, self._bytes, self._columns_bound())
 
     def seed_rows(self, path: str, table: pa.Table) -> pa.Table:
         """Keep every column of the file just written at ``path`` (see ``_rows``); returns the
@@ -201,6 +206,7 @@ class FileCache:
         """Drop everything kept for files a commit removed (merged data files, dropped delete
         files): reads are planned from the live snapshot, so they are not read again, and left to
         LRU eviction they filled the bound with dead files (a 20-minute soak: ~32k index entries)."""
+        spilled: list[tuple[str, str]] = []
         with self._lock:
             for path in paths:
                 self._rows_bytes -= _cost(self._rows.pop(path, None))
@@ -208,28 +214,73 @@ class FileCache:
                     self._bytes -= _cost(self._items.pop((path, columns), None))
                 for column in self._filter_columns:
                     self._filters_bytes -= _cost(self._filters.pop((path, column), None))
+                    spilled.append((path, column))
                 self._split.pop(path, None)
+        if self.spill is not None:
+            self.spill.drop(spilled)
+
+    #: The most of ``max_bytes`` key filters may take; the key columns have the rest, and at least
+    #: this much. A filter holds 5-10 bytes a key and every lookup probes every large file's filter
+    #: in the partitions it touches; a key-index entry holds ~40-60 bytes a key and a lookup reads
+    #: only the few files whose filter may hold its keys (docs/architecture.md, the key-filter
+    #: bullet of "What a commit costs").
+    filter_share = 0.5
 
     def key_filter(self, path: str, column: str) -> KeyFilter | None:
-        """The key filter of ``column`` of the data file at ``path``, if held; reads nothing."""
+        """The key filter of ``column`` of the data file at ``path``, if held: from memory, or read
+        back from the spill (a small local read); never built here."""
+        key = (path, column)
         with self._lock:
-            hit = self._filters.get((path, column))
+            hit = self._filters.get(key)
             if hit is not None:
-                self._filters.move_to_end((path, column))
-            return hit
+                self._filters.move_to_end(key)
+                return hit
+        if self.spill is None:
+            return None
+        hit = self.spill.get(key)
+        if hit is not None:
+            self._keep_filter(key, hit)
+        return hit
 
     def seed_filter(self, path: str, column: str, values: pa.Array | pa.ChunkedArray) -> None:
         """Keep the key filter of the data file at ``path`` whose ``column`` holds ``values`` (all
         rows); none for a file of fewer than ``min_filter_rows`` rows (read whole: cheaper)."""
-        bound = self.max_bytes // 8
-        if not bound or len(values) < self.min_filter_rows or (path, column) in self._filters:
+        if not self._filters_bound() or len(values) < self.min_filter_rows or (path, column) in self._filters:
             return
-        built = KeyFilter.build(values)
-        if built.nbytes > bound:
+        self._keep_filter((path, column), KeyFilter.build(values))
+
+    def _filters_bound(self) -> int:
+        return int(self.max_bytes * self.filter_share)
+
+    def _columns_bound(self) -> int:
+        """What the key columns may hold now: what the filters leave (call with the lock held)."""
+        return self.max_bytes - self._filters_bytes
+
+    def _keep_filter(self, key: tuple[str, str], kf: KeyFilter) -> None:
+        """Hold ``kf`` in memory, evicting the least recently used filters to the spill and key
+        columns past ``max_bytes``; the spill is written outside the lock (one file a filter)."""
+        bound = self._filters_bound()
+        if kf.nbytes > bound:
+            if self.spill is not None:
+                self.spill.put(key, kf)
             return
+        evicted: list[tuple[tuple[str, str], KeyFilter]] = []
         with self._lock:
-            self._filter_columns.add(column)
-            self._filters_bytes = _lru_put(self._filters, (path, column), built, self._filters_bytes, bound)
+            if key in self._filters:
+                return
+            self._filter_columns.add(key[1])
+            self._filters[key] = kf
+            self._filters_bytes += _cost(kf)
+            while self._filters_bytes > bound:
+                old = self._filters.popitem(last=False)
+                self._filters_bytes -= _cost(old[1])
+                evicted.append(old)
+            while self._items and self._bytes > self._columns_bound():
+                _, table = self._items.popitem(last=False)
+                self._bytes -= _cost(table)
+        if self.spill is not None:
+            for old_key, old_filter in evicted:
+                self.spill.put(old_key, old_filter)
 
     def seed_split(self, path: str, split: dict[str, pa.Array]) -> None:
         """Keep a delete file's positions per data file, as written (sorted, unique)."""

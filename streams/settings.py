@@ -229,8 +229,15 @@ class Settings:
         256 * 1024 * 1024,
         "Bytes of parsed projection key columns (the worker's key index, one entry per data file, so per "
         "bucket) kept between flushes, least recently used evicted first. Bounds the worker's memory as keys "
-        "grow; an evicted file is read again from storage when a flush touches its bucket. Up to a quarter more "
+        "grow; an evicted file is read again from storage when a flush touches its bucket. Up to half of it holds "
+        "the data files' key filters (5-10 bytes a key, which key columns never evict). Up to a quarter more "
         "holds every column of the small files the flushes wrote, which the small-file merge reads back.",
+    )
+    key_filter_spill_bytes: int = _opt(
+        1024 * 1024 * 1024,
+        "Bytes of local disk (under CAUSEWAY_DATA_DIR/key-filters, one directory per worker, removed when it "
+        "stops) that hold the key filters evicted from memory: an evicted filter is read back (5-10 bytes a key) "
+        "instead of rebuilt from its file's key column. 0: none, an evicted filter is rebuilt.",
     )
     memory_pool: str = _opt(
         "default",
@@ -434,6 +441,9 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
+        for name in ("index_cache_bytes", "key_filter_spill_bytes"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{env_name(name)} must be 0 or more")
         _check_memory(self)
         try:
             re.compile(self.cdc_pattern)

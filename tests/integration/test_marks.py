@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
@@ -13,7 +14,7 @@ from redis.crc import key_slot
 
 from agents.dedupe import applied_key, legacy_applied_key
 from agents.dedupe_window import SLOTS_PER_WINDOW
-from agents.marks import AppliedMarks
+from agents.marks import AppliedMarks, pack_once, run_scripts
 
 pytestmark = pytest.mark.integration
 
@@ -129,6 +130,64 @@ async def test_marks_of_the_old_key_formats_are_read_until_they_expire(redis_url
         }
     finally:
         await _drop(client, reading, [world], old, tagged)
+        await client.aclose()
+
+
+def _recording(redis_url: str) -> tuple[aioredis.Redis, list[tuple[Any, ...]]]:
+    """A client as the marks make it (``pack_once``) that records every command it sends."""
+    sent: list[tuple[Any, ...]] = []
+    client = pack_once(aioredis.Redis.from_url(redis_url))
+    base = client.connection_pool.connection_class
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        def pack_command(self, *args: Any) -> list[bytes]:
+            sent.append(args)
+            return super().pack_command(*args)
+
+    client.connection_pool.connection_class = Recording
+    return client, sent
+
+
+async def test_a_clients_first_script_call_loads_the_script_instead_of_failing(redis_url: str, unique: str) -> None:
+    """No call fails with NOSCRIPT on the way: redis-py formats every argument of a failed pipeline
+    command into its error message, and a batch's call has thousands (~0.5 s of CPU)."""
+    client, sent = _recording(redis_url)
+    script = f"return #KEYS -- never loaded before: {unique}"
+    try:
+        assert await run_scripts(client, script, [([f"{{{unique}}}a", f"{{{unique}}}b"], [])]) == [2]
+        assert await run_scripts(client, script, [([f"{{{unique}}}a"], [])]) == [1]
+        assert [args[0] for args in sent if args[0] in ("EVALSHA", "SCRIPT LOAD")] == [
+            "SCRIPT LOAD",
+            "EVALSHA",
+            "EVALSHA",
+        ]
+    finally:
+        await client.aclose()
+
+
+async def test_the_old_formats_are_read_in_the_lookups_script_call_without_a_key_per_id(
+    redis_url: str, unique: str
+) -> None:
+    """While both migration switches are on, a lookup still finds marks of both old formats (text
+    and UUID ids), and its one script call per world carries a handful of arguments, not two keys
+    per id (packed, sent and parsed for every event of a poll)."""
+    client, sent = _recording(redis_url)
+    world = f"o{unique[:10]}"
+    uid = str(uuid.uuid4())
+    ids = [f"id-{i}" for i in range(2_000)] + [uid]
+    old = [legacy_applied_key(world, "id-7"), applied_key(world, uid), applied_key(world, "id-1999")]
+    for key in old:
+        await client.set(key, b"1", ex=60)
+    marks = AppliedMarks(client, 60, buckets=4)
+    await marks.mark([(world, "id-3")])
+    try:
+        sent.clear()
+        found = await marks.applied([(world, i) for i in ids])
+        assert found == {(world, "id-7"), (world, uid), (world, "id-1999"), (world, "id-3")}
+        calls = [args for args in sent if args[0] == "EVALSHA"]
+        assert calls and all(len(c) < 50 for c in calls)  # 4 buckets x 3 slots; before: 2 keys more per id
+    finally:
+        await _drop(client, marks, [world], *old)
         await client.aclose()
 
 

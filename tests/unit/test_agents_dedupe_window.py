@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.dedupe_window import SLOTS_PER_WINDOW, Encoded, MarkWindow, decode, encode
+from agents.dedupe_window import FAMILIES, SLOTS_PER_WINDOW, Encoded, MarkWindow, decode, encode
 
 
 def test_uuid_and_cdc_ids_pack_to_16_bytes_and_others_are_kept_whole() -> None:
@@ -70,3 +70,10 @@ def test_place_is_encode_and_bucket_in_one_pass(event_id: str, buckets: int) -> 
     w = MarkWindow(3600, buckets)
     enc = encode(event_id)
     assert w.place(event_id) == (enc.family, enc.data, w.bucket(event_id))
+
+
+def test_a_key_is_its_prefix_and_its_buckets_name() -> None:
+    w = MarkWindow(3600, 300, prefix="bench:x:")
+    names = w.bucket_names()
+    assert len(names) == 300
+    assert all(w.key_prefix("w-1", 7, f) + names[b] == w.key("w-1", 7, f, b) for f in FAMILIES for b in range(300))

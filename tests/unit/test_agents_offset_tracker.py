@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,12 +11,16 @@ from hypothesis import strategies as st
 from agents.offset_tracker import (
     Arrival,
     OffsetTracker,
+    arrival,
     format_ranges,
     in_ranges,
     merge_ranges,
     parse_ranges,
     to_ranges,
 )
+from models.events import ChangeEvent, decode
+from sinks.committed_offsets import Source
+from tests.fakes import event
 
 TP = ("onto.changes.objects", 3)
 
@@ -214,3 +220,14 @@ def test_an_arrival_carries_the_source_the_committer_records() -> None:
     )  # fmt: skip
     batch = Batch.from_sources("prod", "b1", [(arrival.event, arrival.source)])
     assert batch.sources == [arrival.source]
+
+
+def test_the_intakes_arrival_is_the_frozen_arrival_with_its_ref() -> None:
+    ev = decode(event(7, world="w-2"))
+    assert isinstance(ev, ChangeEvent)
+    src = Source("t", 3, 41)
+    fast, slow = arrival(ev, src), Arrival(ev, src)
+    assert type(fast) is Arrival and fast == slow and repr(fast) == repr(slow)
+    assert fast.ref == slow.ref == ("w-2", "e7") and fast.tp == ("t", 3) and fast.offset == 41
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.ref = ("x", "y")  # type: ignore[misc]
