@@ -37,7 +37,7 @@ from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler
 from agents.letter_marks import Decisions, DecisionStore, arrival_keys, letter_key, redrive_count, split_replays
 from agents.offset_tracker import Arrival, OffsetTracker, arrival
-from agents.readtime import ReadTime
+from agents.readtime import ReadTime, to_pause
 from models.deadletter import DeadLetter
 from models.errors import WorkerError
 from models.events import EntityKind, Invalid, decode
@@ -362,20 +362,42 @@ class Applier:
     def backpressure(self) -> bool:
         # Batches keep growing while their world's commit is in flight: bound them too. Records wait
         # for their ack behind the oldest unsettled offset of their partition: bound those as well.
-        return self._held_back() or self.batches.size() >= 3 * self.settings.batch_max_events
+        return self._held_back() or self._batches_full()
+
+    def _batches_full(self) -> bool:
+        return self.batches.size() >= 3 * self.settings.batch_max_events
+
+    def _held(self) -> int:
+        return sum(map(len, self._handles.values()))
 
     def _held_back(self) -> bool:
-        """Reading is paused by what parked events hold: the gate is full, or the records waiting
+        """Reading is held back by what parked events hold: the gate is full, or the records waiting
         for their ack behind them (a parked event holds its partition's later offsets) reach
         their bound. Commits do not clear it; only a release or an expiry does."""
-        return self.gate.full or sum(map(len, self._handles.values())) >= self.settings.max_unacked_records
+        return self.gate.full or self._held() >= self.settings.max_unacked_records
+
+    def _stalled(self) -> bool:
+        """Held back past memory's hard bound (the gate full, or twice ``max_unacked_records``
+        held): every partition is paused, so the read time cannot move until something expires."""
+        return self.gate.full or self._held() >= 2 * self.settings.max_unacked_records
+
+    def to_pause(self, assigned: Collection[PartitionId]) -> set[PartitionId]:
+        """The assigned partitions the intake pauses now (``agents.readtime.to_pause``): held back
+        below the hard bound, only those read ahead of the others; with no read time known to
+        align by, lagging commits, or past the hard bound, all of them."""
+        held_back = self._held_back()
+        ceiling = self._stalled() or self._batches_full() or (held_back and self.reading is None)
+        times = self.reading.times(time.time()) if self.reading is not None and held_back else {}
+        return to_pause(assigned, times, held_back=held_back, ceiling=ceiling)
 
     def _read_time(self) -> float:
         """The read time the gate's expiry waits for (``agents.readtime``): +inf, the wall-time
-        rule alone, when the intake's reading is not known or when it is held back by the parked
-        events themselves (the watermark cannot move until something expires: waiting on it would
-        stall the worker for good; memory stays bounded and those letters are redrivable)."""
-        if self.reading is None or self._held_back():
+        rule alone, when the intake's reading is not known or when everything is paused by the
+        parked events themselves (past the hard bound the watermark cannot move until something
+        expires: waiting on it would stall the worker for good; memory stays bounded and those
+        letters are redrivable). Held back below that bound, the least-read partitions are still
+        read (``to_pause``), so the watermark moves and counts."""
+        if self.reading is None or self._stalled():
             return float("inf")
         return self.reading.watermark(time.time())
 

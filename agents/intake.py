@@ -259,14 +259,16 @@ class ChangeIntake(KafkaLoop):
                 await self._commit(self.assignment())
 
     def _apply_backpressure(self, consumer: AIOKafkaConsumer) -> None:
-        assigned = consumer.assignment()
-        if self.applier.backpressure:
-            paused = consumer.paused()
-            fresh = [tp for tp in assigned if tp not in paused]
-            if fresh:
-                consumer.pause(*fresh)
-        elif consumer.paused():
-            consumer.resume(*consumer.paused())
+        """Pause what the applier's backpressure asks (``Applier.to_pause``), resume the rest."""
+        assigned = {(tp.topic, tp.partition): tp for tp in consumer.assignment()}
+        wanted = {assigned[tp] for tp in self.applier.to_pause(assigned)}
+        paused = consumer.paused()
+        fresh = [tp for tp in assigned.values() if tp in wanted and tp not in paused]
+        if fresh:
+            consumer.pause(*fresh)
+        done = [tp for tp in paused if tp not in wanted]
+        if done:
+            consumer.resume(*done)
 
     async def _commit(self, tps: Iterable[TopicPartition]) -> None:
         """Commit the tracker's committable offset of each partition in ``tps`` that moved."""

@@ -21,12 +21,18 @@ as far as that worker applies it (its marks; the branch's log lookup), see docs/
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from sinks.committed_offsets import PartitionId
 from streams.lag import partition_lag
 
 UNKNOWN = float("-inf")
+
+# How far ahead of the least-read partition, in record time, a partition may read while parked
+# events hold reading back: a few seconds, so partitions about level are not paused and resumed in
+# turn every poll, and far below any causal timeout.
+ALIGN_MARGIN_S = 5.0
 
 
 @dataclass(slots=True)
@@ -85,6 +91,10 @@ class ReadTime:
         part = self._parts.get(tp)
         return part.timestamp if part is not None and part.timestamp is not None else UNKNOWN
 
+    def times(self, now: float) -> dict[PartitionId, float]:
+        """Each assigned partition's read time (``partition_read_time``)."""
+        return {tp: partition_read_time(now, p.position, p.highwater, p.timestamp) for tp, p in self._parts.items()}
+
     def watermark(self, now: float) -> float:
         """The worker's read time: every assigned partition is read at least this far (``now``
         when there are none)."""
@@ -92,3 +102,29 @@ class ReadTime:
             (partition_read_time(now, p.position, p.highwater, p.timestamp) for p in self._parts.values()),
             default=now,
         )
+
+
+def to_pause(
+    assigned: Collection[PartitionId],
+    read_times: Mapping[PartitionId, float],
+    *,
+    held_back: bool,
+    ceiling: bool,
+    margin: float = ALIGN_MARGIN_S,
+) -> set[PartitionId]:
+    """The partitions to pause now (the intake resumes the others).
+
+    ``ceiling``: memory's hard bound is reached (or commits lag): all of them. ``held_back``: the
+    records parked events hold reached their soft bound: only the partitions read more than
+    ``margin`` past the least-read one. Pausing all of them there stalls the worker: the causes the
+    parked events wait for sit in the partitions behind (aiokafka reads partitions in turn, so a
+    small topic runs minutes ahead of a large one), and nothing releases until the timeout
+    dead-letters them. The least-read partition is never paused, so the read time keeps moving. A
+    partition with no read time (not in ``read_times``, or unknown) counts as least read.
+    """
+    if ceiling:
+        return set(assigned)
+    if not held_back:
+        return set()
+    least = min((read_times.get(tp, UNKNOWN) for tp in assigned), default=UNKNOWN)
+    return {tp for tp in assigned if read_times.get(tp, UNKNOWN) > least + margin}

@@ -342,9 +342,10 @@ async def test_an_effect_whose_cause_is_still_unread_on_a_partition_behind_is_no
     assert [(d.event_id, d.reason) for d in dlq.letters] == [("e2", "cause-missing")]
 
 
-async def test_a_worker_held_back_by_its_parked_events_expires_on_the_wall_clock() -> None:
-    """Parked events that fill the ack bound pause reading, so read time cannot move: waiting on
-    it would stall the worker for good. The wall clock alone decides then, as before."""
+async def test_a_worker_held_back_below_the_hard_bound_waits_for_read_time() -> None:
+    """Held back by parked events below the hard bound, the partitions behind are still read
+    (``to_pause``), so read time moves: a wait whose cause may still be unread there is kept.
+    Failed before: held back meant the wall clock alone, e0 was dead-lettered."""
     applier, _, dlq, _ = make()
     applier.settings = applier.settings.replace(max_unacked_records=3)
     now = [100.0]
@@ -352,6 +353,22 @@ async def test_a_worker_held_back_by_its_parked_events_expires_on_the_wall_clock
     applier.reading = behind_reading(time.time() - 1_000)
     await applier.process([rec(0, event(0, caused_by="e9")), rec(1, event(1)), rec(2, event(2))])
     assert applier.backpressure
+    assert applier.to_pause([(OBJECTS, 0), (OBJECTS, 1)]) == {(OBJECTS, 0)}  # partition 1 is behind
+    now[0] += applier.settings.causal_timeout_s + 1
+    await applier.tick()
+    assert dlq.letters == []
+
+
+async def test_a_worker_held_back_past_the_hard_bound_expires_on_the_wall_clock() -> None:
+    """Parked events that hold twice ``max_unacked_records`` pause every partition, so read time
+    cannot move: waiting on it would stall the worker for good. The wall clock alone decides then."""
+    applier, _, dlq, _ = make()
+    applier.settings = applier.settings.replace(max_unacked_records=3)
+    now = [100.0]
+    applier.clock = lambda: now[0]
+    applier.reading = behind_reading(time.time() - 1_000)
+    await applier.process([rec(0, event(0, caused_by="e9"))] + [rec(i, event(i)) for i in range(1, 6)])
+    assert applier.to_pause([(OBJECTS, 0), (OBJECTS, 1)]) == {(OBJECTS, 0), (OBJECTS, 1)}
     now[0] += applier.settings.causal_timeout_s + 1
     await applier.tick()
     assert [(d.event_id, d.reason) for d in dlq.letters] == [("e0", "cause-missing")]

@@ -13,7 +13,7 @@ from agents.batching import BatchAccumulator
 from agents.causal import CAUSAL_CYCLE, CAUSE_MISSING, SELF_CAUSED, CausalGate, GateOutput
 from agents.dedupe import STALE_VERSION, decide_versions, drop_duplicates, entity_ref, refs_to_check
 from agents.offset_tracker import Arrival, EventRef, OffsetTracker
-from agents.readtime import UNKNOWN, ReadTime
+from agents.readtime import UNKNOWN, ReadTime, to_pause
 from models.events import ChangeEvent, EntityKind
 from sinks.committed_offsets import Source
 from tests.factories import change_event
@@ -795,3 +795,21 @@ def test_committing_a_batch_in_one_pass_equals_one_ref_at_a_time(
         assert one.unknown_causes() == many.unknown_causes()
         one.expire(now=t * 3)
         many.expire(now=t * 3)
+
+
+def test_held_back_only_the_partitions_read_ahead_pause_and_past_the_ceiling_all() -> None:
+    """The soak's stall (2026-12-02): pausing every partition while parked events held reading
+    back also paused the partitions behind that hold their causes."""
+    parts = [(OBJECTS, 0), (OBJECTS, 1), (LINKS, 0), (LINKS, 1)]
+    times = {(OBJECTS, 0): 100.0, (OBJECTS, 1): 103.0, (LINKS, 0): 400.0, (LINKS, 1): 900.0}
+    assert to_pause(parts, times, held_back=True, ceiling=False) == {(LINKS, 0), (LINKS, 1)}
+    assert to_pause(parts, times, held_back=False, ceiling=False) == set()
+    assert to_pause(parts, times, held_back=True, ceiling=True) == set(parts)  # the hard bound
+    assert to_pause(parts, times, held_back=False, ceiling=True) == set(parts)  # commits lagging
+    # Not read yet (unknown, or not in the read times): least read, kept; the others wait for it.
+    assert to_pause(parts, {**times, (OBJECTS, 1): UNKNOWN}, held_back=True, ceiling=False) == {
+        (OBJECTS, 0),
+        (LINKS, 0),
+        (LINKS, 1),
+    }
+    assert to_pause(parts, {}, held_back=True, ceiling=False) == set()

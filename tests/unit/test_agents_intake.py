@@ -473,3 +473,29 @@ async def test_each_poll_tells_the_applier_how_far_every_partition_is_read_in_re
     assert intake.reading.watermark(9_999.0) == 9_999.0
     await intake.on_revoked([P0, P1])
     assert intake.reading.watermark(9_999.0) == 9_999.0 and intake.reading.at((TOPIC, 0)) == float("-inf")
+
+
+async def test_held_back_by_parked_effects_the_partition_behind_is_still_read_and_releases_them() -> None:
+    """The soak's stall (2026-12-02): effects parked on P0, read minutes ahead of P1 in record
+    time, held every later P0 record for its ack; at ``max_unacked_records`` every partition was
+    paused, P1 too, which holds their cause: nothing released until the timeout dead-lettered them.
+    Now only P0 (ahead) pauses. Failed before: P1 paused, e0 never committed."""
+    consumer = MarkedConsumer({P0, P1}, {P0: 50, P1: 50})
+    intake, committer, _ = intake_with(consumer)
+    applier = intake.applier
+    applier.reading = intake.reading  # what start() does
+    applier.settings = applier.settings.replace(max_unacked_records=2)
+
+    def at(tp: TopicPartition, offset: int, value: bytes, seconds: float) -> ConsumerRecord:
+        return dataclasses.replace(record(tp, offset, value), timestamp=int(seconds * 1000))
+
+    ahead = [at(P0, 0, event(0, caused_by="e9"), 1_000), at(P0, 1, event(1), 1_000), at(P0, 2, event(2), 1_000)]
+    consumer.polls.append({P0: ahead, P1: [at(P1, 0, event(5), 500)]})
+    await intake.step()
+    assert applier.backpressure and "e0" not in committed_ids(committer)
+    consumer.polls.append({P0: [at(P0, 3, event(3), 1_001)], P1: [at(P1, 1, event(9), 600)]})
+    await intake.step()
+    assert consumer.paused() == {P0}  # P0 is 500 s ahead of P1 in record time
+    assert {"e0", "e9"} <= set(committed_ids(committer))
+    await intake.step()  # released: nothing held back any more, P0 resumes
+    assert consumer.paused() == set() and "e3" in committed_ids(committer)
