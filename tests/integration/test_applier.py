@@ -154,6 +154,53 @@ async def test_an_effect_whose_cause_is_deep_in_a_backlog_outlasts_a_short_timeo
         pipe.stop_all()
 
 
+async def test_an_effect_parked_past_the_ack_bound_is_released_by_the_partitions_behind(
+    unique: str, tmp_path: Path
+) -> None:
+    """The soak's stall (2026-12-02 early morning): a link parked on an object event still unread
+    in the objects backlog holds every later record of its links partition for its ack; once those
+    reach ``max_unacked_records`` the intake paused every partition, the objects ones too, so the
+    cause could not be read and the link waited out its timeout in wall time (dead-lettered). Now
+    only partitions read ahead pause and the objects backlog is still read: the link is applied.
+    Failed before: the link was dead-lettered as ``cause-missing``."""
+    pipe = await Pipeline.create(
+        unique, tmp_path, causal_timeout_s=1.0, batch_max_events=50, max_unacked_records=500
+    )
+    try:
+        backlog = [_event(pipe, n, f"b-{n}") for n in range(3_000)]
+        cause = _event(pipe, 10_000, "cause")
+
+        def link(version: int, caused_by: str | None) -> ChangeEvent:
+            return change_event(
+                f"{pipe.unique}-link-{version}",
+                world="prod",
+                entity_type="Feeds",
+                kind=EntityKind.LINK,
+                from_pk="cause",
+                to_pk="b-0",
+                change=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
+                version=version,
+                after={"n": version},
+                caused_by=caused_by,
+                occurred_at_ms=1_767_225_600_000 + version,
+                schema_version=1,
+            )
+
+        # Same key: one links partition, every later record held behind the parked first one.
+        links = [link(1, cause.event_id)] + [link(v, None) for v in range(2, 602)]
+        await pipe.publish([_rec(e) for e in backlog])
+        await asyncio.sleep(0.05)  # the links' record time is after the backlog's
+        await pipe.publish([_rec(e) for e in links] + [_rec(cause)])
+        pipe.start_worker()
+        await pipe.wait_drained(timeout=240)
+        assert await pipe.dead_letters() == []
+        state = pipe.state("prod")
+        assert state.event_ids[links[0].event_id] == 1 and state.event_ids[cause.event_id] == 1
+        assert state.event_ids[links[-1].event_id] == 1
+    finally:
+        pipe.stop_all()
+
+
 def _event_log(pipe: Pipeline) -> dict[str, object]:
     from sinks.catalog import NessieCatalog
 
