@@ -16,8 +16,8 @@ Rules (issue 5, BRIEF guarantee 3):
   has passed *and* the intake's read time (``read_time``: how far the worker has read every one of
   its partitions, ``agents.readtime``) has passed ``T + timeout_s``. A worker behind reads some
   partitions minutes behind others; a cause still unread there is late, not missing. The caller
-  passes ``read_time=inf`` where reading cannot move (nothing known, or the intake paused by the
-  parked events themselves), which is the wall-time rule alone.
+  passes ``read_time=inf`` where reading cannot move (nothing known, or every partition paused by
+  the parked events themselves past memory's hard bound), which is the wall-time rule alone.
 - Cycles are ``causal-cycle``: the gate keeps a wait-for graph (an event waits for its cause and for
   the event ahead of it on its key). A new parked event can only close a cycle through itself, so it
   is searched for then, and only when something already waits on the new event. Every event whose

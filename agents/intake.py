@@ -19,9 +19,10 @@ One step, under ``_lock`` (the same lock the rebalance listener, the tick and ``
    events, in order.
 
 On revoke the listener flushes what is released, commits, and lets the applier drop the revoked
-partitions' parked events (the next owner re-reads them). While the causal gate is full, the
-assigned partitions are paused: the loop keeps polling (group membership stays alive) but reads
-nothing until causes arrive or waits expire.
+partitions' parked events (the next owner re-reads them). Under backpressure the partitions the
+applier names are paused (``Applier.to_pause``): held back by parked events, only those read ahead
+in record time, so the causes they wait for are still read; past memory's hard bound, or while
+commits lag, all of them. The loop keeps polling (group membership stays alive).
 """
 
 from __future__ import annotations

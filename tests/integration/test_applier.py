@@ -163,9 +163,7 @@ async def test_an_effect_parked_past_the_ack_bound_is_released_by_the_partitions
     cause could not be read and the link waited out its timeout in wall time (dead-lettered). Now
     only partitions read ahead pause and the objects backlog is still read: the link is applied.
     Failed before: the link was dead-lettered as ``cause-missing``."""
-    pipe = await Pipeline.create(
-        unique, tmp_path, causal_timeout_s=1.0, batch_max_events=50, max_unacked_records=500
-    )
+    pipe = await Pipeline.create(unique, tmp_path, causal_timeout_s=1.0, batch_max_events=50, max_unacked_records=500)
     try:
         backlog = [_event(pipe, n, f"b-{n}") for n in range(3_000)]
         cause = _event(pipe, 10_000, "cause")
