@@ -66,6 +66,24 @@ def _event(pipe: Pipeline, n: int, pk: str, caused_by: str | None = None, versio
     )
 
 
+def _link(pipe: Pipeline, name: str, version: int, caused_by: str | None = None) -> ChangeEvent:
+    """A version of the link ``cause`` → ``b-0`` (one key: one links partition)."""
+    return change_event(
+        f"{pipe.unique}-{name}",
+        world="prod",
+        entity_type="Feeds",
+        kind=EntityKind.LINK,
+        from_pk="cause",
+        to_pk="b-0",
+        change=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
+        version=version,
+        after={"n": version},
+        caused_by=caused_by,
+        occurred_at_ms=1_767_225_600_000 + version,
+        schema_version=1,
+    )
+
+
 def _rec(ev: ChangeEvent) -> Record:
     return Record(ev.kind, ev.key.encode(), ev.encode(), ev)
 
@@ -127,19 +145,7 @@ async def test_an_effect_whose_cause_is_deep_in_a_backlog_outlasts_a_short_timeo
     try:
         backlog = [_event(pipe, n, f"b-{n}") for n in range(3_000)]
         cause = _event(pipe, 10_000, "cause")
-        link = change_event(
-            f"{pipe.unique}-link",
-            world="prod",
-            entity_type="Feeds",
-            kind=EntityKind.LINK,
-            from_pk="cause",
-            to_pk="b-0",
-            change=ChangeType.CREATE,
-            after={"n": 1},
-            caused_by=cause.event_id,
-            occurred_at_ms=1_767_225_600_000,
-            schema_version=1,
-        )
+        link = _link(pipe, "link", 1, cause.event_id)
         await pipe.publish([_rec(e) for e in backlog])
         await asyncio.sleep(0.05)  # the link's record time is after the backlog's
         await pipe.publish([_rec(link), _rec(cause)])
@@ -168,24 +174,8 @@ async def test_an_effect_parked_past_the_ack_bound_is_released_by_the_partitions
         backlog = [_event(pipe, n, f"b-{n}") for n in range(3_000)]
         cause = _event(pipe, 10_000, "cause")
 
-        def link(version: int, caused_by: str | None) -> ChangeEvent:
-            return change_event(
-                f"{pipe.unique}-link-{version}",
-                world="prod",
-                entity_type="Feeds",
-                kind=EntityKind.LINK,
-                from_pk="cause",
-                to_pk="b-0",
-                change=ChangeType.CREATE if version == 1 else ChangeType.UPDATE,
-                version=version,
-                after={"n": version},
-                caused_by=caused_by,
-                occurred_at_ms=1_767_225_600_000 + version,
-                schema_version=1,
-            )
-
         # Same key: one links partition, every later record held behind the parked first one.
-        links = [link(1, cause.event_id)] + [link(v, None) for v in range(2, 602)]
+        links = [_link(pipe, "link-1", 1, cause.event_id)] + [_link(pipe, f"link-{v}", v) for v in range(2, 602)]
         await pipe.publish([_rec(e) for e in backlog])
         await asyncio.sleep(0.05)  # the links' record time is after the backlog's
         await pipe.publish([_rec(e) for e in links] + [_rec(cause)])
