@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pyiceberg.partitioning import PartitionSpec
 
 from bench.commit_stages import StageTimer, file_kind
@@ -36,7 +37,9 @@ def test_files_written_while_installed_are_counted_once_each(tmp_path: Path) -> 
     assert "| entity_edge | 0.00 | 0.00 | 0.50 | 0.00 | 0.50 | 1.00 |" in timer.files_table(2)
 
 
-def test_a_data_file_written_through_the_writer_is_counted_once(tmp_path: Path) -> None:
+def test_a_data_file_written_through_the_writer_is_counted_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``sinks.datafiles`` binds ``write_file`` by name: imported after the patch it counted twice."""
     import sys
 
@@ -46,20 +49,21 @@ def test_a_data_file_written_through_the_writer_is_counted_once(tmp_path: Path) 
     from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
     from pyiceberg.types import LongType, NestedField
 
+    import sinks
     from sinks import fileio
 
-    kept = sys.modules.pop("sinks.datafiles", None)  # first imported while the timer is being installed
+    # First imported while the timer is being installed. Both the module table's entry and the
+    # package's attribute come back after the test: restoring the entry alone left ``sinks.datafiles``
+    # naming the fresh copy, so later tests patched a module the writers do not use.
+    monkeypatch.delitem(sys.modules, "sinks.datafiles", raising=False)
+    monkeypatch.delattr(sinks, "datafiles", raising=False)
     schema = Schema(NestedField(1, "n", LongType(), required=False))
     metadata = new_table_metadata(schema, PartitionSpec(), UNSORTED_SORT_ORDER, f"file://{tmp_path}/entity_edge", {})
     io = fileio.file_io({}, f"file://{tmp_path}")
     timer = StageTimer()
-    try:
-        with timer.installed():
-            from sinks.rowdelta import write_data_files
+    with timer.installed():
+        from sinks.rowdelta import write_data_files
 
-            (written,) = write_data_files(metadata, pa.table({"n": pa.array([1, 2], pa.int64())}), io)
-    finally:
-        if kept is not None:  # other tests hold the module imported first
-            sys.modules["sinks.datafiles"] = kept
+        (written,) = write_data_files(metadata, pa.table({"n": pa.array([1, 2], pa.int64())}), io)
     assert written.record_count == 2
     assert dict(timer.files) == {("entity_edge", "data"): 1}
