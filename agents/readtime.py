@@ -98,10 +98,7 @@ class ReadTime:
     def watermark(self, now: float) -> float:
         """The worker's read time: every assigned partition is read at least this far (``now``
         when there are none)."""
-        return min(
-            (partition_read_time(now, p.position, p.highwater, p.timestamp) for p in self._parts.values()),
-            default=now,
-        )
+        return min(self.times(now).values(), default=now)
 
 
 def to_pause(

@@ -111,7 +111,8 @@ class Compaction:
         carried = sum(state.files[p].data_file.record_count - len(dead) for p, dead in unpartitioned)
         with_flush = unpartitioned if carried <= budget else []
         taken = {p for p, _ in chosen}
-        chosen = [c for c in chosen if c[0] not in {p for p, _ in with_flush}]
+        going_with_flush = {p for p, _ in with_flush}
+        chosen = [c for c in chosen if c[0] not in going_with_flush]
         # Small files (one per flush and partition) are bin-packed per partition and size tier, once
         # a tier holds more than max_small_files of them, under the same budget but never less than
         # small_files_min_rows: a flush that deletes little (new keys, one hot key updated) would
