@@ -24,7 +24,8 @@ Order of one attempt (every decision is taken against the head it read, and take
    (``"100-180,182-200"``; offsets the branch had already recorded are not repeated).
 
 Failures (the loop is :mod:`sinks.occ`, shared with every other writer): ``NessieConflict`` (a
-touched table moved since ``H``) → jittered exponential backoff, reload, re-apply from scratch, up
+touched table moved since ``H``) → jittered exponential backoff, reload, re-apply from scratch (the
+data files of rows an earlier attempt wrote alike are taken, :mod:`sinks.attempt_files`), up
 to ``Settings.commit_retries`` retries, then ``RetriesExhausted`` is raised and the caller acks
 nothing. ``CommitStateUnknown`` → the history since ``H`` is searched for
 a commit carrying this batch id; if one is found the batch counts as committed, otherwise it is
