@@ -16,7 +16,7 @@ import heapq
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -118,21 +118,45 @@ class OffsetSet:
         # One merge of two sorted lists: an insert per range (bisect, then a slice assignment that
         # moves the tail) made every commit's merge of a batch's offsets cost ~3 % of the samples.
         self.raise_floor(other.floor)
-        if other.ranges:
-            self.ranges = _union(self.ranges, other.ranges, self.floor)
-            self._absorb()
+        added = other.ranges
+        if not added:
+            return
+        ranges = self.ranges
+        last = ranges[-1][1] if ranges else self.floor - 1
+        if added[0][0] > last and _canonical(added):
+            # The common merge: a batch's offsets all past what the branch holds. Appended without
+            # a pass over the held ranges (a world's set above the floor is mostly single offsets,
+            # hundreds of them, and the Python pass over them was most of the map's merge).
+            if ranges and added[0][0] == last + 1:
+                ranges[-1] = (ranges[-1][0], added[0][1])
+                ranges.extend(added[1:])
+            else:
+                ranges.extend(added)
+        else:
+            # Released parked events bring offsets below the last held one: only the held ranges
+            # from the first that may touch them on are merged, the ones before kept by a slice.
+            i = bisect.bisect_left(ranges, added[0][0] - 1, key=_end)
+            self.ranges = ranges[:i] + _union(ranges[i:], added, self.floor) if i else _union(ranges, added, self.floor)
+        self._absorb()
 
     def raise_floor(self, floor: int) -> None:
         """Everything below ``floor`` is settled: drop detail under it."""
         if floor <= self.floor:
             return
         self.floor = floor
-        kept: list[tuple[int, int]] = []
-        for a, b in self.ranges:
-            if b >= floor:
-                kept.append((max(a, floor), b))
+        ranges = self.ranges
+        # Ends are sorted like starts (disjoint ranges): the first range that survives is found by
+        # bisection and the rest kept by one slice, not a Python pass over every range.
+        i = bisect.bisect_left(ranges, floor, key=_end)
+        kept = ranges[i:]
+        if kept and kept[0][0] < floor:
+            kept[0] = (floor, kept[0][1])
         self.ranges = kept
         self._absorb()
+
+    def copy(self) -> OffsetSet:
+        """An independent copy (the ranges are immutable tuples: the list is what is copied)."""
+        return OffsetSet(self.floor, list(self.ranges))
 
     def _absorb(self) -> None:
         ranges, n = self.ranges, 0
@@ -165,6 +189,21 @@ class OffsetSet:
     def __str__(self) -> str:
         text = self.format()
         return f"<{self.floor}" + (f",{text}" if text else "") if self.floor else text
+
+
+def _end(r: tuple[int, int]) -> int:
+    return r[1]
+
+
+def _canonical(ranges: list[tuple[int, int]]) -> bool:
+    """Sorted, disjoint and not touching: what every ``OffsetSet`` holds (``of``, ``parse``,
+    ``add_range`` keep it so); checked where a merge would take ``ranges`` as they are."""
+    last = None
+    for a, b in ranges:
+        if b < a or (last is not None and a <= last + 1):
+            return False
+        last = b
+    return True
 
 
 def _union(a: list[tuple[int, int]], b: list[tuple[int, int]], floor: int) -> list[tuple[int, int]]:
@@ -203,12 +242,76 @@ def format_ranges(offsets: Iterable[int]) -> str:
 
 OffsetMap = dict[PartitionId, OffsetSet]
 
+_Stored = Mapping[str, object]
+"""One partition's entry as stored: ``{"floor": ..., "ranges": "..."}``."""
+
+
+def _parse_stored(doc: _Stored) -> OffsetSet:
+    return OffsetSet.from_json(doc)
+
+
+class StoredMap(Mapping[PartitionId, OffsetSet]):
+    """A committed-offset map read from its stored text: each partition's entry is kept as read and
+    parsed into an :class:`OffsetSet` only when asked for; the partitions a merge changed are sets.
+
+    With two workers every world's map holds both workers' partitions, and a commit reads the map
+    the other worker wrote last: parsing and re-formatting all of it was 8 % of a 2-worker run's
+    samples. A commit asks only for its batch's partitions (the worker's own) and carries the
+    others to the map it writes as the entries it read, so its cost on the map follows its own
+    partitions, not the number of writers. Read-only: :func:`merge_maps` makes a new one.
+    """
+
+    __slots__ = ("_parse", "_sets", "_stored")
+
+    def __init__(
+        self,
+        stored: dict[PartitionId, _Stored],
+        sets: dict[PartitionId, OffsetSet] | None = None,
+        parse: Callable[[PartitionId, _Stored], OffsetSet] | None = None,
+    ) -> None:
+        #: Entries whose stored form is current (a partition also in ``_sets`` was parsed from it).
+        self._stored = stored
+        #: Parsed sets, and the sets of partitions changed since the text was read (not in ``_stored``).
+        self._sets = sets if sets is not None else {}
+        self._parse = parse or (lambda _tp, doc: _parse_stored(doc))
+
+    def __getitem__(self, tp: PartitionId) -> OffsetSet:
+        found = self._sets.get(tp)
+        if found is None:
+            found = self._sets[tp] = self._parse(tp, self._stored[tp])
+        return found
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self._stored or tp in self._sets
+
+    def __iter__(self) -> Iterator[PartitionId]:
+        yield from self._stored
+        yield from (tp for tp in self._sets if tp not in self._stored)
+
+    def __len__(self) -> int:
+        return len(self._stored) + sum(1 for tp in self._sets if tp not in self._stored)
+
+    def entries(self) -> dict[PartitionId, _Stored]:
+        """Every partition's stored form: as read where unchanged, formatted where changed."""
+        out: dict[PartitionId, _Stored] = dict(self._stored)
+        for tp, s in self._sets.items():
+            if tp not in self._stored:
+                out[tp] = s.to_json()
+        return out
+
+    def changed(self) -> dict[PartitionId, OffsetSet]:
+        """The sets of the partitions changed since the text was read (what a writer formats)."""
+        return {tp: s for tp, s in self._sets.items() if tp not in self._stored}
+
 
 def dumps_map(offsets: Mapping[PartitionId, OffsetSet]) -> str:
     """The JSON summary stored as a table property (sorted, stable)."""
-    return orjson.dumps(
-        {tp_name(tp): s.to_json() for tp, s in sorted(offsets.items())}, option=orjson.OPT_SORT_KEYS
-    ).decode()
+    entries = offsets.entries() if isinstance(offsets, StoredMap) else {tp: s.to_json() for tp, s in offsets.items()}
+    return _dumps_entries(entries)
+
+
+def _dumps_entries(entries: Mapping[PartitionId, _Stored]) -> str:
+    return orjson.dumps({tp_name(tp): e for tp, e in entries.items()}, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def loads_map(text: str | None) -> OffsetMap:
@@ -218,55 +321,97 @@ def loads_map(text: str | None) -> OffsetMap:
     return {parse_tp(name): OffsetSet.from_json(v) for name, v in doc.items()}
 
 
+def _stored_entries(text: str | None) -> dict[PartitionId, _Stored]:
+    return {parse_tp(name): v for name, v in orjson.loads(text).items()} if text else {}
+
+
 def merge_maps(
     base: Mapping[PartitionId, OffsetSet],
     added: Mapping[PartitionId, OffsetSet],
     settled: Mapping[PartitionId, int] | None = None,
-) -> OffsetMap:
-    """``base ∪ added``, with each partition's floor raised to ``settled`` where given."""
-    out: OffsetMap = {tp: OffsetSet(s.floor, list(s.ranges)) for tp, s in base.items()}
-    for tp, s in added.items():
-        out.setdefault(tp, OffsetSet()).update(s)
-    for tp, floor in (settled or {}).items():
-        out.setdefault(tp, OffsetSet()).raise_floor(floor)
-    return out
+) -> StoredMap:
+    """``base ∪ added``, with each partition's floor raised to ``settled`` where given.
+
+    Only the partitions of ``added`` and ``settled`` are read and copied; the others are carried as
+    ``base`` holds them (a :class:`StoredMap`'s entries as read). A merged partition that equals
+    what ``base`` held keeps its stored form. ``base`` is never changed.
+    """
+    settled = settled or {}
+    touched = added.keys() | settled.keys()
+    stored: dict[PartitionId, _Stored]
+    if isinstance(base, StoredMap):
+        stored = {tp: e for tp, e in base._stored.items() if tp not in touched}
+        sets = {tp: s.copy() for tp, s in base._sets.items() if tp not in touched and tp not in base._stored}
+    else:
+        stored, sets = {}, {tp: s.copy() for tp, s in base.items() if tp not in touched}
+    for tp in touched:
+        held = base[tp] if tp in base else None
+        s = held.copy() if held is not None else OffsetSet()
+        if tp in added:
+            s.update(added[tp])
+        if tp in settled:
+            s.raise_floor(settled[tp])
+        if held is not None and isinstance(base, StoredMap) and tp in base._stored and s == held:
+            stored[tp] = base._stored[tp]
+        sets[tp] = s
+    return StoredMap(stored, sets)
 
 
 def copy_map(offsets: Mapping[PartitionId, OffsetSet]) -> OffsetMap:
     """An independent copy (its sets can be changed without touching ``offsets``)."""
-    return {tp: OffsetSet(s.floor, list(s.ranges)) for tp, s in offsets.items()}
+    return {tp: s.copy() for tp, s in offsets.items()}
 
 
 class MapMemo:
-    """The committed-offset map last written per branch, so the next commit there parses nothing.
+    """What this worker last wrote per branch and partition, so the next commit parses nothing.
 
     Every commit reads the map from the branch's ``entity_events`` properties and writes the merged
-    one back; the text a commit reads is, in steady state, the text the same worker wrote last on
-    that branch. A read whose text equals the remembered text gets a copy of the remembered map
-    (what ``loads_map`` of that text returns); any other text is parsed. Bounded: the least
-    recently used branches are forgotten past ``max_branches``.
+    one back. With one worker the text it reads is the text it wrote last on that branch: served
+    whole, no JSON parsed. With several, the text is another worker's, but that worker changed only
+    its own partitions' entries: this worker's entries are still what it wrote, so a partition whose
+    stored entry equals the one remembered gets a copy of the remembered set, and any other entry is
+    parsed. Bounded: the least recently used branches (and partitions) are forgotten past the bound.
     """
 
-    def __init__(self, max_branches: int = 1024) -> None:
+    def __init__(self, max_branches: int = 1024, max_partitions: int = 16384) -> None:
         self.max_branches = max_branches
-        self._last: OrderedDict[str, tuple[str, OffsetMap]] = OrderedDict()
+        self.max_partitions = max_partitions
+        self._last: OrderedDict[str, tuple[str, dict[PartitionId, _Stored]]] = OrderedDict()
+        self._sets: OrderedDict[tuple[str, PartitionId], tuple[_Stored, OffsetSet]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def loads(self, branch: str, text: str | None) -> OffsetMap:
-        """``loads_map(text)``, served from what was last written on ``branch`` when the text is that."""
+    def loads(self, branch: str, text: str | None) -> StoredMap:
+        """The map ``text`` holds (equal to ``loads_map(text)``), each partition parsed only when
+        asked for and served from what was last written on ``branch`` where its entry is that."""
         with self._lock:
             hit = self._last.get(branch)
-        if hit is not None and text and hit[0] == text:
-            return copy_map(hit[1])
-        return loads_map(text)
+        stored = dict(hit[1]) if hit is not None and text and hit[0] == text else _stored_entries(text)
+        return StoredMap(stored, parse=lambda tp, doc: self._parse(branch, tp, doc))
+
+    def _parse(self, branch: str, tp: PartitionId, doc: _Stored) -> OffsetSet:
+        with self._lock:
+            hit = self._sets.get((branch, tp))
+            if hit is not None:
+                self._sets.move_to_end((branch, tp))
+        if hit is not None and hit[0] == doc:
+            return hit[1].copy()
+        return _parse_stored(doc)
 
     def dumps(self, branch: str, offsets: Mapping[PartitionId, OffsetSet]) -> str:
         """``dumps_map(offsets)``, remembered as the text of ``branch``'s next read."""
-        text = dumps_map(offsets)
-        kept = copy_map(offsets)
+        if not isinstance(offsets, StoredMap):
+            offsets = StoredMap({}, copy_map(offsets))
+        entries = offsets.entries()
+        text = _dumps_entries(entries)
+        kept = {tp: (entries[tp], s.copy()) for tp, s in offsets.changed().items()}
         with self._lock:
-            self._last[branch] = (text, kept)
+            self._last[branch] = (text, entries)
             self._last.move_to_end(branch)
             while len(self._last) > self.max_branches:
                 self._last.popitem(last=False)
+            for tp, entry in kept.items():
+                self._sets[(branch, tp)] = entry
+                self._sets.move_to_end((branch, tp))
+            while len(self._sets) > self.max_partitions:
+                self._sets.popitem(last=False)
         return text

@@ -24,7 +24,8 @@ Order of one attempt (every decision is taken against the head it read, and take
    (``"100-180,182-200"``; offsets the branch had already recorded are not repeated).
 
 Failures (the loop is :mod:`sinks.occ`, shared with every other writer): ``NessieConflict`` (a
-touched table moved since ``H``) → jittered exponential backoff, reload, re-apply from scratch, up
+touched table moved since ``H``) → jittered exponential backoff, reload, re-apply from scratch (the
+data files of rows an earlier attempt wrote alike are taken, :mod:`sinks.attempt_files`), up
 to ``Settings.commit_retries`` retries, then ``RetriesExhausted`` is raised and the caller acks
 nothing. ``CommitStateUnknown`` → the history since ``H`` is searched for
 a commit carrying this batch id; if one is found the batch counts as committed, otherwise it is
@@ -105,11 +106,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
+from sinks.attempt_files import AttemptFiles, write_key
 from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import (
     MapMemo,
@@ -272,9 +276,13 @@ class BatchCommitter:
         """
         branch = self.naming.branch(batch.world_id)
         started = time.monotonic()
+        # One time and one record of written files for every attempt of the batch: a retry after a
+        # conflict takes the rows' files an earlier attempt wrote when it writes the same rows.
+        now = datetime.now(UTC)
+        files = AttemptFiles()
 
         def attempt(cat: NessieCatalog, base: str, n: int) -> CommitOutcome:
-            return self._attempt(cat, batch, branch, n, base)
+            return self._attempt(cat, batch, branch, n, base, now, files)
 
         def landed(found: str, attempts: int) -> CommitOutcome:
             log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
@@ -358,10 +366,19 @@ class BatchCommitter:
 
     # --- one attempt -----------------------------------------------------------------------------
 
-    def _attempt(self, cat: NessieCatalog, batch: Batch, branch: str, attempt: int, base: str) -> CommitOutcome:
+    def _attempt(
+        self,
+        cat: NessieCatalog,
+        batch: Batch,
+        branch: str,
+        attempt: int,
+        base: str,
+        now: datetime,
+        files: AttemptFiles | None = None,
+    ) -> CommitOutcome:
         """Stage and publish the batch against ``base`` (pinned by ``cat.begin()``)."""
         ns = self.settings.namespace
-        now = datetime.now(UTC)
+        files = files or AttemptFiles()
         cat.prefetch([(ns, d.name) for d in (EVENTS, COMMON, EDGE)])  # read with the head by ``begin`` already
         tables = {d.name: self._load_or_create(cat, ns, d) for d in (EVENTS, COMMON, EDGE)}
         events_table = tables[EVENTS.name]
@@ -408,7 +425,9 @@ class BatchCommitter:
             evs = [ev for ev, _ in items if ev.kind is kind]
             if not evs:
                 continue
-            st = apply_projection(tables[tdef.name], tdef, evs, batch.batch_id, now, self.file_cache, self.compaction)
+            st = apply_projection(
+                tables[tdef.name], tdef, evs, batch.batch_id, now, self.file_cache, self.compaction, files
+            )
             stats[tdef.name] = st[0]
             stale_ids |= st[1]
         # A stale event whose id the log already holds is a copy of an applied one: a duplicate.
@@ -426,6 +445,7 @@ class BatchCommitter:
             now,
             stale_ids,
             {OFFSETS_PROPERTY: self.offset_maps.dumps(branch, merged)} | extra,
+            files,
         )
 
         properties = {
@@ -487,27 +507,39 @@ class BatchCommitter:
         now: datetime,
         stale_ids: set[str],
         properties: dict[str, str],
+        files: AttemptFiles,
     ) -> FlushStats:
         stats = FlushStats()
         tx = table.transaction()
         tx.set_properties(properties)
         if items:
-            arrow = events_arrow(items, batch.batch_id, now, stale_ids, arrow_schema(table.schema()))
-            # Through causeway's writer and snapshot producer, not pyiceberg's append: one writer
-            # set-up per flush, manifests written in one block and handed to the manifest cache
-            # (the log's compaction plans from them next), the snapshot still an "append".
-            written = write_data_files_with_rows(tx.table_metadata, arrow, table.io)
+            metadata = tx.table_metadata
+
+            def write() -> tuple[list[tuple[DataFile, pa.Table]], int, float]:
+                arrow = events_arrow(items, batch.batch_id, now, stale_ids, arrow_schema(table.schema()))
+                # Through causeway's writer and snapshot producer, not pyiceberg's append: one writer
+                # set-up per flush, manifests written in one block and handed to the manifest cache
+                # (the log's compaction plans from them next), the snapshot still an "append".
+                return write_data_files_with_rows(metadata, arrow, table.io), arrow.num_rows, arrow.nbytes
+
+            key = (
+                EVENTS.name,
+                write_key(metadata),
+                tuple((ev.event_id, src) for ev, src in items),
+                frozenset(stale_ids),
+            )
+            written, num_rows, nbytes = files.written(key, write)
             RowDelta(tx).add(f for f, _ in written).commit()
             small = self.settings.target_file_bytes // 4
             for f, rows in written:  # the log's compaction merges small files: it takes these rows
                 if f.file_size_in_bytes < small:
                     self.file_cache.seed_rows(f.file_path, rows)
-            stats.rows_written = arrow.num_rows
+            stats.rows_written = num_rows
             snap = tx.table_metadata.current_snapshot()
             if snap is not None and snap.summary is not None:
                 stats.bytes_written = int(snap.summary.get("added-files-size", "0") or 0)
                 stats.files_added = int(snap.summary.get("added-data-files", "0") or 0)
-            row_bytes = arrow.nbytes / arrow.num_rows
+            row_bytes = nbytes / num_rows
             compact_log(  # inside each partition
                 tx,
                 self.settings.target_file_bytes,

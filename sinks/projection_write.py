@@ -10,11 +10,13 @@ in the table's transaction, staged for the batch's one Nessie commit.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
@@ -22,6 +24,7 @@ from pyiceberg.table.update import AddPartitionSpecUpdate
 
 from models.events import ChangeEvent
 from sinks import projection
+from sinks.attempt_files import AttemptFiles, write_key
 from sinks.compaction import Compaction, Rewrites
 from sinks.flush_stats import FlushStats
 from sinks.layout import key_filter, unpartitioned_spec, writes_one_file
@@ -37,7 +40,7 @@ from sinks.rowdelta import (
     write_split,
 )
 from sinks.rows import projection_arrow
-from sinks.tables import TableDef, arrow_schema, contracts
+from sinks.tables import SCHEMA_PROPERTY_PREFIX, TableDef, arrow_schema, contracts
 
 
 def carry_stored_properties(table: Table, tdef: TableDef, plan: projection.Plan, keys: set[projection.Key]) -> None:
@@ -97,6 +100,17 @@ def _write_batches(
     return [split_rows(fresh, one, schema), *others], None if one.spec_id in metadata.specs() else one
 
 
+@dataclass(frozen=True)
+class _Written:
+    """What a flush wrote of its new rows (and the rows it carried from rewritten files)."""
+
+    files: list[tuple[DataFile, pa.Table]]
+    new_spec: PartitionSpec | None
+    rows_written: int
+    unconverted: int
+    data_rows: int
+
+
 def apply_projection(
     table: Table,
     tdef: TableDef,
@@ -105,7 +119,11 @@ def apply_projection(
     now: datetime,
     cache: FileCache,
     policy: Compaction,
+    files: AttemptFiles | None = None,
 ) -> tuple[FlushStats, set[str]]:
+    """Stage the batch's ``events`` on ``table`` in a transaction of its own; returns the flush's
+    costs and the ids of the events the version rule refused. ``files``: what earlier attempts of
+    the batch wrote (a retry writing the same rows takes their files)."""
     type_col, pk_col = tdef.key
     keys, types = projection.touched(events)
     pks = pa.array(sorted({pk for _, pk in keys}), pa.string())
@@ -147,42 +165,68 @@ def apply_projection(
             new_deletes.setdefault(path, []).append(pos)
     stats.rows_deleted = sum(len(v) for v in new_deletes.values())
 
-    # Typed columns follow the table's schema *at this head* (schema sync may have evolved it
-    # since the last attempt) and the contracts recorded with it.
-    unconverted: Counter[str] = Counter()
-    rows = projection_arrow(
-        tdef,
-        list(plan.rows.values()),
-        batch_id,
-        now,
-        arrow_schema(table.schema()),
-        contracts(table.metadata.properties),
-        unconverted,
-    )
-    stats.values_unconverted = sum(unconverted.values())
-    stats.rows_written = rows.num_rows
     rewrites = policy.rewrites(table, state, new_deletes, stats, cache)
     to_remove = rewrites.remove
 
     tx = table.transaction()
     rd = RowDelta(tx, {"causeway.batch_id": batch_id})
-    batches, new_spec = _write_batches(tx.table_metadata, rows, rewrites, policy.small_file_bytes)
-    if new_spec is not None:
-        tx._apply((AddPartitionSpecUpdate(spec=new_spec),))
-    data_rows = sum(split.num_rows for split in batches)
+    metadata = tx.table_metadata
+
+    def write() -> _Written:
+        # Typed columns follow the table's schema *at this head* (schema sync may have evolved it
+        # since the last attempt) and the contracts recorded with it.
+        unconverted: Counter[str] = Counter()
+        rows = projection_arrow(
+            tdef,
+            list(plan.rows.values()),
+            batch_id,
+            now,
+            arrow_schema(table.schema()),
+            contracts(table.metadata.properties),
+            unconverted,
+        )
+        batches, new_spec = _write_batches(metadata, rows, rewrites, policy.small_file_bytes)
+        if new_spec is not None:
+            tx._apply((AddPartitionSpecUpdate(spec=new_spec),))
+        written = [w for split in batches for w in write_split(tx.table_metadata, split, table.io)]
+        return _Written(written, new_spec, rows.num_rows, sum(unconverted.values()), sum(b.num_rows for b in batches))
+
+    # The rows written depend on the head only through the plan (which events' rows), the metadata
+    # they are written under, the schema contracts (the typed columns) and the rows carried from
+    # rewritten files: which files, and their deleted positions (a live file's deletes only grow
+    # along a branch, so their count names them). Not kept with properties carried from stored rows.
+    written_from = (
+        tdef.name,
+        write_key(metadata),
+        tuple(sorted((k, v) for k, v in metadata.properties.items() if k.startswith(SCHEMA_PROPERTY_PREFIX))),
+        tuple(ev.event_id for ev in plan.rows.values()),
+        tuple((p, len(state.files[p].deleted), tuple(sorted(new_deletes.get(p, ())))) for p in rewrites.remove),
+        tuple(t.num_rows for t in rewrites.with_flush),
+    )
+    if missing or files is None:
+        out = write()
+    elif written_from in files:
+        out = files.written(written_from, write)
+        if out.new_spec is not None:  # what ``write`` staged the first time
+            tx._apply((AddPartitionSpecUpdate(spec=out.new_spec),))
+    else:
+        out = files.written(written_from, write)
+    stats.values_unconverted = out.unconverted
+    stats.rows_written = out.rows_written
+    data_rows = out.data_rows
     if data_rows:
-        written_rows = [w for split in batches for w in write_split(tx.table_metadata, split, table.io)]
-        files = [f for f, _ in written_rows]
+        written_rows = out.files
+        files_added = [f for f, _ in written_rows]
         index_columns = _index_columns(tdef)
         for f, file_rows in written_rows:  # the next flush's key lookup reads these files: keep them
             if f.file_size_in_bytes < policy.small_file_bytes:  # and a later small-file merge reads all of it
                 file_rows = cache.seed_rows(f.file_path, file_rows)  # copied once, for both entries
             cache.seed(f.file_path, index_columns, file_rows.select(list(index_columns)))
             cache.seed_filter(f.file_path, pk_col, file_rows.column(pk_col))  # which keys it may hold
-        rd.add(files)
-        new_bytes = sum(f.file_size_in_bytes for f in files)
+        rd.add(files_added)
+        new_bytes = sum(f.file_size_in_bytes for f in files_added)
         stats.bytes_written += new_bytes
-        stats.files_added += len(files)
+        stats.files_added += len(files_added)
         if stats.rows_rewritten:
             stats.bytes_rewritten += int(new_bytes * stats.rows_rewritten / data_rows)
     rd.remove(state.files[p].data_file for p in to_remove)

@@ -777,3 +777,52 @@ def test_a_lookup_of_ids_the_log_does_not_hold_reads_no_log_file_once_their_filt
         assert reader.applied_events(world, set(absent)) == set()
         with pytest.raises(TableUnreadable):  # an id the log holds is still read from its file
             reader.applied_events(world, {some[0]})
+
+
+def test_a_retry_after_another_writers_commit_takes_the_files_its_failed_attempt_wrote(
+    client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sinks.committer
+    import sinks.projection_write
+
+    branch = f"world-{world}"
+    BatchCommitter(sink_settings, client).commit_batch(batch(world, "seed", [obj(world, "p", "CREATE", 1)], 0))
+    rival = BatchCommitter(sink_settings, client)
+    steps: list[str] = []
+    rival_events = iter([(100, [obj(world, "r", "CREATE", 1)]), (200, [obj(world, "p", "UPDATE", 5, n=5)])])
+
+    def rival_commits_first(cat: NessieCatalog, b: Batch, attempt: int) -> None:
+        steps.append(f"publish {attempt}")
+        if attempt == 1:
+            steps.append("rival")
+            offset, events = next(rival_events)
+            rival.commit_batch(batch(world, f"rival-{b.batch_id}", events, offset))
+            steps.append("rival done")
+
+    for module, name in ((sinks.projection_write, "write_split"), (sinks.committer, "write_data_files_with_rows")):
+        real = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda *a, _real=real, _name=name, **k: (steps.append(_name), _real(*a, **k))[1]
+        )
+    loser = BatchCommitter(sink_settings, client, before_publish=rival_commits_first)
+
+    # The rival's commit touches another key: the retry writes the same rows, from the same files.
+    out = loser.commit_batch(batch(world, "l1", [obj(world, "q", "CREATE", 1), obj(world, "p", "UPDATE", 2, n=2)], 50))
+    assert out.attempts == 2 and not out.already_committed
+    retry = steps[steps.index("rival done") + 1 :]
+    assert retry == ["publish 2"], steps
+    cat = BatchCommitter(sink_settings, client).catalog(branch)
+    assert objects(cat) == {"p": (2, False, '{"n":2}'), "q": (1, False, "{}"), "r": (1, False, "{}")}
+    ids = event_ids(cat)
+    assert len(ids) == len(set(ids)) == 4
+
+    # The rival's commit makes the batch's update of p stale: the retry's rows differ, written anew.
+    steps.clear()
+    out = loser.commit_batch(batch(world, "l2", [obj(world, "p", "UPDATE", 3, n=3)], 60))
+    assert out.attempts == 2 and out.events_stale == 1
+    retry = steps[steps.index("rival done") + 1 :]
+    assert retry == ["write_data_files_with_rows", "publish 2"], steps  # no projection row to write now
+    cat = BatchCommitter(sink_settings, client).catalog(branch)
+    assert objects(cat)["p"] == (5, False, '{"n":5}')
+    log = cat.load_table("onto.entity_events").scan().to_arrow()
+    assert log.num_rows == 6 and pc.sum(pc.invert(log.column("applied"))).as_py() == 1
