@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -47,6 +48,7 @@ from pyiceberg.io import OutputFile
 from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
     MANIFEST_LIST_FILE_SCHEMAS,
+    UNASSIGNED_SEQ,
     ManifestContent,
     ManifestEntry,
     ManifestFile,
@@ -186,49 +188,60 @@ class _IntMapWriter(Writer):
             write_int(0)
 
 
-#: Where a data file keeps its encoded Avro ``data_file`` struct (an attribute of the ``DataFile``).
+#: Where a data file or a manifest-list entry keeps its encoded Avro record (an attribute of the object).
 _KEPT = "_causeway_avro"
 
 
-@dataclass(frozen=True)
-class _KeptDataFileWriter(Writer):
-    """The ``data_file`` struct of a manifest entry, encoded once per data file and kept on it.
+def _unchanging(val: Any) -> None:
+    return None
 
-    A file's ``data_file`` struct never changes (status, snapshot id and sequence numbers are
-    the entry's, outside it), but a commit that removes a file rewrites every entry of the
+
+def _sequence_numbers(val: ManifestFile) -> tuple[int, int]:
+    return val.sequence_number, val.min_sequence_number
+
+
+@dataclass(frozen=True)
+class _KeptWriter(Writer):
+    """A record encoded once and its bytes kept on the object written, reused while it is unchanged.
+
+    A manifest entry's ``data_file`` struct never changes (status, snapshot id and sequence numbers
+    are the entry's, outside it), but a commit that removes a file rewrites every entry of the
     manifests holding it, and on the partitioned layout each flush removes files in every
     (type, bucket) it touches: a small commit re-encoded ~130 entries of up to 40 metrics
     values each (``bench.commit_cpu --object-types 3``, 4 buckets), most of writing its
-    manifests. The bytes are kept on the ``DataFile`` object, so they live exactly as long as
-    the entry does (in the manifest cache) and need no bound of their own (~0.3-0.7 KiB a file);
-    they are tagged with the writer that made them, since another partition type (spec)
-    encodes differently.
+    manifests. Likewise a manifest list lists every manifest of the table, and all but the one to
+    three a commit writes are the previous list's, field for field.
+
+    The bytes are kept on the object, so they live exactly as long as it does (in the manifest
+    cache) and need no bound of their own (~0.3-0.7 KiB a data file); they are tagged with the
+    writer that made them, since another partition type (spec) or format version encodes
+    differently, and with ``stamp(val)``: the fields a writer may still assign after the object was
+    first written (a new manifest's sequence numbers, given by the list that first lists it).
     """
 
     inner: Writer
+    stamp: Callable[[Any], object] = _unchanging
 
     def write(self, encoder: BinaryEncoder, val: Any) -> None:
         kept = vars(val).get(_KEPT)
-        if kept is not None and kept[0] is self.inner:
-            encoder.write(kept[1])
+        stamp = self.stamp(val)
+        if kept is not None and kept[0] is self.inner and kept[1] == stamp:
+            encoder.write(kept[2])
             return
         if not isinstance(encoder, BlockEncoder):
             self.inner.write(encoder, val)
             return
         start = len(encoder.buffer)
         self.inner.write(encoder, val)
-        vars(val)[_KEPT] = (self.inner, bytes(encoder.buffer[start:]))
+        vars(val)[_KEPT] = (self.inner, stamp, bytes(encoder.buffer[start:]))
 
 
 def _with_kept_data_files(tree: Writer, file_schema: Schema) -> Writer:
-    """``tree`` (a manifest entry's) with its ``data_file`` field written by :class:`_KeptDataFileWriter`."""
+    """``tree`` (a manifest entry's) with its ``data_file`` field written by :class:`_KeptWriter`."""
     assert isinstance(tree, StructWriter)
     names = [f.name for f in file_schema.fields]
     return StructWriter(
-        tuple(
-            (pos, _KeptDataFileWriter(w) if names[i] == "data_file" else w)
-            for i, (pos, w) in enumerate(tree.field_writers)
-        )
+        tuple((pos, _KeptWriter(w) if names[i] == "data_file" else w) for i, (pos, w) in enumerate(tree.field_writers))
     )
 
 
@@ -347,8 +360,11 @@ def _list_setup(version: int) -> _Setup:
         setup = _SETUPS.get(key)
     if setup is None:
         file_schema = MANIFEST_LIST_FILE_SCHEMAS[version]
-        tree = _with_int_maps(
-            resolve_writer(record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION], file_schema=file_schema)
+        tree = _KeptWriter(
+            _with_int_maps(
+                resolve_writer(record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION], file_schema=file_schema)
+            ),
+            _sequence_numbers,
         )
         avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_file"))
         setup = (file_schema, tree, avro)
@@ -360,7 +376,11 @@ def _list_setup(version: int) -> _Setup:
 class ManifestListWriter(ManifestListWriterV2):
     """pyiceberg's v2 manifest list writer with its Avro set-up kept: it resolved a writer tree and
     converted the list schema to Avro JSON for every list (~1.5 ms of CPU each, one list per table
-    per commit: 3-4 % of a 10-event commit). The file is the same; its one block as before."""
+    per commit: 3-4 % of a 10-event commit). The file is the same; its one block as before.
+
+    Each listed manifest is encoded once (:class:`_KeptWriter`): a table's list repeats the
+    previous list's manifests, the same objects (the manifest cache's), in every commit.
+    """
 
     def __enter__(self) -> ManifestListWriter:
         self._writer = _OneBlockAvroFile(
@@ -372,3 +392,21 @@ class ManifestListWriter(ManifestListWriterV2):
     def add_manifests(self, manifest_files: list[ManifestFile]) -> ManifestListWriter:
         super().add_manifests(manifest_files)
         return self
+
+    def prepare_manifest(self, manifest_file: ManifestFile) -> ManifestFile:
+        """pyiceberg's, the sequence numbers of a manifest written in this commit assigned on the
+        manifest itself rather than on a copy: the object listed is then the one the snapshot
+        producer hands to the manifest cache, and carries its kept encoding to the next list.
+        (pyiceberg's copy shares the record's values with the original, so its assignment changed
+        the original too: the manifests given end up the same as before.)"""
+        seq, min_seq = manifest_file.sequence_number, manifest_file.min_sequence_number
+        if seq == UNASSIGNED_SEQ or min_seq == UNASSIGNED_SEQ:
+            if manifest_file.added_snapshot_id != self._commit_snapshot_id:
+                raise ValueError(
+                    f"Found unassigned sequence number for a manifest from snapshot: {manifest_file.added_snapshot_id}"
+                )
+            if seq == UNASSIGNED_SEQ:
+                manifest_file.sequence_number = self._sequence_number
+            if min_seq == UNASSIGNED_SEQ:
+                manifest_file.min_sequence_number = self._sequence_number
+        return manifest_file
