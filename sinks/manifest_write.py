@@ -60,7 +60,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
-_Setup = tuple[Schema, Writer, str]
+#: (file schema, writer tree, schema JSON, the header without its sync marker when it is fixed).
+_Setup = tuple[Schema, Writer, str, bytes | None]
 _SETUPS: dict[tuple[tuple[str, str], ...], _Setup] = {}
 _LOCK = threading.Lock()
 #: Distinct (table schema, spec, content) set-ups kept; a worker sees a few per table and schema version.
@@ -122,23 +123,34 @@ def spec_facts(schema: Schema, spec: PartitionSpec) -> _SpecFacts:
     return facts
 
 
+def _header_prefix(metadata: dict[str, str], schema_json: str) -> bytes:
+    """An Avro file header up to its sync marker: the magic and the metadata map, as pyiceberg's
+    ``AvroOutputFile._write_header`` gives them, encoded in one pass (pyiceberg's encoder writes
+    every byte of a length as its own write)."""
+    codec = metadata[AVRO_CODEC_KEY]
+    codec = CODEC_MAPPING_ICEBERG_TO_AVRO.get(codec, codec)
+    meta = {**metadata, _SCHEMA_KEY: schema_json, AVRO_CODEC_KEY: codec}
+    encoder = BlockEncoder()
+    _META_WRITER.write(encoder, AvroFileHeader(MAGIC, meta, bytes(SYNC_SIZE)))
+    return bytes(encoder.buffer[:-SYNC_SIZE])
+
+
 class _OneBlockAvroFile(AvroOutputFile[Any]):
     """An ``AvroOutputFile`` that takes its writer tree and schema JSON ready-made and writes the
-    records it is given as one block when it is closed."""
+    records it is given as one block when it is closed: the header and the block one stream write
+    each."""
 
     def __init__(self, output_file: OutputFile, setup: _Setup, metadata: dict[str, str], schema_name: str) -> None:
         self.output_file = output_file
-        self.file_schema, self.writer, self._schema_json = setup
+        self.file_schema, self.writer, self._schema_json, self._header = setup
         self.schema_name = schema_name
         self.sync_bytes = os.urandom(SYNC_SIZE)
         self.metadata = metadata
         self.pending: list[Any] = []
 
     def _write_header(self) -> None:
-        codec = self.metadata[AVRO_CODEC_KEY]
-        codec = CODEC_MAPPING_ICEBERG_TO_AVRO.get(codec, codec)
-        meta = {**self.metadata, _SCHEMA_KEY: self._schema_json, AVRO_CODEC_KEY: codec}
-        _META_WRITER.write(self.encoder, AvroFileHeader(MAGIC, meta, self.sync_bytes))
+        header = self._header if self._header is not None else _header_prefix(self.metadata, self._schema_json)
+        self.encoder.write(header + self.sync_bytes)
 
     def write_block(self, objects: list[Any]) -> None:
         self.pending.extend(objects)
@@ -158,15 +170,17 @@ class _OneBlockAvroFile(AvroOutputFile[Any]):
         for record in self.pending:
             self.writer.write(encoder, record)
         content = bytes(encoder.buffer)
-        self.encoder.write_int(len(self.pending))
+        block = BlockEncoder()
+        block.write_int(len(self.pending))
         if codec := self.compression_codec():
             compressed, length = codec.compress(content)
-            self.encoder.write_int(length)
-            self.encoder.write(compressed)
+            block.write_int(length)
+            block.write(compressed)
         else:
-            self.encoder.write_int(len(content))
-            self.encoder.write(content)
-        self.encoder.write(self.sync_bytes)
+            block.write_int(len(content))
+            block.write(content)
+        block.write(self.sync_bytes)
+        self.encoder.write(bytes(block.buffer))
 
 
 @dataclass(frozen=True)
@@ -338,7 +352,7 @@ class ManifestWriter(ManifestWriterV2):
                 file_schema,
             )
             avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_entry"))
-            setup = (file_schema, tree, avro)
+            setup = (file_schema, tree, avro, _header_prefix(meta, avro))  # the header is the set-up's key
             with _LOCK:
                 if len(_SETUPS) >= MAX_SETUPS:
                     _SETUPS.clear()
@@ -367,7 +381,7 @@ def _list_setup(version: int) -> _Setup:
             _sequence_numbers,
         )
         avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_file"))
-        setup = (file_schema, tree, avro)
+        setup = (file_schema, tree, avro, None)  # a list's header holds its snapshot's ids
         with _LOCK:
             _SETUPS[key] = setup
     return setup
