@@ -235,7 +235,7 @@ def test_a_manifest_and_a_list_are_pyicebergs_bytes_written_as_one_header_and_on
     tmp_path: Path, monkeypatch: Any
 ) -> None:
     # pyiceberg's encoder wrote the header's every varint byte, and the block's count and length,
-    # as writes of their own (~50 a file; 7 Avro files a 3-table commit); a manifest's header is the
+    # as writes of their own (~40 a file; 7 Avro files a 3-table commit); a manifest's header is the
     # same for every manifest of its (schema, spec, content) but its sync marker. Failed before:
     # 40 stream writes for the manifest.
     import os
