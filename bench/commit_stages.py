@@ -34,6 +34,8 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     ("plan files (pyiceberg)", "pyiceberg.table", "DataScan.plan_files"),
     ("manifests: RowDelta", "sinks.rowdelta", "RowDelta._manifests"),
     ("snapshot commit (manifests + list)", "pyiceberg.table.update.snapshot", "_SnapshotProducer._commit"),
+    ("snapshot commit (manifests + list)", "sinks.rowdelta", "RowDelta._commit_v2"),  # its own since 2026-12-01
+    ("  Avro blocks of manifests and lists", "sinks.manifest_write", "_OneBlockAvroFile._write_pending"),
     ("events log (all of it)", "sinks.committer", "BatchCommitter._append_events"),
     ("  Arrow rows (events)", "sinks.committer", "events_arrow"),
     ("  append (Parquet + manifest)", "pyiceberg.table", "Transaction.append"),  # before 2026-12-01

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -47,6 +48,7 @@ from pyiceberg.io import OutputFile
 from pyiceberg.manifest import (
     DEFAULT_READ_VERSION,
     MANIFEST_LIST_FILE_SCHEMAS,
+    UNASSIGNED_SEQ,
     ManifestContent,
     ManifestEntry,
     ManifestFile,
@@ -58,7 +60,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
-_Setup = tuple[Schema, Writer, str]
+#: (file schema, writer tree, schema JSON, the header without its sync marker when it is fixed).
+_Setup = tuple[Schema, Writer, str, bytes | None]
 _SETUPS: dict[tuple[tuple[str, str], ...], _Setup] = {}
 _LOCK = threading.Lock()
 #: Distinct (table schema, spec, content) set-ups kept; a worker sees a few per table and schema version.
@@ -120,23 +123,34 @@ def spec_facts(schema: Schema, spec: PartitionSpec) -> _SpecFacts:
     return facts
 
 
+def _header_prefix(metadata: dict[str, str], schema_json: str) -> bytes:
+    """An Avro file header up to its sync marker: the magic and the metadata map, as pyiceberg's
+    ``AvroOutputFile._write_header`` gives them, encoded in one pass (pyiceberg's encoder writes
+    every byte of a length as its own write)."""
+    codec = metadata[AVRO_CODEC_KEY]
+    codec = CODEC_MAPPING_ICEBERG_TO_AVRO.get(codec, codec)
+    meta = {**metadata, _SCHEMA_KEY: schema_json, AVRO_CODEC_KEY: codec}
+    encoder = BlockEncoder()
+    _META_WRITER.write(encoder, AvroFileHeader(MAGIC, meta, bytes(SYNC_SIZE)))
+    return bytes(encoder.buffer[:-SYNC_SIZE])
+
+
 class _OneBlockAvroFile(AvroOutputFile[Any]):
     """An ``AvroOutputFile`` that takes its writer tree and schema JSON ready-made and writes the
-    records it is given as one block when it is closed."""
+    records it is given as one block when it is closed: the header and the block one stream write
+    each."""
 
     def __init__(self, output_file: OutputFile, setup: _Setup, metadata: dict[str, str], schema_name: str) -> None:
         self.output_file = output_file
-        self.file_schema, self.writer, self._schema_json = setup
+        self.file_schema, self.writer, self._schema_json, self._header = setup
         self.schema_name = schema_name
         self.sync_bytes = os.urandom(SYNC_SIZE)
         self.metadata = metadata
         self.pending: list[Any] = []
 
     def _write_header(self) -> None:
-        codec = self.metadata[AVRO_CODEC_KEY]
-        codec = CODEC_MAPPING_ICEBERG_TO_AVRO.get(codec, codec)
-        meta = {**self.metadata, _SCHEMA_KEY: self._schema_json, AVRO_CODEC_KEY: codec}
-        _META_WRITER.write(self.encoder, AvroFileHeader(MAGIC, meta, self.sync_bytes))
+        header = self._header if self._header is not None else _header_prefix(self.metadata, self._schema_json)
+        self.encoder.write(header + self.sync_bytes)
 
     def write_block(self, objects: list[Any]) -> None:
         self.pending.extend(objects)
@@ -156,15 +170,17 @@ class _OneBlockAvroFile(AvroOutputFile[Any]):
         for record in self.pending:
             self.writer.write(encoder, record)
         content = bytes(encoder.buffer)
-        self.encoder.write_int(len(self.pending))
+        block = BlockEncoder()
+        block.write_int(len(self.pending))
         if codec := self.compression_codec():
             compressed, length = codec.compress(content)
-            self.encoder.write_int(length)
-            self.encoder.write(compressed)
+            block.write_int(length)
+            block.write(compressed)
         else:
-            self.encoder.write_int(len(content))
-            self.encoder.write(content)
-        self.encoder.write(self.sync_bytes)
+            block.write_int(len(content))
+            block.write(content)
+        block.write(self.sync_bytes)
+        self.encoder.write(bytes(block.buffer))
 
 
 @dataclass(frozen=True)
@@ -186,49 +202,60 @@ class _IntMapWriter(Writer):
             write_int(0)
 
 
-#: Where a data file keeps its encoded Avro ``data_file`` struct (an attribute of the ``DataFile``).
+#: Where a data file or a manifest-list entry keeps its encoded Avro record (an attribute of the object).
 _KEPT = "_causeway_avro"
 
 
-@dataclass(frozen=True)
-class _KeptDataFileWriter(Writer):
-    """The ``data_file`` struct of a manifest entry, encoded once per data file and kept on it.
+def _unchanging(val: Any) -> None:
+    return None
 
-    A file's ``data_file`` struct never changes (status, snapshot id and sequence numbers are
-    the entry's, outside it), but a commit that removes a file rewrites every entry of the
+
+def _sequence_numbers(val: ManifestFile) -> tuple[int, int]:
+    return val.sequence_number, val.min_sequence_number
+
+
+@dataclass(frozen=True)
+class _KeptWriter(Writer):
+    """A record encoded once and its bytes kept on the object written, reused while it is unchanged.
+
+    A manifest entry's ``data_file`` struct never changes (status, snapshot id and sequence numbers
+    are the entry's, outside it), but a commit that removes a file rewrites every entry of the
     manifests holding it, and on the partitioned layout each flush removes files in every
     (type, bucket) it touches: a small commit re-encoded ~130 entries of up to 40 metrics
     values each (``bench.commit_cpu --object-types 3``, 4 buckets), most of writing its
-    manifests. The bytes are kept on the ``DataFile`` object, so they live exactly as long as
-    the entry does (in the manifest cache) and need no bound of their own (~0.3-0.7 KiB a file);
-    they are tagged with the writer that made them, since another partition type (spec)
-    encodes differently.
+    manifests. Likewise a manifest list lists every manifest of the table, and all but the one to
+    three a commit writes are the previous list's, field for field.
+
+    The bytes are kept on the object, so they live exactly as long as it does (in the manifest
+    cache) and need no bound of their own (~0.3-0.7 KiB a data file); they are tagged with the
+    writer that made them, since another partition type (spec) or format version encodes
+    differently, and with ``stamp(val)``: the fields a writer may still assign after the object was
+    first written (a new manifest's sequence numbers, given by the list that first lists it).
     """
 
     inner: Writer
+    stamp: Callable[[Any], object] = _unchanging
 
     def write(self, encoder: BinaryEncoder, val: Any) -> None:
         kept = vars(val).get(_KEPT)
-        if kept is not None and kept[0] is self.inner:
-            encoder.write(kept[1])
+        stamp = self.stamp(val)
+        if kept is not None and kept[0] is self.inner and kept[1] == stamp:
+            encoder.write(kept[2])
             return
         if not isinstance(encoder, BlockEncoder):
             self.inner.write(encoder, val)
             return
         start = len(encoder.buffer)
         self.inner.write(encoder, val)
-        vars(val)[_KEPT] = (self.inner, bytes(encoder.buffer[start:]))
+        vars(val)[_KEPT] = (self.inner, stamp, bytes(encoder.buffer[start:]))
 
 
 def _with_kept_data_files(tree: Writer, file_schema: Schema) -> Writer:
-    """``tree`` (a manifest entry's) with its ``data_file`` field written by :class:`_KeptDataFileWriter`."""
+    """``tree`` (a manifest entry's) with its ``data_file`` field written by :class:`_KeptWriter`."""
     assert isinstance(tree, StructWriter)
     names = [f.name for f in file_schema.fields]
     return StructWriter(
-        tuple(
-            (pos, _KeptDataFileWriter(w) if names[i] == "data_file" else w)
-            for i, (pos, w) in enumerate(tree.field_writers)
-        )
+        tuple((pos, _KeptWriter(w) if names[i] == "data_file" else w) for i, (pos, w) in enumerate(tree.field_writers))
     )
 
 
@@ -325,7 +352,7 @@ class ManifestWriter(ManifestWriterV2):
                 file_schema,
             )
             avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_entry"))
-            setup = (file_schema, tree, avro)
+            setup = (file_schema, tree, avro, _header_prefix(meta, avro))  # the header is the set-up's key
             with _LOCK:
                 if len(_SETUPS) >= MAX_SETUPS:
                     _SETUPS.clear()
@@ -347,11 +374,14 @@ def _list_setup(version: int) -> _Setup:
         setup = _SETUPS.get(key)
     if setup is None:
         file_schema = MANIFEST_LIST_FILE_SCHEMAS[version]
-        tree = _with_int_maps(
-            resolve_writer(record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION], file_schema=file_schema)
+        tree = _KeptWriter(
+            _with_int_maps(
+                resolve_writer(record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION], file_schema=file_schema)
+            ),
+            _sequence_numbers,
         )
         avro = json.dumps(AvroSchemaConversion().iceberg_to_avro(file_schema, schema_name="manifest_file"))
-        setup = (file_schema, tree, avro)
+        setup = (file_schema, tree, avro, None)  # a list's header holds its snapshot's ids
         with _LOCK:
             _SETUPS[key] = setup
     return setup
@@ -360,7 +390,11 @@ def _list_setup(version: int) -> _Setup:
 class ManifestListWriter(ManifestListWriterV2):
     """pyiceberg's v2 manifest list writer with its Avro set-up kept: it resolved a writer tree and
     converted the list schema to Avro JSON for every list (~1.5 ms of CPU each, one list per table
-    per commit: 3-4 % of a 10-event commit). The file is the same; its one block as before."""
+    per commit: 3-4 % of a 10-event commit). The file is the same; its one block as before.
+
+    Each listed manifest is encoded once (:class:`_KeptWriter`): a table's list repeats the
+    previous list's manifests, the same objects (the manifest cache's), in every commit.
+    """
 
     def __enter__(self) -> ManifestListWriter:
         self._writer = _OneBlockAvroFile(
@@ -372,3 +406,21 @@ class ManifestListWriter(ManifestListWriterV2):
     def add_manifests(self, manifest_files: list[ManifestFile]) -> ManifestListWriter:
         super().add_manifests(manifest_files)
         return self
+
+    def prepare_manifest(self, manifest_file: ManifestFile) -> ManifestFile:
+        """pyiceberg's, the sequence numbers of a manifest written in this commit assigned on the
+        manifest itself rather than on a copy: the object listed is then the one the snapshot
+        producer hands to the manifest cache, and carries its kept encoding to the next list.
+        (pyiceberg's copy shares the record's values with the original, so its assignment changed
+        the original too: the manifests given end up the same as before.)"""
+        seq, min_seq = manifest_file.sequence_number, manifest_file.min_sequence_number
+        if seq == UNASSIGNED_SEQ or min_seq == UNASSIGNED_SEQ:
+            if manifest_file.added_snapshot_id != self._commit_snapshot_id:
+                raise ValueError(
+                    f"Found unassigned sequence number for a manifest from snapshot: {manifest_file.added_snapshot_id}"
+                )
+            if seq == UNASSIGNED_SEQ:
+                manifest_file.sequence_number = self._sequence_number
+            if min_seq == UNASSIGNED_SEQ:
+                manifest_file.min_sequence_number = self._sequence_number
+        return manifest_file

@@ -56,7 +56,7 @@ from pyiceberg.table.update import (
     SetSnapshotRefUpdate,
     UpdatesAndRequirements,
 )
-from pyiceberg.table.update.snapshot import _new_manifest_list_file_name, _SnapshotProducer
+from pyiceberg.table.update.snapshot import _new_manifest_file_name, _new_manifest_list_file_name, _SnapshotProducer
 from pyiceberg.typedef import Record
 
 from sinks import manifest_cache
@@ -927,6 +927,9 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         self._removed_files: list[DataFile] = []
         self._wrote: dict[str, list[ManifestEntry]] = {}  # manifest path -> entries, as written
         self._listed: list[ManifestFile] = []
+        # pyiceberg builds the table's location provider for every manifest and list it names; it
+        # depends on the transaction's base table alone, fixed for this snapshot.
+        self._locations = transaction._table.location_provider()
 
     def add(self, files: Iterable[DataFile]) -> RowDelta:
         for df in files:
@@ -976,8 +979,12 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
 
     def new_manifest_output(self) -> OutputFile:
         """pyiceberg's manifest location, written through :class:`sinks.fileio.SizedOutputFile`: no
-        ``create_dir`` before the open, no stat for the manifest's length."""
-        return SizedOutputFile(self._io, super().new_manifest_output().location)
+        ``create_dir`` before the open, no stat for the manifest's length, and no pyiceberg output
+        file (a URI parse) built for its location alone."""
+        name = _new_manifest_file_name(num=next(self._manifest_num_counter), commit_uuid=self.commit_uuid)
+        path = self._locations.new_metadata_location(name)
+        self._written_manifests.append(path)
+        return SizedOutputFile(self._io, path)
 
     def _writer(self, content: ManifestContent, spec_id: int | None = None) -> ManifestWriter:
         metadata = self._transaction.table_metadata
@@ -1015,7 +1022,7 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         sequence_number = metadata.next_sequence_number()
         summary = self._summary(self.snapshot_properties)
         name = _new_manifest_list_file_name(snapshot_id=self._snapshot_id, attempt=0, commit_uuid=self.commit_uuid)
-        path = self._transaction._table.location_provider().new_metadata_location(name)
+        path = self._locations.new_metadata_location(name)
         self._written_manifest_lists.append(path)
         out = SizedOutputFile(self._io, path)
         with ManifestListWriter(

@@ -161,3 +161,44 @@ def test_write_file_creates_a_missing_directory_and_overwrites(tmp_path: Path) -
     assert fileio.write_file(io, location, b"first, longer") == 13
     assert fileio.write_file(io, location, memoryview(b"second")) == 6
     assert (tmp_path / "a/b/c.bin").read_bytes() == b"second"
+
+
+def test_files_of_one_directory_parse_its_location_once_and_get_pyicebergs_paths(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # A commit writes ~15 files into a few directories per table; pyiceberg's parse_location
+    # parsed every file's whole URI (~11 µs each). Failed before: 3 parses for 3 files of one
+    # directory.
+    pyicebergs = PyArrowFileIO.parse_location
+    io = PyArrowFileIO()
+    parses: list[str] = []
+
+    def counting(location: str, properties: Any = None) -> Any:
+        parses.append(location)
+        return pyicebergs(location, properties or {})
+
+    monkeypatch.setattr(PyArrowFileIO, "parse_location", staticmethod(counting))
+    for name in ("a.parquet", "b.avro", "c.metadata.json"):
+        fileio.write_file(io, f"file://{tmp_path}/same/{name}", b"x")
+    assert len(parses) == 1
+    assert sorted(p.name for p in (tmp_path / "same").iterdir()) == ["a.parquet", "b.avro", "c.metadata.json"]
+    # The same (scheme, netloc, path) as pyiceberg's, also where a location is not a plain
+    # directory and name (no scheme, a query, a fragment, parameters, dot segments): pyiceberg's.
+    for location in (
+        "file:///tmp/wh/db/t_1/metadata/snap-1-0-x.avro",
+        "file:///name.json",
+        "s3://bucket/wh/db/t/data/type=person/00000-0-x.parquet",
+        "s3://bucket/x.parquet",
+        "s3://bucket//double/x.parquet",
+        "hdfs://nn:8020/wh/t/metadata/v1.metadata.json",
+        "gs://b/a b/ü.parquet",
+        "/tmp/absolute/x.parquet",
+        "relative/x.parquet",
+        "s3://bucket/wh/x.parquet?versionId=3",
+        "s3://bucket/wh/x#frag",
+        "s3://bucket/wh;p/x;q",
+        "s3://bucket/wh/..",
+        "s3://bucket/wh/",
+    ):
+        for _ in range(2):  # the second from the kept directory
+            assert fileio.parse_location(location, io.properties) == pyicebergs(location, io.properties), location

@@ -106,7 +106,7 @@ def test_manifest_entries_and_list_records_encode_to_pyiceberg_bytes(tmp_path: P
     )
     assert ours != theirs  # the metrics maps have their own writer
     assert _block_bytes(ours, writer.entries) == _pyiceberg_bytes(theirs, writer.entries)
-    _, list_ours, _ = _list_setup(2)
+    _, list_ours, _, _ = _list_setup(2)
     list_theirs = resolve_writer(
         record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION], file_schema=MANIFEST_LIST_FILE_SCHEMAS[2]
     )
@@ -182,3 +182,88 @@ def test_a_tables_manifests_serialise_its_schema_once(tmp_path: Path, monkeypatc
     other, _ = _entries(tmp_path / "other", 8)
     _manifest(tmp_path / "other", other, entries)
     assert len(dumps) == 1
+
+
+def test_a_listed_manifest_is_encoded_once_and_the_next_list_reuses_its_bytes(tmp_path: Path, monkeypatch: Any) -> None:
+    # A table's manifest list repeats the previous list's manifests (the same objects, the manifest
+    # cache's) in every commit; only the one to three a commit writes are new. Failed before: the
+    # second list encoded both manifests again (their struct writers called as for the first list).
+    from pyiceberg.avro.writer import StructWriter
+    from pyiceberg.manifest import UNASSIGNED_SEQ, ManifestFile, read_manifest_list
+
+    from sinks.manifest_write import ManifestListWriter
+
+    metadata, entries = _entries(tmp_path, 40)
+    kept = _manifest(tmp_path, metadata, entries).to_manifest_file()
+    kept.sequence_number = kept.min_sequence_number = 3  # listed by an earlier snapshot
+    new = _manifest(tmp_path, metadata, entries).to_manifest_file()
+    assert new.sequence_number == UNASSIGNED_SEQ  # written by this commit (snapshot 7)
+    theirs = resolve_writer(
+        record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION], file_schema=MANIFEST_LIST_FILE_SCHEMAS[2]
+    )
+
+    def write_list(name: str, snapshot_id: int, sequence_number: int) -> Any:
+        out = PyArrowFileIO().new_output(f"file://{tmp_path}/{name}")
+        with ManifestListWriter(out, snapshot_id, 6, sequence_number, "deflate") as writer:
+            writer.add_manifests([kept, new])
+        return writer
+
+    first = write_list("snap-1.avro", 7, 5)
+    assert (new.sequence_number, new.min_sequence_number) == (5, 5)  # assigned on the manifest itself
+    structs = count_calls(monkeypatch, StructWriter, "write")
+
+    def listed_encoded() -> list[Any]:  # the list's records, not its header's
+        return [call for call in structs if isinstance(call[2], ManifestFile)]
+
+    second = write_list("snap-2.avro", 8, 6)
+    assert listed_encoded() == []
+    # The same bytes pyiceberg's writer gives, and pyiceberg reads both lists back as listed.
+    for writer in (first, second):
+        assert _block_bytes(writer._writer.writer, [kept, new]) == _pyiceberg_bytes(theirs, [kept, new])  # noqa: SLF001
+    for name in ("snap-1.avro", "snap-2.avro"):
+        listed = list(read_manifest_list(PyArrowFileIO().new_input(f"file://{tmp_path}/{name}")))
+        assert listed == [kept, new]
+        assert [(m.sequence_number, m.min_sequence_number) for m in listed] == [(3, 3), (5, 5)]
+    # A sequence number assigned after the bytes were kept is encoded again, not taken from them.
+    new.min_sequence_number = 4
+    structs.clear()
+    assert _block_bytes(first._writer.writer, [new]) == _pyiceberg_bytes(theirs, [new])  # noqa: SLF001
+    assert listed_encoded() != []
+
+
+def test_a_manifest_and_a_list_are_pyicebergs_bytes_written_as_one_header_and_one_block(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # pyiceberg's encoder wrote the header's every varint byte, and the block's count and length,
+    # as writes of their own (~40 a file; 7 Avro files a 3-table commit); a manifest's header is the
+    # same for every manifest of its (schema, spec, content) but its sync marker. Failed before:
+    # 40 stream writes for the manifest.
+    import os
+
+    from pyiceberg.manifest import ManifestListWriterV2, ManifestWriterV2
+
+    from sinks.manifest_write import ManifestListWriter
+
+    monkeypatch.setattr(os, "urandom", lambda n: bytes(range(n)))  # one sync marker for both writers
+    metadata, entries = _entries(tmp_path, 4)
+    entries = entries[:1]  # pyiceberg writes a block per entry: one entry, one block, as ours
+    _manifest(tmp_path, metadata, entries)  # the set-up (and its header) kept
+    writes = count_calls(monkeypatch, BinaryEncoder, "write")
+    ours = _manifest(tmp_path, metadata, entries).to_manifest_file()
+    assert len(writes) == 2
+    theirs = ManifestWriterV2(
+        metadata.spec(), metadata.schema(), PyArrowFileIO().new_output(f"file://{tmp_path}/theirs.avro"), 7, "deflate"
+    )
+    with theirs:
+        for e in entries:
+            theirs.add(e)
+    assert (tmp_path / "m.avro").read_bytes() == (tmp_path / "theirs.avro").read_bytes()
+
+    ours.sequence_number = ours.min_sequence_number = 3
+    writes.clear()
+    for name, cls in (("list.avro", ManifestListWriter), ("list-theirs.avro", ManifestListWriterV2)):
+        with cls(PyArrowFileIO().new_output(f"file://{tmp_path}/{name}"), 8, 7, 4, "deflate") as writer:
+            writer.add_manifests([ours, ours])
+        if cls is ManifestListWriter:
+            assert len(writes) == 2
+    assert (tmp_path / "list.avro").read_bytes() == (tmp_path / "list-theirs.avro").read_bytes()

@@ -276,3 +276,32 @@ def test_the_key_lookup_masks_deleted_rows_of_every_file_with_a_fixed_number_of_
     assert {p: len(f.deleted) for p, f in state.files.items()} == {
         f.file_path: 2 if i < 4 else 1 for i, f in enumerate(files)
     }
+
+
+def test_a_snapshot_names_its_manifests_and_list_with_one_location_provider_and_no_pyiceberg_output(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # pyiceberg built the table's location provider, and a PyArrowFile (a URI parse) only to take
+    # its location, for every manifest; the list built another provider. Failed before: 2 location
+    # providers and 1 output file for a snapshot of 1 manifest.
+    import pyiceberg.table
+
+    table = _table(tmp_path)
+    tx = table.transaction()
+    first = write_data_files(tx.table_metadata, _rows(40), table.io)
+    RowDelta(tx).add(first).commit()
+    second = write_data_files(tx.table_metadata, _rows(40, 40), table.io)
+    providers = count_calls(monkeypatch, pyiceberg.table, "load_location_provider")  # Table.location_provider's
+    outputs = count_calls(monkeypatch, PyArrowFileIO, "new_output")
+    delta = RowDelta(tx).add(second).remove([first[0]])
+    delta.commit()
+    snapshot = tx.table_metadata.current_snapshot()
+    assert snapshot is not None
+    manifests = snapshot.manifests(table.io)  # pyiceberg reads the list and its manifests back
+    written = [m.manifest_path for m in manifests if m.added_snapshot_id == snapshot.snapshot_id]
+    assert len(written) == 1  # the removed file's manifest rewritten, with the added files
+    assert (len(providers), len(outputs)) == (1, 0)
+    assert sorted(delta._written_manifests) == sorted(written)  # noqa: SLF001 - pyiceberg's record of them
+    for path in [*written, snapshot.manifest_list]:
+        assert path.startswith(f"file://{tmp_path}/t/metadata/")
+    assert all(f"{delta.commit_uuid}-m" in p for p in written)
