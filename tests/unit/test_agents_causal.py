@@ -721,6 +721,27 @@ def test_copies_of_held_or_applied_events_are_duplicates_on_the_fast_path_too() 
     assert ids(out.ready) == ["a"] and ids(out.duplicates) == ["a", "old"]
 
 
+def test_with_nothing_parked_a_batch_is_released_without_building_order_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order key (a formatted string, hashed fresh) is built only while something is parked:
+    before, every event of every poll built one (~1 µs) to ask whether its key had a head."""
+    built: list[str] = []
+    key = ChangeEvent.key
+
+    def counting(ev: ChangeEvent) -> str:
+        built.append(ev.event_id)
+        return key.__get__(ev)
+
+    monkeypatch.setattr(ChangeEvent, "key", property(counting))
+    gate, feed = CausalGate(timeout_s=10.0, max_parked=100), Feed()
+    assert gate.offer_all([feed(f"a{i}", f"p{i % 3}") for i in range(30)], now=0) == []
+    assert len(gate.drain().ready) == 30 and built == []
+    # Something parked: each event's key is asked for again, and one on the parked key waits.
+    assert ids(gate.offer_all([feed("e", "p1", caused_by="c")], now=1)) == ["e"]
+    built.clear()
+    assert ids(gate.offer_all([feed("f", "p1"), feed("g", "p2")], now=1)) == ["f"]
+    assert set(built) == {"f", "g"} and ids(gate.drain().ready) == ["g"]
+
+
 _steps = st.lists(
     st.tuples(
         st.sampled_from(["e0", "e1", "e2", "e3", "e4", "e5"]),  # event ids (repeats are copies)
