@@ -543,16 +543,14 @@ class Applier:
         marked = await self._retry("redis dedupe lookup", lambda: self.marks.applied(refs), "redis") if refs else set()
         self.metrics.dependency("redis", True)
         split = drop_duplicates(arrivals, marked)
-        per_world: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for a in arrivals:
-            per_world[a.event.world_id][0] += 1
+        lookups = Counter([a.ref[0] for a in arrivals])  # counted in C: a Python loop cost ~0.3 µs an event
+        dups = Counter([a.ref[0] for a in split.duplicates])
         for a in split.duplicates:
-            per_world[a.event.world_id][1] += 1
             self._settle(a)
-        for world, (lookups, dups) in per_world.items():
-            self.metrics.idempotency(world, lookups=lookups, duplicates=dups)
-            if dups:
-                self.metrics.event_outcome(world, "duplicate", dups)
+        for world, n in lookups.items():
+            self.metrics.idempotency(world, lookups=n, duplicates=dups[world])
+            if dups[world]:
+                self.metrics.event_outcome(world, "duplicate", dups[world])
         self.totals["duplicates"] += len(split.duplicates)
         if marked:
             # Every marked ref counts: causes of new arrivals as well as of parked events.
