@@ -35,6 +35,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from zlib import crc32
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
@@ -480,22 +481,31 @@ class AppliedMarks:
         slots = self.window.live_slots(self.clock())
         per_event = int(self.read_per_event) + int(self.read_legacy)
         place, key_prefix, names = self.window.place, self.window.key_prefix, self._bucket_names
+        n_buckets = self.window.buckets
         calls = []
         orders: list[list[str]] = []
         for world, ids in groups:
-            buckets: dict[tuple[str, int], tuple[list[str], list[bytes]]] = {}
+            # ``MarkWindow.place`` inlined for the ids that cannot be packed (any id not 36
+            # characters long), grouped by their bucket alone: no call and no tuple key an id.
+            buckets: dict[int | tuple[str, int], tuple[list[str], list[bytes]]] = {}
             for event_id in ids:
-                family, data, bucket = place(event_id)
-                entry = buckets.get((family, bucket))
+                if len(event_id) == 36:
+                    family, data, bucket = place(event_id)
+                    group: int | tuple[str, int] = bucket if family == "s" else (family, bucket)
+                else:
+                    data = event_id.encode()
+                    group = crc32(data) % n_buckets
+                entry = buckets.get(group)
                 if entry is None:
-                    entry = buckets[(family, bucket)] = ([], [])
+                    entry = buckets[group] = ([], [])
                 entry[0].append(event_id)
                 entry[1].append(data)
             keys: list[str] = []
             args: list[Any] = [len(slots), per_event, len(buckets)]
             order: list[str] = []
             prefixes = {family: [key_prefix(world, slot, family) for slot in slots] for family in FAMILIES}
-            for (family, bucket), (event_ids, datas) in buckets.items():
+            for group, (event_ids, datas) in buckets.items():
+                family, bucket = ("s", group) if type(group) is int else group  # type: ignore[misc]
                 tail = names[bucket]
                 keys += [prefix + tail for prefix in prefixes[family]]
                 kind = "h" if family == "s" else "p"
