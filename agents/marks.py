@@ -452,19 +452,26 @@ class AppliedMarks:
         """The ids by bucket key of ``slot``: key → (kind, stored bytes)."""
         # By (family, bucket) first, then one key string per bucket: a key built per id cost
         # about a fifth of the marks' client CPU (a batch's ids spread over at most ``buckets``).
-        buckets: dict[tuple[str, int], list[bytes]] = {}
-        place = self.window.place
+        # As in ``applied``: ids that cannot be packed are grouped by their bucket alone.
+        buckets: dict[int | tuple[str, int], list[bytes]] = {}
+        place, n_buckets = self.window.place, self.window.buckets
         for event_id in ids:
-            family, data, bucket = place(event_id)
-            datas = buckets.get((family, bucket))
+            if len(event_id) == 36:
+                family, data, bucket = place(event_id)
+                group: int | tuple[str, int] = bucket if family == "s" else (family, bucket)
+            else:
+                data = event_id.encode()
+                group = crc32(data) % n_buckets
+            datas = buckets.get(group)
             if datas is None:
-                datas = buckets[(family, bucket)] = []
+                datas = buckets[group] = []
             datas.append(data)
         prefixes = {family: self.window.key_prefix(world, slot, family) for family in FAMILIES}
-        return {
-            prefixes[family] + self._bucket_names[bucket]: ("h" if family == "s" else "p", datas)
-            for (family, bucket), datas in buckets.items()
-        }
+        out: dict[str, tuple[str, list[bytes]]] = {}
+        for group, datas in buckets.items():
+            family, bucket = ("s", group) if type(group) is int else group  # type: ignore[misc]
+            out[prefixes[family] + self._bucket_names[bucket]] = ("h" if family == "s" else "p", datas)
+        return out
 
     @staticmethod
     def _per_key_args(grouped: dict[str, tuple[str, list[bytes]]]) -> list[Any]:
