@@ -452,8 +452,18 @@ class AppliedMarks:
         """The ids by bucket key of ``slot``: key → (kind, stored bytes)."""
         # By (family, bucket) first, then one key string per bucket: a key built per id cost
         # about a fifth of the marks' client CPU (a batch's ids spread over at most ``buckets``).
-        # As in ``applied``: ids that cannot be packed are grouped by their bucket alone.
-        buckets: dict[int | tuple[str, int], list[bytes]] = {}
+        prefixes = {family: self.window.key_prefix(world, slot, family) for family in FAMILIES}
+        return {
+            prefixes[family] + self._bucket_names[bucket]: ("h" if family == "s" else "p", datas)
+            for (family, bucket), (_, datas) in self._buckets(ids)
+        }
+
+    def _buckets(self, ids: list[str]) -> list[tuple[tuple[str, int], tuple[list[str], list[bytes]]]]:
+        """The ids by (family, bucket): their ids and stored bytes, in first-seen order.
+
+        ``MarkWindow.place`` is inlined for ids that cannot be packed (any id not 36 characters
+        long), grouped by their bucket alone: no call and no tuple key an id."""
+        groups: dict[int | tuple[str, int], tuple[list[str], list[bytes]]] = {}
         place, n_buckets = self.window.place, self.window.buckets
         for event_id in ids:
             if len(event_id) == 36:
@@ -462,16 +472,12 @@ class AppliedMarks:
             else:
                 data = event_id.encode()
                 group = crc32(data) % n_buckets
-            datas = buckets.get(group)
-            if datas is None:
-                datas = buckets[group] = []
-            datas.append(data)
-        prefixes = {family: self.window.key_prefix(world, slot, family) for family in FAMILIES}
-        out: dict[str, tuple[str, list[bytes]]] = {}
-        for group, datas in buckets.items():
-            family, bucket = ("s", group) if type(group) is int else group  # type: ignore[misc]
-            out[prefixes[family] + self._bucket_names[bucket]] = ("h" if family == "s" else "p", datas)
-        return out
+            entry = groups.get(group)
+            if entry is None:
+                entry = groups[group] = ([], [])
+            entry[0].append(event_id)
+            entry[1].append(data)
+        return [(("s", g) if type(g) is int else g, entry) for g, entry in groups.items()]  # type: ignore[misc]
 
     @staticmethod
     def _per_key_args(grouped: dict[str, tuple[str, list[bytes]]]) -> list[Any]:
@@ -487,32 +493,16 @@ class AppliedMarks:
             return set()
         slots = self.window.live_slots(self.clock())
         per_event = int(self.read_per_event) + int(self.read_legacy)
-        place, key_prefix, names = self.window.place, self.window.key_prefix, self._bucket_names
-        n_buckets = self.window.buckets
+        key_prefix, names = self.window.key_prefix, self._bucket_names
         calls = []
         orders: list[list[str]] = []
         for world, ids in groups:
-            # ``MarkWindow.place`` inlined for the ids that cannot be packed (any id not 36
-            # characters long), grouped by their bucket alone: no call and no tuple key an id.
-            buckets: dict[int | tuple[str, int], tuple[list[str], list[bytes]]] = {}
-            for event_id in ids:
-                if len(event_id) == 36:
-                    family, data, bucket = place(event_id)
-                    group: int | tuple[str, int] = bucket if family == "s" else (family, bucket)
-                else:
-                    data = event_id.encode()
-                    group = crc32(data) % n_buckets
-                entry = buckets.get(group)
-                if entry is None:
-                    entry = buckets[group] = ([], [])
-                entry[0].append(event_id)
-                entry[1].append(data)
+            buckets = self._buckets(ids)
             keys: list[str] = []
             args: list[Any] = [len(slots), per_event, len(buckets)]
             order: list[str] = []
             prefixes = {family: [key_prefix(world, slot, family) for slot in slots] for family in FAMILIES}
-            for group, (event_ids, datas) in buckets.items():
-                family, bucket = ("s", group) if type(group) is int else group  # type: ignore[misc]
+            for (family, bucket), (event_ids, datas) in buckets:
                 tail = names[bucket]
                 keys += [prefix + tail for prefix in prefixes[family]]
                 kind = "h" if family == "s" else "p"
