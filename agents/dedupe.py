@@ -96,6 +96,13 @@ class Deduped:
 
 def drop_duplicates(arrivals: Iterable[Arrival], marked: Container[EventRef]) -> Deduped:
     """Drop events already marked in their world, and repeats within the batch (the first copy stays)."""
+    if not marked:
+        # Most polls: nothing marked and no repeats, found by one set built in C rather than a
+        # Python loop of two lookups and an append per event.
+        listed = list(arrivals)
+        if len({a.ref for a in listed}) == len(listed):
+            return Deduped(listed, [])
+        arrivals = listed
     fresh: list[Arrival] = []
     duplicates: list[Arrival] = []
     kept: set[EventRef] = set()

@@ -133,6 +133,64 @@ def arrival_keys(arrival: Arrival, redrive: int = 0) -> list[str]:
     return [arrival_key(arrival), event_key(ev.world_id, ev.event_id, redrive)]
 
 
+@dataclass(slots=True)
+class WorldLookup:
+    """The decision keys of one world's decoded records in a batch, as the parts the lookup script
+    joins (``agents.marks.DeadLetterMarks.arrival_states``): record ``i``'s origin key is
+    ``origin_prefix + origins[i] + ":" + ids[i]``, its event key ``event_prefix + redrive + ":" +
+    ids[i]``. Built per world rather than as two keys a record: formatting each key, re-reading its
+    hash tag to group it (``by_tag``) and packing it cost ~11 % of the event loop on a worker
+    (docs/benchmarks.md, 2026-12-02 early morning), for a lookup that almost never finds anything."""
+
+    origin_prefix: str
+    event_prefix: str
+    ids: list[str] = field(default_factory=list)
+    #: ``"<topic>:<partition>:<offset>"`` of each record.
+    origins: list[str] = field(default_factory=list)
+    #: Each record's redrive count; None: all 0 (most batches).
+    redrives: list[int] | None = None
+
+    def origin_key(self, i: int) -> str:
+        return f"{self.origin_prefix}{self.origins[i]}:{self.ids[i]}"
+
+    def event_key(self, i: int) -> str:
+        return f"{self.event_prefix}{self.redrives[i] if self.redrives else 0}:{self.ids[i]}"
+
+    def keys(self) -> list[str]:
+        """Every key the lookup reads (for a store without the script, and tests): per record its
+        origin's, then its event's; the same keys ``arrival_keys`` gives."""
+        return [k for i in range(len(self.ids)) for k in (self.origin_key(i), self.event_key(i))]
+
+
+def world_lookups(
+    arrivals: Iterable[Arrival], redrives: Mapping[tuple[str, int, int], int] | None = None
+) -> dict[str, WorldLookup]:
+    """The decision keys of decoded records by world (``WorldLookup``); ``redrives``: the redrive
+    count of each origin that has one. A decoded record's world is valid (``models.events`` checked
+    it), so its origin key is the per-world one of ``dead_key``."""
+    out: dict[str, WorldLookup] = {}
+    tps: dict[tuple[str, int], str] = {}
+    for a in arrivals:
+        ev, src = a.event, a.source
+        world = ev.world_id
+        look = out.get(world)
+        if look is None:
+            look = out[world] = WorldLookup(f"{KEY_PREFIX}{{{world}}}:", f"{EVENT_KEY_PREFIX}{{{world}}}:")
+        tp = (src.topic, src.partition)
+        head = tps.get(tp)
+        if head is None:
+            head = tps[tp] = f"{src.topic}:{src.partition}:"
+        if redrives:
+            n = redrives.get((src.topic, src.partition, src.offset), 0)
+            if n and look.redrives is None:
+                look.redrives = [0] * len(look.ids)
+            if look.redrives is not None:
+                look.redrives.append(n)
+        look.ids.append(ev.event_id)
+        look.origins.append(head + str(src.offset))
+    return out
+
+
 def pending(now_ms: int) -> bytes:
     return PENDING + str(now_ms).encode()
 
@@ -190,7 +248,7 @@ def split_replays(
 
 
 class DecisionStore(Protocol):
-    async def states(self, keys: Any) -> dict[str, bytes]: ...
+    async def states(self, keys: Any, worlds: Mapping[str, WorldLookup] | None = None) -> dict[str, bytes]: ...
     async def record(self, keys: Any, value: bytes = ...) -> int: ...
     async def forget(self, states: Mapping[str, bytes]) -> int: ...
 
@@ -213,12 +271,13 @@ class Decisions:
         self.pending_found = 0
         self.pending_redecided = 0
 
-    async def taken(self, keys: Sequence[str]) -> set[str]:
-        """Which of ``keys`` are decided: confirmed, or pending with their letter in the DLQ (then
-        confirmed now). One Redis round trip; the DLQ is read only when a decision is pending."""
-        if not keys:
+    async def taken(self, keys: Sequence[str], worlds: Mapping[str, WorldLookup] | None = None) -> set[str]:
+        """Which of ``keys`` and of ``worlds``' keys (decoded records, ``world_lookups``) are
+        decided: confirmed, or pending with their letter in the DLQ (then confirmed now). One Redis
+        round trip; the DLQ is read only when a decision is pending."""
+        if not keys and not worlds:
             return set()
-        states = await self.store.states(keys)
+        states = await self.store.states(keys, worlds) if worlds else await self.store.states(keys)
         taken = {k for k, v in states.items() if v == CONFIRMED}
         since = pending_since(states)
         if since is None:

@@ -35,6 +35,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from zlib import crc32
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
@@ -43,7 +44,7 @@ from redis.exceptions import NoScriptError
 from agents.dedupe import applied_key as mark_key
 from agents.dedupe import legacy_applied_key
 from agents.dedupe_window import FAMILIES, PACKED, MarkWindow
-from agents.letter_marks import CONFIRMED, by_tag
+from agents.letter_marks import CONFIRMED, WorldLookup, by_tag
 
 if TYPE_CHECKING:
     from streams.settings import Settings
@@ -232,6 +233,37 @@ end
 return out
 """
 
+# The decisions of one world's decoded records, keys built here from their parts (``WorldLookup``:
+# one argument each for the ids, the origins and the redrive counts, not two keys a record).
+# KEYS[1]: the world's origin-key prefix (in the world's slot, as every key built here). ARGV: the
+# event-key prefix, the ids, the origins ("<topic>:<partition>:<offset>") and the redrive counts
+# ('' when all are 0), each NUL-separated. Returns (position, 'o' or 'e', value) for each key set.
+ARRIVAL_STATES_LUA = (
+    _RECORDS_LUA
+    + """
+local ids = records(ARGV[2], 'h')
+local origins = records(ARGV[3], 'h')
+local redrives = nil
+if ARGV[4] ~= '' then redrives = records(ARGV[4], 'h') end
+local out = {}
+for i = 1, #ids do
+  local v = redis.call('GET', KEYS[1] .. origins[i] .. ':' .. ids[i])
+  if v then
+    out[#out + 1] = i
+    out[#out + 1] = 'o'
+    out[#out + 1] = v
+  end
+  v = redis.call('GET', ARGV[1] .. (redrives and redrives[i] or '0') .. ':' .. ids[i])
+  if v then
+    out[#out + 1] = i
+    out[#out + 1] = 'e'
+    out[#out + 1] = v
+  end
+end
+return out
+"""
+)
+
 RECORD_LUA = """
 for i = 1, #KEYS do
   redis.call('SET', KEYS[i], ARGV[2], 'EX', ARGV[1])
@@ -342,21 +374,33 @@ _LOADED: weakref.WeakKeyDictionary[aioredis.Redis, set[str]] = weakref.WeakKeyDi
 async def run_scripts(client: aioredis.Redis, script: str, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
     """Run ``script`` once per (keys, args) in one pipelined round trip; loads it first on a client's
     first call, and again if Redis lost it (a restart, ``SCRIPT FLUSH``)."""
-    sha = _sha(script)
+    return await run_script_sets(client, [(script, calls)])
+
+
+async def run_script_sets(
+    client: aioredis.Redis, sets: Sequence[tuple[str, Sequence[tuple[list[str], list[Any]]]]]
+) -> list[Any]:
+    """``run_scripts`` for several scripts' calls in one pipelined round trip; the answers in order."""
     loaded = _LOADED.setdefault(client, set())
-    if sha not in loaded:
-        await client.script_load(script)
-        loaded.add(sha)
+    shas = []
+    for script, _ in sets:
+        sha = _sha(script)
+        if sha not in loaded:
+            await client.script_load(script)
+            loaded.add(sha)
+        shas.append(sha)
     for attempt in (1, 2):
         try:
             async with client.pipeline(transaction=False) as pipe:
-                for keys, args in calls:
-                    pipe.evalsha(sha, len(keys), *keys, *args)
+                for sha, (_, calls) in zip(shas, sets, strict=True):
+                    for keys, args in calls:
+                        pipe.evalsha(sha, len(keys), *keys, *args)
                 return list(await pipe.execute())
         except NoScriptError:
             if attempt == 2:
                 raise
-            await client.script_load(script)
+            for script, _ in sets:
+                await client.script_load(script)
     raise AssertionError("unreachable")
 
 
@@ -408,19 +452,32 @@ class AppliedMarks:
         """The ids by bucket key of ``slot``: key → (kind, stored bytes)."""
         # By (family, bucket) first, then one key string per bucket: a key built per id cost
         # about a fifth of the marks' client CPU (a batch's ids spread over at most ``buckets``).
-        buckets: dict[tuple[str, int], list[bytes]] = {}
-        place = self.window.place
-        for event_id in ids:
-            family, data, bucket = place(event_id)
-            datas = buckets.get((family, bucket))
-            if datas is None:
-                datas = buckets[(family, bucket)] = []
-            datas.append(data)
         prefixes = {family: self.window.key_prefix(world, slot, family) for family in FAMILIES}
         return {
             prefixes[family] + self._bucket_names[bucket]: ("h" if family == "s" else "p", datas)
-            for (family, bucket), datas in buckets.items()
+            for (family, bucket), (_, datas) in self._buckets(ids)
         }
+
+    def _buckets(self, ids: list[str]) -> list[tuple[tuple[str, int], tuple[list[str], list[bytes]]]]:
+        """The ids by (family, bucket): their ids and stored bytes, in first-seen order.
+
+        ``MarkWindow.place`` is inlined for ids that cannot be packed (any id not 36 characters
+        long), grouped by their bucket alone: no call and no tuple key an id."""
+        groups: dict[int | tuple[str, int], tuple[list[str], list[bytes]]] = {}
+        place, n_buckets = self.window.place, self.window.buckets
+        for event_id in ids:
+            if len(event_id) == 36:
+                family, data, bucket = place(event_id)
+                group: int | tuple[str, int] = bucket if family == "s" else (family, bucket)
+            else:
+                data = event_id.encode()
+                group = crc32(data) % n_buckets
+            entry = groups.get(group)
+            if entry is None:
+                entry = groups[group] = ([], [])
+            entry[0].append(event_id)
+            entry[1].append(data)
+        return [(("s", g) if type(g) is int else g, entry) for g, entry in groups.items()]  # type: ignore[misc]
 
     @staticmethod
     def _per_key_args(grouped: dict[str, tuple[str, list[bytes]]]) -> list[Any]:
@@ -436,23 +493,16 @@ class AppliedMarks:
             return set()
         slots = self.window.live_slots(self.clock())
         per_event = int(self.read_per_event) + int(self.read_legacy)
-        place, key_prefix, names = self.window.place, self.window.key_prefix, self._bucket_names
+        key_prefix, names = self.window.key_prefix, self._bucket_names
         calls = []
         orders: list[list[str]] = []
         for world, ids in groups:
-            buckets: dict[tuple[str, int], tuple[list[str], list[bytes]]] = {}
-            for event_id in ids:
-                family, data, bucket = place(event_id)
-                entry = buckets.get((family, bucket))
-                if entry is None:
-                    entry = buckets[(family, bucket)] = ([], [])
-                entry[0].append(event_id)
-                entry[1].append(data)
+            buckets = self._buckets(ids)
             keys: list[str] = []
             args: list[Any] = [len(slots), per_event, len(buckets)]
             order: list[str] = []
             prefixes = {family: [key_prefix(world, slot, family) for slot in slots] for family in FAMILIES}
-            for (family, bucket), (event_ids, datas) in buckets.items():
+            for (family, bucket), (event_ids, datas) in buckets:
                 tail = names[bucket]
                 keys += [prefix + tail for prefix in prefixes[family]]
                 kind = "h" if family == "s" else "p"
@@ -546,17 +596,49 @@ class DeadLetterMarks:
         client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
         return cls(pack_once(client), ttl_s)
 
-    async def states(self, keys: Iterable[str]) -> dict[str, bytes]:
-        """The recorded ones of ``keys`` and their values (``CONFIRMED`` or ``pending(ms)``); one round trip."""
+    async def states(self, keys: Iterable[str], worlds: Mapping[str, WorldLookup] | None = None) -> dict[str, bytes]:
+        """The recorded ones of ``keys`` and of ``worlds``' keys (decoded records, built by the
+        script from their parts) with their values (``CONFIRMED`` or ``pending(ms)``); one round trip."""
         groups = by_tag(keys, CHUNK)
-        if not groups:
+        parts: list[tuple[WorldLookup, int]] = []
+        calls: list[tuple[list[str], list[Any]]] = []
+        for look in (worlds or {}).values():
+            for start in range(0, len(look.ids), CHUNK):
+                end = start + CHUNK
+                redrives = look.redrives
+                counts = b"\0".join(b"%d" % n for n in redrives[start:end]) if redrives else b""
+                parts.append((look, start))
+                calls.append(
+                    (
+                        [look.origin_prefix],
+                        [
+                            look.event_prefix,
+                            _text_blob(look.ids[start:end]),
+                            _text_blob(look.origins[start:end]),
+                            counts,
+                        ],
+                    )
+                )
+        if not groups and not calls:
             return {}
-        answers = await run_scripts(self._redis, STATES_LUA, [(g, []) for g in groups])
-        return {
+        sets: list[tuple[str, Sequence[tuple[list[str], list[Any]]]]] = (
+            [(STATES_LUA, [(g, []) for g in groups])] if groups else []
+        )
+        if calls:
+            sets.append((ARRIVAL_STATES_LUA, calls))
+        answers = await run_script_sets(self._redis, sets)
+        out = {
             g[int(flat[i]) - 1]: flat[i + 1]
-            for g, flat in zip(groups, answers, strict=True)
+            for g, flat in zip(groups, answers[: len(groups)], strict=True)
             for i in range(0, len(flat), 2)
         }
+        for (look, start), flat in zip(parts, answers[len(groups) :], strict=True):
+            # Keys are built only for the decisions found: a lookup almost never finds one.
+            for j in range(0, len(flat), 3):
+                i = start + int(flat[j]) - 1
+                key = look.origin_key(i) if flat[j + 1] == b"o" else look.event_key(i)
+                out[key] = flat[j + 2]
+        return out
 
     async def record(self, keys: Iterable[str], value: bytes = CONFIRMED) -> int:
         """Record ``keys`` as ``value`` with the TTL; idempotent. Returns how many were written."""

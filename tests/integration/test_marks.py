@@ -14,9 +14,16 @@ from redis.crc import key_slot
 
 from agents.dedupe import applied_key, legacy_applied_key
 from agents.dedupe_window import SLOTS_PER_WINDOW
-from agents.marks import AppliedMarks, pack_once, run_scripts
+from agents.letter_marks import CONFIRMED, arrival_keys, dead_key, pending, world_lookups
+from agents.marks import AppliedMarks, DeadLetterMarks, pack_once, run_scripts
+from agents.offset_tracker import Arrival
+from models.events import ChangeType, EntityKind, new_event
+from sinks.committed_offsets import Source
 
 pytestmark = pytest.mark.integration
+
+#: A ``ChangeEvent``'s fields after its id and world (``new_event``): an object CREATE.
+_EVENT_REST = (EntityKind.OBJECT, "T", "p", ChangeType.CREATE, 1, None, {}, None, None, 0, 0, "", None, None, ())
 
 
 class Clock:
@@ -239,3 +246,39 @@ async def test_ids_of_every_shape_share_a_bucket_and_are_found_exactly(redis_url
         await _drop(client, marks, [world])
         await client.aclose()
         await marks.close()
+
+
+async def test_the_decisions_of_decoded_records_are_read_per_world_from_their_parts(
+    redis_url: str, unique: str
+) -> None:
+    """``DeadLetterMarks.states`` with the records' keys per world (``WorldLookup``) finds the same
+    decisions as the keys one by one (an origin's, an event's under its redrive count, confirmed
+    or pending, and a bad record's by its partition) in one round trip whose calls carry a handful
+    of arguments each, not two keys a record. All the keys are in the world's cluster slot."""
+    client, sent = _recording(redis_url)
+    topic, world = f"t{unique[:10]}", f"d{unique[:10]}"
+    arrivals = [Arrival(new_event(f"e{i}", world, *_EVENT_REST), Source(topic, i % 2, 100 + i)) for i in range(3_000)]
+    redrives = {(topic, 1, 107): 1}
+    looks = world_lookups(arrivals, redrives)
+    bad = dead_key((topic, 0, 5_000), None)
+    decided = {
+        arrival_keys(arrivals[3])[0]: CONFIRMED,
+        arrival_keys(arrivals[7], 1)[1]: pending(123),
+        arrival_keys(arrivals[2_999])[1]: CONFIRMED,
+        bad: CONFIRMED,
+    }
+    other = arrival_keys(arrivals[8], 1)[1]  # event 8 has no redrive: its redrive-1 key is not read
+    dead = DeadLetterMarks(client, 60)
+    try:
+        await dead.record([k for k, v in decided.items() if v == CONFIRMED])
+        await dead.record([arrival_keys(arrivals[7], 1)[1]], pending(123))
+        await dead.record([other])
+        sent.clear()
+        assert await dead.states([bad], looks) == decided
+        assert await dead.states([], looks) == {k: v for k, v in decided.items() if k != bad}
+        calls = [args for args in sent if args[0] == "EVALSHA"]
+        assert calls and all(len(c) < 10 for c in calls)
+        assert len({key_slot(k.encode()) for k in looks[world].keys()}) == 1
+    finally:
+        await client.unlink(*decided, other)
+        await client.aclose()

@@ -721,6 +721,30 @@ def test_copies_of_held_or_applied_events_are_duplicates_on_the_fast_path_too() 
     assert ids(out.ready) == ["a"] and ids(out.duplicates) == ["a", "old"]
 
 
+def test_with_nothing_parked_a_batch_is_released_without_building_order_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The order key is built only while something is parked: before, every event of every poll
+    built one (then a formatted ``event.key``, hashed fresh, ~1 µs) to ask whether its key had a head."""
+    gate, feed = CausalGate(timeout_s=10.0, max_parked=100), Feed()
+    free = [feed(f"a{i}", f"p{i % 3}") for i in range(30)]
+    parking = feed("e", "p1", caused_by="c")
+    behind = [feed("f", "p1"), feed("g", "p2")]
+    read: list[str] = []
+    slot = ChangeEvent.__dict__["entity_pk"]  # the pk is read to build an order key, and only then
+
+    def counting(ev: ChangeEvent) -> str:
+        read.append(ev.event_id)
+        return slot.__get__(ev)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(ChangeEvent, "entity_pk", property(counting))
+    assert gate.offer_all(free, now=0) == []
+    assert len(gate.drain().ready) == 30 and read == []
+    # Something parked: each event's order key is built, and one on the parked key waits.
+    assert ids(gate.offer_all([parking], now=1)) == ["e"]
+    read.clear()
+    assert ids(gate.offer_all(behind, now=1)) == ["f"]
+    assert set(read) == {"f", "g"} and ids(gate.drain().ready) == ["g"]
+
+
 _steps = st.lists(
     st.tuples(
         st.sampled_from(["e0", "e1", "e2", "e3", "e4", "e5"]),  # event ids (repeats are copies)

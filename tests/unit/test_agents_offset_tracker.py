@@ -12,6 +12,7 @@ from agents.offset_tracker import (
     Arrival,
     OffsetTracker,
     arrival,
+    arrival_at,
     format_ranges,
     in_ranges,
     merge_ranges,
@@ -231,3 +232,46 @@ def test_the_intakes_arrival_is_the_frozen_arrival_with_its_ref() -> None:
     assert fast.ref == slow.ref == ("w-2", "e7") and fast.tp == ("t", 3) and fast.offset == 41
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.ref = ("x", "y")  # type: ignore[misc]
+
+
+def test_the_intakes_arrival_at_builds_the_frozen_arrival_and_source() -> None:
+    ev = decode(event(7, world="w-2"))
+    assert isinstance(ev, ChangeEvent)
+    fast, slow = arrival_at(ev, "t", 3, 41), Arrival(ev, Source("t", 3, 41))
+    assert type(fast) is Arrival and type(fast.source) is Source
+    assert fast == slow and repr(fast) == repr(slow) and hash(fast.source) == hash(slow.source)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.source.offset = 5  # type: ignore[misc]
+
+
+@given(
+    offsets=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60)), min_size=1, max_size=60, unique=True),
+    data=st.data(),
+)
+@settings(max_examples=150, deadline=None)
+def test_done_all_equals_done_one_by_one(offsets: list[tuple[int, int]], data: st.DataObject) -> None:
+    """A commit's sources settled in one call (runs of one partition, any order, a revoked one
+    among them) leave every partition as ``done`` one source at a time does."""
+    one, many = OffsetTracker(), OffsetTracker()
+    tps = [("t", p) for p in range(3)]
+    for t in (one, many):
+        for p, o in sorted(offsets):
+            t.consumed(tps[p], o)
+        t.revoke(tps[2])
+    order = data.draw(st.permutations(offsets))
+    cut = data.draw(st.integers(0, len(order)))
+    sources = [Source("t", p, o) for p, o in order[:cut]]
+    for src in sources:
+        one.done(src.tp, src.offset)
+    many.done_all(sources)
+    assert [one.committable(tp) for tp in tps] == [many.committable(tp) for tp in tps]
+    assert [one.in_flight(tp) for tp in tps] == [many.in_flight(tp) for tp in tps]
+    many.done_all(sources)  # again: idempotent, as ``done`` is
+    assert [one.committable(tp) for tp in tps] == [many.committable(tp) for tp in tps]
+
+
+def test_done_all_refuses_an_offset_never_consumed() -> None:
+    t = OffsetTracker()
+    t.consumed(TP, 4)
+    with pytest.raises(ValueError, match="never consumed"):
+        t.done_all([Source(*TP, 4), Source(*TP, 9)])
