@@ -301,6 +301,10 @@ def sample(census: bool = False) -> dict[str, Any]:
     doc["pymalloc_blocks"] = sys.getallocatedblocks()
     doc["pymalloc_arenas"] = _pymalloc_arenas()
     doc["file_caches"] = _file_caches()
+    # the log merges' shared budget: how often a merge waited for another world's, and the most held at once
+    doc["native_budgets"] = [
+        {"limit": b.limit, "in_use": b.in_use, "peak": b.peak, "waits": b.waits} for b in _live("native_budget")
+    ]
     doc["manifests"] = _manifest_caches()
     doc["appliers"] = _appliers()
     doc["consumers"] = _consumers()
@@ -354,8 +358,10 @@ def install(path: str, interval: float = 30.0, census_every: int = 4, release_ev
 
     from agents.applier import Applier
     from sinks.rowdelta import FileCache
+    from streams.memory import NativeBudget
 
     _register(FileCache, "file_cache")
+    _register(NativeBudget, "native_budget")
     _register(Applier, "applier")
     _register(AIOKafkaConsumer, "consumer")
     started = time.time()

@@ -152,6 +152,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             "worlds": args.worlds,
             "workers": args.workers,
             "memory_probe": str(args.probe) if getattr(args, "probe", None) else None,
+            "peak_rss_largest_worker_mb": round(sampler.peak_rss_per_process / 2**20, 1),
             "machine": machine(),
             "versions": versions(run.base),
         },
@@ -220,6 +221,10 @@ async def _window(
     cpu, _ = sampler.cpu_now()
     d_cpu = cpu - prev.get("cpu", 0.0)
     prev.update(cpu=cpu)
+    # the window's highest sample (every 0.25 s), not the last: a commit's transients are peaks
+    since = int(prev.get("rss_samples", 0.0))
+    peak = max((rss for _, rss in sampler.rss_series[since:]), default=0)
+    prev.update(rss_samples=float(len(sampler.rss_series)))
     return {
         "window": index,
         "commits": int(d_count),
@@ -228,6 +233,7 @@ async def _window(
         "reconciled_worlds": int(d_rec_n),
         "reconcile_s": round(d_rec, 2),
         "rss_mb": round((sampler.rss_series[-1][1] if sampler.rss_series else 0) / 2**20, 1),
+        "rss_peak_mb": round(peak / 2**20, 1),
         "lag": progress.lag,
         # the workers' CPU in the window (children counted once they exit) and the box's load:
         # on a shared box commits per window follow the load, CPU per commit much less

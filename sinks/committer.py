@@ -149,6 +149,7 @@ from sinks.tables import (
     create_table,
 )
 from sinks.truncates import truncate_guard
+from streams.memory import NativeBudget
 from streams.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -251,6 +252,8 @@ class BatchCommitter:
             max_delete_files,
             max_small_files,
         )
+        #: One per worker: the log merges of every world's commit thread share it.
+        self.native_budget = NativeBudget(settings.native_work_bytes)
         self.file_cache = FileCache(
             settings.index_cache_bytes if index_cache_bytes is None else index_cache_bytes,
             FilterSpill(Path(settings.data_dir) / "key-filters", settings.key_filter_spill_bytes)
@@ -548,6 +551,7 @@ class BatchCommitter:
                 cache=self.file_cache,
                 max_rows=self.settings.log_merge_max_rows,
                 max_bytes=self.settings.log_merge_max_bytes,
+                budget=self.native_budget,
             )
         self.compaction.expire(tx)
         tx.commit_transaction()

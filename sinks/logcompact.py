@@ -30,6 +30,7 @@ only overlapping runs are sorted (and everything is, when a run is not sorted).
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -139,6 +140,22 @@ def done_rows(target_file_bytes: int, row_bytes: float, bound: int) -> int:
     worth is cut into files with disjoint key ranges, which is what the merges are for.
     """
     return max(1, min(int(target_file_bytes / row_bytes), bound) // 2)
+
+
+#: A merge holds its inputs, one sorted copy and the writer's copy of each output file at once.
+MERGE_COPIES = 3
+
+
+def merge_transient_bytes(files: dict[str, Any], paths: list[str], row_bytes: float | None) -> int:
+    """Bytes of transient Arrow tables a merge of ``paths`` makes, estimated. Pure.
+
+    At ``row_bytes`` (the flush's in-memory row size) per record; without it, at the files'
+    on-disk size, which understates the rows several times (the caller bounds such merges by it).
+    """
+    if row_bytes:
+        rows = sum(files[p].record_count for p in paths)
+        return int(MERGE_COPIES * rows * row_bytes)
+    return MERGE_COPIES * sum(files[p].file_size_in_bytes for p in paths)
 
 
 def merge_runs(parts: list[pa.Table], sort_keys: list[tuple[str, str]]) -> pa.Table:
@@ -266,6 +283,7 @@ def compact_log(
     cache: Any | None = None,
     max_rows: int | None = None,
     max_bytes: int | None = None,
+    budget: Any | None = None,
 ) -> int:
     """Merge the log's small files per partition and tier inside ``tx``; returns files removed.
 
@@ -275,7 +293,9 @@ def compact_log(
     committer's ``FileCache``) holds the rows of small files the flushes wrote: those are not read
     back from storage, and the merged ones are dropped from it. ``max_rows`` and ``max_bytes``
     (``Settings.log_merge_max_rows``, ``log_merge_max_bytes``: in-memory bytes at ``row_bytes``)
-    bound one merge; without ``row_bytes``, ``max_bytes`` bounds the merged files' bytes.
+    bound one merge; without ``row_bytes``, ``max_bytes`` bounds the merged files' bytes. ``budget``
+    (the worker's ``streams.memory.NativeBudget``) makes each merge wait until its transients fit
+    beside other worlds' merges: several at once are the worker's memory peaks.
     """
     from sinks.rowdelta import RowDelta, write_data_files
     from sinks.rows import EVENTS_SORT
@@ -303,12 +323,13 @@ def compact_log(
     sort_keys = [k for k in EVENTS_SORT if k[0] in schema.names]
     removed = 0
     for paths in merges:
-        merged, bytes_read = _merged_rows(table, paths, files, schema, sort_keys, cache)
-        # Dropped as soon as its files exist: a commit's largest transient, and whatever is alive
-        # at once is what the allocator keeps.
-        new = [df for chunk in cut(merged, target_file_bytes) for df in write_data_files(metadata, chunk, table.io)]
-        merged_rows = merged.num_rows
-        del merged
+        with budget.hold(merge_transient_bytes(files, paths, row_bytes)) if budget is not None else nullcontext():
+            merged, bytes_read = _merged_rows(table, paths, files, schema, sort_keys, cache)
+            # Dropped as soon as its files exist: a commit's largest transient, and whatever is alive
+            # at once is what the allocator keeps.
+            new = [df for chunk in cut(merged, target_file_bytes) for df in write_data_files(metadata, chunk, table.io)]
+            merged_rows = merged.num_rows
+            del merged
         rd.add(new)
         rd.remove(files[p] for p in paths)
         removed += len(paths)

@@ -10,10 +10,12 @@ knobs, so the worker sets them once at start-up, before its threads exist.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -93,3 +95,49 @@ class Releaser:
         while not self._stop.wait(self.interval_s):
             release()
             self.releases += 1
+
+
+def admits(in_use: int, nbytes: int, limit: int) -> bool:
+    """Whether a job of ``nbytes`` may start beside ``in_use`` bytes of others under ``limit``. Pure.
+
+    A job larger than the whole budget still runs, alone: refusing it would stop its world's commits.
+    """
+    return in_use == 0 or in_use + nbytes <= limit
+
+
+class NativeBudget:
+    """Bytes of heavy native work (Arrow's transient tables) in flight at once across the commit threads.
+
+    Several worlds' commits each make their largest transients (a log merge's inputs, its sorted copy,
+    the writers' copies) in their own thread; run at once, their peaks add up, and the allocator keeps
+    what the sum reached (docs/benchmarks.md, "2026-12-02 morning"). ``hold`` makes a job wait until
+    it fits beside the others'; the waiting thread holds nothing heavy yet. ``limit`` 0: no bound.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            raise ValueError("the native budget cannot be negative")
+        self.limit = limit
+        self.in_use = 0
+        self.peak = 0
+        self.waits = 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, nbytes: int) -> Iterator[None]:
+        if self.limit == 0:
+            yield
+            return
+        nbytes = max(0, nbytes)
+        with self._cond:
+            if not admits(self.in_use, nbytes, self.limit):
+                self.waits += 1
+                self._cond.wait_for(lambda: admits(self.in_use, nbytes, self.limit))
+            self.in_use += nbytes
+            self.peak = max(self.peak, self.in_use)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.in_use -= nbytes
+                self._cond.notify_all()

@@ -252,6 +252,13 @@ class Settings:
         "Most glibc malloc arenas the worker's threads spread over (0: glibc's default, 8 per core). Fewer "
         "arenas keep less freed memory per commit thread and make the threads share locks; set once at start-up.",
     )
+    native_work_bytes: int = _opt(
+        0,
+        "Bytes of transient Arrow tables the worker's log merges may hold at once across worlds (three times a "
+        "merge's in-memory rows); a merge that does not fit waits for the others, one larger than this runs "
+        "alone. 0: no bound. At 64 MiB a 4-minute soak's merges ran one at a time and Arrow's peak fell by a "
+        "third, but RSS did not (docs/benchmarks.md, 2026-12-02 morning), so it is off by default.",
+    )
     memory_release_interval_s: float = _opt(
         30.0,
         "Every this many seconds the worker hands back to the OS what Arrow's pool and glibc malloc keep "
@@ -442,7 +449,7 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
-        for name in ("index_cache_bytes", "key_filter_spill_bytes"):
+        for name in ("index_cache_bytes", "key_filter_spill_bytes", "native_work_bytes"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{env_name(name)} must be 0 or more")
         _check_memory(self)

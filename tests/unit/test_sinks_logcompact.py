@@ -132,3 +132,17 @@ def test_merged_runs_hold_every_input_row_once_in_sort_order(
     key = lambda r: (r["entity_type"], r["entity_pk"], r["version"], r["batch_seq"])  # noqa: E731
     assert sorted(got, key=lambda r: (key(r), r["src"])) == sorted(expected, key=lambda r: (key(r), r["src"]))
     assert [key(r) for r in got] == sorted(key(r) for r in got)
+
+
+def test_a_merges_transients_are_three_copies_of_its_rows_at_the_flushs_row_size() -> None:
+    from types import SimpleNamespace
+
+    from sinks.logcompact import merge_transient_bytes
+
+    files = {
+        "a": SimpleNamespace(record_count=1_000, file_size_in_bytes=20_000),
+        "b": SimpleNamespace(record_count=3_000, file_size_in_bytes=50_000),
+        "c": SimpleNamespace(record_count=9_999, file_size_in_bytes=1),
+    }
+    assert merge_transient_bytes(files, ["a", "b"], 250.0) == 3 * 4_000 * 250
+    assert merge_transient_bytes(files, ["a", "b"], None) == 3 * 70_000  # no row size: the files' bytes

@@ -96,3 +96,49 @@ def test_releases_look_the_c_library_up_once(monkeypatch: pytest.MonkeyPatch) ->
     for _ in range(3):
         memory.release()
     assert looked == ["c"]
+
+
+def test_a_job_is_admitted_when_it_fits_or_runs_alone() -> None:
+    assert memory.admits(0, 10, 100)
+    assert memory.admits(60, 40, 100)
+    assert not memory.admits(61, 40, 100)
+    assert memory.admits(0, 500, 100)  # larger than the budget: alone, never refused
+    assert not memory.admits(1, 500, 100)
+
+
+def test_the_native_budget_makes_a_job_wait_until_the_others_fit() -> None:
+    import threading
+
+    budget = memory.NativeBudget(100)
+    started, finish = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def second() -> None:
+        with budget.hold(50):
+            order.append("second")
+            started.set()
+            finish.wait(5)
+
+    with budget.hold(70):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        assert not started.wait(0.2)  # 70 + 50 > 100: the second job waits
+        order.append("first done")
+    assert started.wait(5)
+    assert order == ["first done", "second"]
+    assert budget.waits == 1 and budget.peak == 70 and budget.in_use == 50
+    finish.set()
+    waiter.join()
+    assert budget.in_use == 0
+
+
+def test_jobs_that_fit_run_together_and_no_bound_never_waits() -> None:
+    budget = memory.NativeBudget(100)
+    with budget.hold(40), budget.hold(60):
+        assert budget.in_use == 100
+    assert budget.in_use == 0 and budget.waits == 0 and budget.peak == 100
+    free = memory.NativeBudget(0)
+    with free.hold(10**12), free.hold(10**12):
+        assert free.in_use == 0 and free.waits == 0
+    with pytest.raises(ValueError, match="negative"):
+        memory.NativeBudget(-1)
