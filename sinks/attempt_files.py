@@ -14,6 +14,7 @@ differ writes new files, and the old ones stay orphans as before.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -24,11 +25,30 @@ def write_key(metadata: Any) -> tuple[Hashable, ...]:
     its rows: the current schema, the specs (a small flush may write under the unpartitioned one)
     and the default, and the ``write.*`` properties (format, compression, target size)."""
     return (
+        # the table itself: an operator may drop and recreate a table between two attempts
+        str(metadata.table_uuid),
+        metadata.location,
+        metadata.format_version,
         metadata.current_schema_id,
         metadata.default_spec_id,
         tuple(sorted(spec.spec_id for spec in metadata.partition_specs)),
         tuple(sorted((k, v) for k, v in metadata.properties.items() if k.startswith("write."))),
     )
+
+
+def commit_time(first: datetime, head_ms: int | None, clock: Callable[[], datetime]) -> datetime:
+    """The ``committed_at`` an attempt stamps its rows with: the batch's first attempt's time while the
+    branch's head is older than it, so a retry can take that attempt's files.
+
+    A retry after a rival commit that landed *after* that time must not stamp its rows earlier than
+    the rival's: the log's readers fold it in ``committed_at`` order (a TRUNCATE drops the older
+    keys of its type, ``agents.reconcile_state``). Then the attempt takes a fresh time, after the
+    head's, and writes its rows anew. ``head_ms``: the event log's current snapshot time (ms), None
+    for a table with no snapshot.
+    """
+    if head_ms is None or head_ms < first.timestamp() * 1000:
+        return first
+    return max(clock(), datetime.fromtimestamp(head_ms / 1000, UTC) + timedelta(milliseconds=1))
 
 
 class AttemptFiles:

@@ -113,7 +113,7 @@ from pyiceberg.table import Table
 
 from models.events import ChangeEvent, EntityKind
 from models.worlds import WorldNaming
-from sinks.attempt_files import AttemptFiles, write_key
+from sinks.attempt_files import AttemptFiles, commit_time, write_key
 from sinks.catalog import NessieCatalog
 from sinks.committed_offsets import (
     MapMemo,
@@ -279,13 +279,14 @@ class BatchCommitter:
         """
         branch = self.naming.branch(batch.world_id)
         started = time.monotonic()
-        # One time and one record of written files for every attempt of the batch: a retry after a
-        # conflict takes the rows' files an earlier attempt wrote when it writes the same rows.
-        now = datetime.now(UTC)
+        # One time and one record of written files for the batch's attempts: a retry after a
+        # conflict takes the rows' files an earlier attempt wrote when it writes the same rows at
+        # the same time (``commit_time``: a rival that landed after that time makes it a new one).
+        first = datetime.now(UTC)
         files = AttemptFiles()
 
         def attempt(cat: NessieCatalog, base: str, n: int) -> CommitOutcome:
-            return self._attempt(cat, batch, branch, n, base, now, files)
+            return self._attempt(cat, batch, branch, n, base, first, files)
 
         def landed(found: str, attempts: int) -> CommitOutcome:
             log.warning("batch %s on %s: found landed as %s", batch.batch_id, branch, found)
@@ -376,7 +377,7 @@ class BatchCommitter:
         branch: str,
         attempt: int,
         base: str,
-        now: datetime,
+        first: datetime,
         files: AttemptFiles | None = None,
     ) -> CommitOutcome:
         """Stage and publish the batch against ``base`` (pinned by ``cat.begin()``)."""
@@ -385,6 +386,8 @@ class BatchCommitter:
         cat.prefetch([(ns, d.name) for d in (EVENTS, COMMON, EDGE)])  # read with the head by ``begin`` already
         tables = {d.name: self._load_or_create(cat, ns, d) for d in (EVENTS, COMMON, EDGE)}
         events_table = tables[EVENTS.name]
+        head = events_table.metadata.current_snapshot()
+        now = commit_time(first, None if head is None else head.timestamp_ms, lambda: datetime.now(UTC))
 
         committed = self.offset_maps.loads(branch, events_table.metadata.properties.get(OFFSETS_PROPERTY))
         items, recorded = _split(batch, committed)
@@ -528,6 +531,7 @@ class BatchCommitter:
             key = (
                 EVENTS.name,
                 write_key(metadata),
+                now,
                 tuple((ev.event_id, src) for ev, src in items),
                 frozenset(stale_ids),
             )

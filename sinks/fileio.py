@@ -22,6 +22,7 @@ object layers; an ``os.open``/``os.write`` of the finished bytes is ~60-110 µs 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -70,6 +71,9 @@ _DIRS_MAX = 4096
 #: Characters that make ``urlparse`` read a location other than as directory + name (a query, a
 #: fragment, a last segment's parameters, the whitespace it strips).
 _NOT_PLAIN = frozenset("?#;\t\r\n\\")
+#: A URI scheme (RFC 3986). ``/tmp/a://b`` holds ``://`` but is a local path: pyiceberg resolves it
+#: against the working directory and the properties' default scheme, which a kept parse would not.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 
 def parse_location(location: str, properties: Any) -> tuple[str, str, str]:
@@ -83,7 +87,8 @@ def parse_location(location: str, properties: Any) -> tuple[str, str, str]:
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     directory, _, name = location.rpartition("/")
-    if "://" not in directory or name in ("", ".", "..") or not _NOT_PLAIN.isdisjoint(location):
+    scheme, sep, _ = directory.partition("://")
+    if not sep or not _SCHEME.fullmatch(scheme) or name in ("", ".", "..") or not _NOT_PLAIN.isdisjoint(location):
         return PyArrowFileIO.parse_location(location, properties)
     parsed = _DIRS.get(directory)
     if parsed is None:

@@ -198,6 +198,7 @@ def apply_projection(
     written_from = (
         tdef.name,
         write_key(metadata),
+        now,  # the rows' committed_at
         tuple(sorted((k, v) for k, v in metadata.properties.items() if k.startswith(SCHEMA_PROPERTY_PREFIX))),
         tuple(ev.event_id for ev in plan.rows.values()),
         tuple((p, len(state.files[p].deleted), tuple(sorted(new_deletes.get(p, ())))) for p in rewrites.remove),

@@ -787,27 +787,44 @@ def test_a_retry_after_another_writers_commit_takes_the_files_its_failed_attempt
 
     branch = f"world-{world}"
     BatchCommitter(sink_settings, client).commit_batch(batch(world, "seed", [obj(world, "p", "CREATE", 1)], 0))
-    rival = BatchCommitter(sink_settings, client)
     steps: list[str] = []
-    rival_events = iter([(100, [obj(world, "r", "CREATE", 1)]), (200, [obj(world, "p", "UPDATE", 5, n=5)])])
-
-    def rival_commits_first(cat: NessieCatalog, b: Batch, attempt: int) -> None:
-        steps.append(f"publish {attempt}")
-        if attempt == 1:
-            steps.append("rival")
-            offset, events = next(rival_events)
-            rival.commit_batch(batch(world, f"rival-{b.batch_id}", events, offset))
-            steps.append("rival done")
-
     for module, name in ((sinks.projection_write, "write_split"), (sinks.committer, "write_data_files_with_rows")):
         real = getattr(module, name)
         monkeypatch.setattr(
             module, name, lambda *a, _real=real, _name=name, **k: (steps.append(_name), _real(*a, **k))[1]
         )
-    loser = BatchCommitter(sink_settings, client, before_publish=rival_commits_first)
+
+    def race(rival_events: list[Any], rival_offset: int, loser_events: list[Any], loser_offset: int, tag: str) -> Any:
+        # The rival stages its commit (its snapshot's time) before the loser starts, and publishes
+        # while the loser stages against the old head: the loser's first attempt conflicts.
+        staged, publish = threading.Event(), threading.Event()
+
+        def rival_waits(cat: NessieCatalog, b: Batch, attempt: int) -> None:
+            staged.set()
+            assert publish.wait(30)
+
+        rival = BatchCommitter(sink_settings, client, before_publish=rival_waits)
+        rival_thread = threading.Thread(
+            target=rival.commit_batch, args=(batch(world, f"rival-{tag}", rival_events, rival_offset),)
+        )
+        rival_thread.start()
+        assert staged.wait(30)
+        time.sleep(0.01)  # the loser's batch starts after the rival's snapshot time
+
+        def rival_lands_first(cat: NessieCatalog, b: Batch, attempt: int) -> None:
+            steps.append(f"publish {attempt}")
+            if attempt == 1:
+                publish.set()
+                rival_thread.join(30)
+                steps.append("rival done")
+
+        loser = BatchCommitter(sink_settings, client, before_publish=rival_lands_first)
+        return loser.commit_batch(batch(world, tag, loser_events, loser_offset))
 
     # The rival's commit touches another key: the retry writes the same rows, from the same files.
-    out = loser.commit_batch(batch(world, "l1", [obj(world, "q", "CREATE", 1), obj(world, "p", "UPDATE", 2, n=2)], 50))
+    out = race(
+        [obj(world, "r", "CREATE", 1)], 100, [obj(world, "q", "CREATE", 1), obj(world, "p", "UPDATE", 2, n=2)], 50, "l1"
+    )
     assert out.attempts == 2 and not out.already_committed
     retry = steps[steps.index("rival done") + 1 :]
     assert retry == ["publish 2"], steps
@@ -818,7 +835,7 @@ def test_a_retry_after_another_writers_commit_takes_the_files_its_failed_attempt
 
     # The rival's commit makes the batch's update of p stale: the retry's rows differ, written anew.
     steps.clear()
-    out = loser.commit_batch(batch(world, "l2", [obj(world, "p", "UPDATE", 3, n=3)], 60))
+    out = race([obj(world, "p", "UPDATE", 5, n=5)], 200, [obj(world, "p", "UPDATE", 3, n=3)], 60, "l2")
     assert out.attempts == 2 and out.events_stale == 1
     retry = steps[steps.index("rival done") + 1 :]
     assert retry == ["write_data_files_with_rows", "publish 2"], steps  # no projection row to write now
@@ -826,3 +843,34 @@ def test_a_retry_after_another_writers_commit_takes_the_files_its_failed_attempt
     assert objects(cat)["p"] == (5, False, '{"n":5}')
     log = cat.load_table("onto.entity_events").scan().to_arrow()
     assert log.num_rows == 6 and pc.sum(pc.invert(log.column("applied"))).as_py() == 1
+
+
+def test_a_retry_after_a_rival_that_landed_later_than_the_batch_began_stamps_its_rows_after_the_rivals(
+    client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The log's readers fold it in committed_at order (a TRUNCATE drops its type's older keys), so
+    # a commit that lands after another must not carry an older committed_at. Failed before: the
+    # retry kept the batch's first time, older than the rival's rows, and reused its files.
+    import sinks.committer
+
+    branch = f"world-{world}"
+    BatchCommitter(sink_settings, client).commit_batch(batch(world, "seed", [obj(world, "p", "CREATE", 1)], 0))
+    rival = BatchCommitter(sink_settings, client)
+    writes: list[str] = []
+    real = sinks.committer.write_data_files_with_rows
+    monkeypatch.setattr(
+        sinks.committer, "write_data_files_with_rows", lambda *a, **k: (writes.append("log"), real(*a, **k))[1]
+    )
+
+    def rival_commits_now(cat: NessieCatalog, b: Batch, attempt: int) -> None:
+        if attempt == 1:  # after the loser's batch began: the rival's rows are newer than its first time
+            time.sleep(0.01)
+            rival.commit_batch(batch(world, "rival", [obj(world, "r", "CREATE", 1)], 100))
+
+    loser = BatchCommitter(sink_settings, client, before_publish=rival_commits_now)
+    out = loser.commit_batch(batch(world, "late", [obj(world, "q", "CREATE", 1)], 50))
+    assert out.attempts == 2
+    assert writes.count("log") == 3  # the loser's two attempts wrote their own rows (and the rival once)
+    log = BatchCommitter(sink_settings, client).catalog(branch).load_table("onto.entity_events").scan().to_arrow()
+    at = {row["entity_pk"]: row["committed_at"] for row in log.to_pylist()}
+    assert at["q"] > at["r"] > at["p"]

@@ -45,3 +45,42 @@ def test_the_write_key_follows_the_schema_the_specs_and_the_write_properties_onl
     assert write_key(base) != write_key(base.model_copy(update={"default_spec_id": 1}))
     more = [*base.partition_specs, PartitionSpec(spec_id=1)]
     assert write_key(base) != write_key(base.model_copy(update={"partition_specs": more}))
+
+
+def test_an_attempt_keeps_the_batchs_first_time_only_while_the_head_is_older() -> None:
+    # The log is folded in committed_at order: a retry after a rival that landed after the batch
+    # began takes a time after the rival's snapshot, not the older first time.
+    from datetime import UTC, datetime, timedelta
+
+    from sinks.attempt_files import commit_time
+
+    first = datetime(2026, 12, 2, 7, 0, tzinfo=UTC)
+    later = first + timedelta(seconds=5)
+    ms = int(first.timestamp() * 1000)
+    assert commit_time(first, None, lambda: later) == first
+    assert commit_time(first, ms - 1, lambda: later) == first
+    assert commit_time(first, ms, lambda: later) == later
+    # a clock behind the head's snapshot (another host's) still stamps after it
+    assert commit_time(first, ms + 9_000, lambda: later) == datetime.fromtimestamp((ms + 9_001) / 1000, UTC)
+
+
+def test_the_write_key_names_the_table_itself() -> None:
+    # A table dropped and recreated between two attempts must not hand the new one the old files.
+    from types import SimpleNamespace
+
+    from sinks.attempt_files import write_key
+
+    def meta(uuid: str, location: str) -> object:
+        return SimpleNamespace(
+            table_uuid=uuid,
+            location=location,
+            format_version=2,
+            current_schema_id=0,
+            default_spec_id=0,
+            partition_specs=[],
+            properties={},
+        )
+
+    assert write_key(meta("a", "s3://w/t")) == write_key(meta("a", "s3://w/t"))
+    assert write_key(meta("a", "s3://w/t")) != write_key(meta("b", "s3://w/t"))
+    assert write_key(meta("a", "s3://w/t")) != write_key(meta("a", "s3://w/t2"))

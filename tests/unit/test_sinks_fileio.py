@@ -199,6 +199,18 @@ def test_files_of_one_directory_parse_its_location_once_and_get_pyicebergs_paths
         "s3://bucket/wh;p/x;q",
         "s3://bucket/wh/..",
         "s3://bucket/wh/",
+        "/tmp/a://b/x.parquet",
+        "rel/a://b/x.parquet",
     ):
         for _ in range(2):  # the second from the kept directory
             assert fileio.parse_location(location, io.properties) == pyicebergs(location, io.properties), location
+
+
+def test_a_local_path_holding_a_scheme_separator_is_pyicebergs_whatever_was_parsed_before() -> None:
+    # ``/tmp/a://b`` is a local path: pyiceberg gives it the properties' default scheme. Failed
+    # before: the directory's first parse was kept and returned under other properties.
+    location = "/tmp/a://b/x.parquet"
+    other = {"DEFAULT_SCHEME": "s3", "DEFAULT_NETLOC": "n"}
+    assert fileio.parse_location(location, other) == PyArrowFileIO.parse_location(location, other)
+    assert fileio.parse_location(location, {}) == PyArrowFileIO.parse_location(location, {})
+    assert fileio.parse_location(location, {})[0] == "file"
