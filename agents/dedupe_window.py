@@ -113,6 +113,27 @@ class MarkWindow:
             return enc.family, enc.data, bucket
         return "s", raw, bucket
 
+    def groups(self, ids: list[str]) -> list[tuple[tuple[str, int], tuple[list[str], list[bytes]]]]:
+        """The ids by (family, bucket), each with its ids and stored bytes, in first-seen order: what
+        ``place`` gives one id at a time, for a batch. Ids that cannot be packed (any id not 36
+        characters long) take ``place``'s plain-text rule inline, grouped by their bucket alone: no
+        call and no tuple key an id (the marks' lookup and mark call group every id of a poll)."""
+        groups: dict[int | tuple[str, int], tuple[list[str], list[bytes]]] = {}
+        place, n_buckets = self.place, self.buckets
+        for event_id in ids:
+            if len(event_id) == 36:
+                family, data, bucket = place(event_id)
+                group: int | tuple[str, int] = bucket if family == "s" else (family, bucket)
+            else:
+                data = event_id.encode()
+                group = zlib.crc32(data) % n_buckets
+            entry = groups.get(group)
+            if entry is None:
+                entry = groups[group] = ([], [])
+            entry[0].append(event_id)
+            entry[1].append(data)
+        return [(("s", g) if type(g) is int else g, entry) for g, entry in groups.items()]  # type: ignore[misc]
+
     def key(self, world: str, slot: int, family: str, bucket: int) -> str:
         return self.key_prefix(world, slot, family) + f"{bucket:x}"
 

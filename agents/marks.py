@@ -35,7 +35,6 @@ import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from zlib import crc32
 
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
@@ -455,29 +454,8 @@ class AppliedMarks:
         prefixes = {family: self.window.key_prefix(world, slot, family) for family in FAMILIES}
         return {
             prefixes[family] + self._bucket_names[bucket]: ("h" if family == "s" else "p", datas)
-            for (family, bucket), (_, datas) in self._buckets(ids)
+            for (family, bucket), (_, datas) in self.window.groups(ids)
         }
-
-    def _buckets(self, ids: list[str]) -> list[tuple[tuple[str, int], tuple[list[str], list[bytes]]]]:
-        """The ids by (family, bucket): their ids and stored bytes, in first-seen order.
-
-        ``MarkWindow.place`` is inlined for ids that cannot be packed (any id not 36 characters
-        long), grouped by their bucket alone: no call and no tuple key an id."""
-        groups: dict[int | tuple[str, int], tuple[list[str], list[bytes]]] = {}
-        place, n_buckets = self.window.place, self.window.buckets
-        for event_id in ids:
-            if len(event_id) == 36:
-                family, data, bucket = place(event_id)
-                group: int | tuple[str, int] = bucket if family == "s" else (family, bucket)
-            else:
-                data = event_id.encode()
-                group = crc32(data) % n_buckets
-            entry = groups.get(group)
-            if entry is None:
-                entry = groups[group] = ([], [])
-            entry[0].append(event_id)
-            entry[1].append(data)
-        return [(("s", g) if type(g) is int else g, entry) for g, entry in groups.items()]  # type: ignore[misc]
 
     @staticmethod
     def _per_key_args(grouped: dict[str, tuple[str, list[bytes]]]) -> list[Any]:
@@ -497,7 +475,7 @@ class AppliedMarks:
         calls = []
         orders: list[list[str]] = []
         for world, ids in groups:
-            buckets = self._buckets(ids)
+            buckets = self.window.groups(ids)
             keys: list[str] = []
             args: list[Any] = [len(slots), per_event, len(buckets)]
             order: list[str] = []

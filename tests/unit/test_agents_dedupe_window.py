@@ -77,3 +77,16 @@ def test_a_key_is_its_prefix_and_its_buckets_name() -> None:
     names = w.bucket_names()
     assert len(names) == 300
     assert all(w.key_prefix("w-1", 7, f) + names[b] == w.key("w-1", 7, f, b) for f in FAMILIES for b in range(300))
+
+
+def test_a_batchs_groups_are_what_place_gives_each_id() -> None:
+    # ``groups`` inlines ``place``'s plain-text rule for ids that cannot be packed: both must agree.
+    w = MarkWindow(3600, 16)
+    ids = [str(uuid.uuid4()) for _ in range(40)] + [f"evt-{i}" for i in range(40)] + ["x" * 36, "é" * 36]
+    got = {
+        (family, bucket, i, d)
+        for (family, bucket), (eids, datas) in w.groups(ids)
+        for i, d in zip(eids, datas, strict=True)
+    }
+    assert got == {(*w.place(i)[::2], i, w.place(i)[1]) for i in ids}
+    assert sum(len(eids) for _, (eids, _) in w.groups(ids)) == len(ids)
