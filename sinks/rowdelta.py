@@ -966,10 +966,10 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         for df in self._deleted_data_files:
             ssc.remove_file(data_file=df, partition_spec=specs[spec_of(df, default)], schema=schema)
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
-        return update_snapshot_summaries(
-            summary=Summary(operation=self._operation, **ssc.build(), **(snapshot_properties or {})),
-            previous_summary=parent.summary if parent is not None else None,
-        )
+        totals = _Totals(ssc.build(), **(snapshot_properties or {}))
+        totals.operation = self._operation
+        update_snapshot_summaries(summary=totals, previous_summary=_previous(parent))  # type: ignore[arg-type]
+        return Summary(operation=totals.operation, **totals)
 
     def _deleted_entries(self) -> list[ManifestEntry]:
         return []
@@ -1107,6 +1107,30 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             out.append(written)
         self._listed = out
         return out
+
+
+class _Totals(dict[str, str]):
+    """A new snapshot's summary properties as a plain dict with the operation beside them: what
+    pyiceberg's ``update_snapshot_summaries`` reads (``operation``, ``get``) and writes (the
+    totals), its rules unchanged.
+
+    Run on pyiceberg's ``Summary`` (a pydantic model read as a mapping: every ``get`` goes through
+    ``Mapping.get``, a key's ``lower()`` and a pydantic private attribute), its 12 reads and 6
+    writes cost ~150 µs a snapshot, 3 snapshots a commit; on dicts ~35 µs.
+    """
+
+    __slots__ = ("operation",)
+    operation: Operation
+
+
+def _previous(parent: Snapshot | None) -> dict[str, str] | None:
+    """The parent's summary as the plain mapping ``update_snapshot_summaries`` reads totals from.
+
+    The operation stays in it: a ``Summary`` with no other property still counts as a previous
+    summary there (it is not empty), so its totals are not started again from zero."""
+    if parent is None or parent.summary is None:
+        return None
+    return {**parent.summary.additional_properties, "operation": parent.summary.operation.value}
 
 
 class _SummaryCollector(SnapshotSummaryCollector):

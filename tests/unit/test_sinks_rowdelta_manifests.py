@@ -305,3 +305,42 @@ def test_a_snapshot_names_its_manifests_and_list_with_one_location_provider_and_
     for path in [*written, snapshot.manifest_list]:
         assert path.startswith(f"file://{tmp_path}/t/metadata/")
     assert all(f"{delta.commit_uuid}-m" in p for p in written)
+
+
+def test_a_snapshots_totals_are_pyicebergs_without_reading_a_summary_model_as_a_mapping(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # pyiceberg's update_snapshot_summaries reads the new and the previous summary through
+    # ``Summary.__getitem__`` (Mapping.get, a key's lower(), a pydantic private attribute): 12
+    # reads a snapshot, ~150 µs of the 3 snapshots a commit writes. Failed before: 30 reads for
+    # these two snapshots. The totals are pyiceberg's rules on plain dicts.
+    from pyiceberg.table.snapshots import Summary, update_snapshot_summaries
+
+    table = _table(tmp_path)
+    tx = table.transaction()
+    first = write_data_files(tx.table_metadata, _rows(40), table.io)
+    reads = count_calls(monkeypatch, Summary, "__getitem__")
+    RowDelta(tx, snapshot_properties={"causeway.world": "w"}).add(first).commit()
+    parent = tx.table_metadata.current_snapshot()
+    second = write_data_files(tx.table_metadata, _rows(40, 40), table.io)
+    RowDelta(tx).add(second).remove(first[:1]).commit()
+    assert reads == []
+    snapshot = tx.table_metadata.current_snapshot()
+    assert parent is not None and parent.summary is not None
+    assert snapshot is not None and snapshot.summary is not None
+    assert parent.summary.additional_properties["causeway.world"] == "w"
+
+    def pyicebergs(summary: Summary, previous: Summary | None) -> dict[str, str]:
+        props = {k: v for k, v in summary.additional_properties.items() if not k.startswith("total-")}
+        return update_snapshot_summaries(Summary(summary.operation, **props), previous).additional_properties
+
+    assert parent.summary.additional_properties == pyicebergs(parent.summary, None)
+    assert snapshot.summary.additional_properties == pyicebergs(snapshot.summary, parent.summary)
+    assert snapshot.summary.operation == Operation.OVERWRITE
+    assert snapshot.summary.additional_properties["total-data-files"] == str(len(first) + len(second) - 1)
+    # A parent summary holding its operation alone is still a previous summary: no totals from zero.
+    from sinks.rowdelta import _previous
+
+    bare = parent.model_copy(update={"summary": Summary(Operation.APPEND)})
+    assert _previous(bare) == {"operation": "append"}
+    assert _previous(None) is None
