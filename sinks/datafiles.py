@@ -254,6 +254,11 @@ _SETUPS: dict[tuple[Any, ...], _Setup] = {}
 _SETUPS_MAX = 256
 #: The same set-ups by (schema object, ``write.*`` properties), checked by identity.
 _BY_ID: dict[tuple[Any, ...], tuple[Schema, _Setup]] = {}
+#: Every world's tables have schema objects of their own (~3 a world), and a worker commits its
+#: worlds round robin: bounded by ``_SETUPS_MAX``, 100 worlds' 300 schemas emptied the map before
+#: any came round again, so every flush hashed its schema's fields. An entry is a key and a held
+#: schema (the set-up is shared), so the bound is the tables of ~1,300 worlds.
+_BY_ID_MAX = 4096
 _LOCK = threading.Lock()
 
 
@@ -309,7 +314,7 @@ def _setup(schema: Schema, properties: dict[str, str]) -> _Setup:
 def _keep_by_id(key: tuple[Any, ...], schema: Schema, setup: _Setup) -> None:
     # The schema is held with its set-up, so its id is not reused while the entry lives.
     with _LOCK:
-        if len(_BY_ID) >= _SETUPS_MAX:
+        if len(_BY_ID) >= _BY_ID_MAX:
             _BY_ID.clear()
         _BY_ID[key] = (schema, setup)
 

@@ -103,6 +103,29 @@ def test_a_flush_finds_its_writer_set_up_by_the_schema_object_without_hashing_it
     assert FileWriter(parsed, PyArrowFileIO()).stats_plan is first.stats_plan
 
 
+def test_the_tables_of_a_hundred_worlds_committed_round_robin_find_their_set_ups_by_identity(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # Each world's tables hold schema objects of their own, and a worker commits its worlds in
+    # turn. The identity map was bounded at 256 and emptied when full: with 300 tables (100
+    # worlds, 3 tables) no schema was still there when its world came round again. Failed
+    # before: 3,000 field hashes in the second round (10 for each of 300 tables).
+    from pyiceberg.types import NestedField
+
+    import sinks.datafiles
+    from sinks.datafiles import FileWriter
+
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID", {})
+    base = _metadata(tmp_path)
+    tables = [type(base).model_validate_json(base.model_dump_json()) for _ in range(300)]
+    assert len({id(t.schema()) for t in tables}) == 300
+    first = [FileWriter(t, PyArrowFileIO()) for t in tables]
+    hashes = count_calls(monkeypatch, NestedField, "__hash__")
+    again = [FileWriter(t, PyArrowFileIO()) for t in tables]
+    assert hashes == []
+    assert all(a.stats_plan is f.stats_plan for a, f in zip(again, first, strict=True))
+
+
 def test_string_bounds_are_cut_without_pyiceberg_truncate_transform_per_file(tmp_path: Path, monkeypatch: Any) -> None:
     # pyiceberg's truncate of a string reaches ``v[0:min(width, len(v))]`` through two closures
     # and a pydantic private attribute, for every string column of every file (failed before: 5
