@@ -267,3 +267,34 @@ def test_a_manifest_and_a_list_are_pyicebergs_bytes_written_as_one_header_and_on
         if cls is ManifestListWriter:
             assert len(writes) == 2
     assert (tmp_path / "list.avro").read_bytes() == (tmp_path / "list-theirs.avro").read_bytes()
+
+
+def test_a_new_data_files_metrics_maps_are_encoded_without_a_call_per_long(tmp_path: Path, monkeypatch: Any) -> None:
+    # A new data file's first encoding (each data file is encoded once, then its bytes kept) was
+    # mostly its six int-keyed metrics maps: a key and a value per column, each long a varint
+    # loop in a method call (~130 a file, ~40 % of the ~65 µs an entry). Failed before: 1,096
+    # ``write_int`` calls for 8 new entries (218 after); the maps append small longs from a table.
+    metadata, entries = _entries(tmp_path, 40)
+    longs = count_calls(monkeypatch, BlockEncoder, "write_int")
+    writer = _manifest(tmp_path, metadata, entries)
+    assert len(entries) == 8
+    assert len(longs) <= 30 * len(entries)  # the entry's own fields (ids, counts, string lengths) and the block
+    theirs = resolve_writer(
+        record_schema=writer._with_partition(DEFAULT_READ_VERSION), file_schema=writer._with_partition(2)
+    )
+    assert _block_bytes(writer._writer.writer, writer.entries) == _pyiceberg_bytes(theirs, writer.entries)  # noqa: SLF001
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_metrics_map_is_the_bytes_pyicebergs_map_writer_writes_for_any_long(binary: bool) -> None:
+    from pyiceberg.avro.writer import BinaryWriter, MapWriter
+
+    longs = [0, 1, 63, 64, 8191, 8192, 2**40, 2**63 - 1, -1, -64, -65, -(2**63)]
+    if binary:
+        val: dict[int, Any] = {i: bytes(n % 300) * (1 + n // 300) for i, n in enumerate([0, 1, 5, 8191, 8192, 9000])}
+        val[10**6] = b"x"
+    else:
+        val = {k: v for k, v in zip([*longs[:8], 9000, 10**6, 3, 4], longs, strict=True)}
+    theirs = MapWriter(IntegerWriter(), BinaryWriter() if binary else IntegerWriter())
+    ours = _IntMapWriter(binary)
+    assert _block_bytes(ours, [val, {}]) == _pyiceberg_bytes(theirs, [val, {}])
