@@ -584,12 +584,21 @@ def _split(
     seen: set[str] = set()
     out: list[tuple[ChangeEvent, Source | None]] = []
     recorded: list[ChangeEvent] = []
+    # The branch's set of each (topic, partition), looked up once per partition: a batch's events
+    # come from a few partitions, and the committed map is a Python mapping (two calls a lookup).
+    sets: dict[tuple[str, int], OffsetSet | None] = {}
     for ev, src in zip(batch.events, sources, strict=True):
         if ev.event_id in seen:
             continue
-        if src is not None and src.tp in committed and src.offset in committed[src.tp]:
-            recorded.append(ev)
-            continue
+        if src is not None:
+            key = (src.topic, src.partition)
+            if key in sets:
+                found = sets[key]
+            else:
+                found = sets[key] = committed[key] if key in committed else None
+            if found is not None and src.offset in found:
+                recorded.append(ev)
+                continue
         seen.add(ev.event_id)
         out.append((ev, src))
     return out, recorded

@@ -166,6 +166,39 @@ def test_select_drops_committed_offsets_and_repeated_ids() -> None:
     assert [e.event_id for e, _ in chosen] == ["b", "c"]
 
 
+def test_select_looks_up_each_partitions_committed_offsets_once_not_per_event() -> None:
+    # The branch's committed map is a Python mapping (a membership test and a __getitem__ per
+    # lookup) and a commit's events come from a few partitions. Failed before: 200 lookups for
+    # 120 events (2 per event of a committed partition, 1 per event of another).
+    from collections.abc import Iterator, Mapping
+
+    class Counted(Mapping[tuple[str, int], OffsetSet]):
+        def __init__(self, sets: dict[tuple[str, int], OffsetSet]) -> None:
+            self.sets, self.asked = sets, 0
+
+        def __getitem__(self, tp: tuple[str, int]) -> OffsetSet:
+            self.asked += 1
+            return self.sets[tp]
+
+        def __contains__(self, tp: object) -> bool:
+            self.asked += 1
+            return tp in self.sets
+
+        def __iter__(self) -> Iterator[tuple[str, int]]:
+            return iter(self.sets)
+
+        def __len__(self) -> int:
+            return len(self.sets)
+
+    items = [(ev(f"e{i}", f"p{i}", "CREATE", 1), Source(T, i % 3, 100 + i)) for i in range(120)]
+    committed = Counted({(T, 0): OffsetSet.parse("0-149"), (T, 1): OffsetSet.parse("100-130")})
+    chosen = _select(Batch.from_sources("w1", "b1", items), committed)
+    assert committed.asked <= 5  # two committed partitions (in + get), one absent (in)
+    left = {e.event_id for e, _ in chosen}
+    committed_offsets = {0: range(150), 1: range(100, 131), 2: range(0)}
+    assert left == {f"e{i}" for i in range(120) if 100 + i not in committed_offsets[i % 3]}
+
+
 # --- references ----------------------------------------------------------------------------------
 
 
