@@ -252,14 +252,23 @@ class Applier:
             redrives: dict[tuple[str, int, int], int] = {}
             consumed, handles, in_flight = self.tracker.consumed, self._handles, self._records
             kinds, max_bytes = self._kinds, self.settings.max_event_bytes
+            # A poll comes in runs of one partition: its key, queues and topic kind are looked up
+            # once a run, not once a record (the queues once it has a record taken).
+            topic, partition, tp, kind = "", -1, ("", -1), None
+            handled: deque[tuple[int, Any]] | None = None
+            held: dict[int, RawRecord] = {}
             for rec in records:
-                topic, partition, offset = rec.topic, rec.partition, rec.offset
-                tp = (topic, partition)
+                offset = rec.offset
+                if rec.partition != partition or rec.topic != topic:
+                    topic, partition = rec.topic, rec.partition
+                    tp, kind, handled = (topic, partition), kinds.get(topic), None
                 if not consumed(tp, offset, rec.generation):
                     continue  # a re-fetch, or fetched before a rebalance that took its partition
-                handles[tp].append((offset, rec.handle))
-                in_flight[tp][offset] = rec
-                result = decode(rec.value, rec.key, kinds.get(topic), max_bytes)
+                if handled is None:
+                    handled, held = handles[tp], in_flight[tp]
+                handled.append((offset, rec.handle))
+                held[offset] = rec
+                result = decode(rec.value, rec.key, kind, max_bytes)
                 if isinstance(result, Invalid):
                     dead.append(self._letter(rec, result.reason, result.detail, result.event_id, result.world_id))
                 else:

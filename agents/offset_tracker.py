@@ -177,12 +177,17 @@ class OffsetTracker:
         """Record that ``offset`` was read; False if it must be skipped: already seen here (a
         re-fetch), its partition is fenced (revoked, not assigned again), or it was fetched in
         another ``generation`` than the partition's assignment."""
-        if not self.is_assigned(tp, generation):
-            return False
+        # ``is_assigned`` written out (one call and one partition lookup less an event): a tracked
+        # partition is never fenced (``assign`` unfences, ``revoke`` forgets before it fences).
         part = self._parts.get(tp)
         if part is None:
+            if tp in self._fenced:
+                return False
             part = self._parts[tp] = _Partition(None, generation)
-        if part.position is not None and offset < part.position:
+        elif generation is not None and part.generation is not None and part.generation != generation:
+            return False
+        position = part.position
+        if position is not None and offset < position:
             return False
         part.queue.append(offset)
         part.inflight.add(offset)

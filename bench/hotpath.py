@@ -10,8 +10,14 @@ in worker threads: the process CPU less the event loop's thread) and the event l
 
     python -m bench.hotpath                       # small profile
     python -m bench.hotpath --profile tiny --json
+    python -m bench.hotpath --rate 5000           # published at 5,000/s while it drains (small polls)
     py-spy record --rate 250 --format raw -o hot.txt -- .venv/bin/python -m bench.hotpath
     python -m bench.profiling hot.txt --stages    # µs per event per stage, from the samples
+
+With ``--rate`` the records are published at that rate by a child process (its CPU is not the
+worker's) while the drain runs, as the benchmark's latency phases offer them: polls are then small
+and each poll's fixed work (Redis round trips, the offset commit) counts per event, as it does in
+the 5,000/s phase of ``python -m bench run``; without it the preload is drained in full polls.
 
 Topics, the DLQ topic and the branches it creates carry a unique id and are deleted at the end.
 """
@@ -22,6 +28,7 @@ import argparse
 import asyncio
 import gc
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -92,6 +99,31 @@ async def _publish(settings: Settings, records: list[Any]) -> None:
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+async def _publish_paced(settings: Settings, records: list[Any], rate: int) -> None:
+    """Publish ``records`` at ``rate`` a second, in 10 ms ticks (the benchmark's latency phases'
+    pacing), never ahead of the clock."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap, linger_ms=5, acks=1, **kafka_client_options(settings)
+    )
+    await producer.start()
+    try:
+        start, sent, futures = time.monotonic(), 0, []
+        while sent < len(records):
+            due = min(len(records), int((time.monotonic() - start) * rate) + 1)
+            for r in records[sent:due]:
+                topic = settings.objects_topic if r.kind is EntityKind.OBJECT else settings.links_topic
+                futures.append(await producer.send(topic, r.value, key=r.key))
+            sent = due
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def _publish_paced_process(settings: Settings, records: list[Any], rate: int) -> None:
+    asyncio.run(_publish_paced(settings, records, rate))
 
 
 async def _drain(settings: Settings, expected: int, timeout_s: float) -> dict[str, Any]:
@@ -173,7 +205,7 @@ async def _cleanup(settings: Settings, client: SyncNessieClient, branches: list[
         await admin.close()
 
 
-async def run(profile_name: str, events: int | None, timeout_s: float) -> dict[str, Any]:
+async def run(profile_name: str, events: int | None, timeout_s: float, rate: int = 0) -> dict[str, Any]:
     profile = PROFILES[profile_name]
     u = uuid.uuid4().hex[:8]
     base = Settings.from_env()
@@ -196,15 +228,28 @@ async def run(profile_name: str, events: int | None, timeout_s: float) -> dict[s
     naming = WorldNaming(settings.prod_world, settings.main_branch)
     client.create_branch(settings.main_branch, Reference("main", "BRANCH", client.config().no_ancestor_hash))
     await ensure_topics(settings)
+    publisher = None
     try:
-        await _publish(settings, records)
+        if rate:
+            # A child process: the publisher's CPU is not the drain's.
+            publisher = multiprocessing.get_context("spawn").Process(
+                target=_publish_paced_process, args=(settings, records, rate), daemon=True
+            )
+            publisher.start()
+        else:
+            await _publish(settings, records)
         load_before = os.getloadavg()
         out = await _drain(settings, len(records), timeout_s)
         out["load_before_after"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
     finally:
+        if publisher is not None:
+            publisher.join(timeout=30)
+            if publisher.is_alive():
+                publisher.terminate()
         await _cleanup(settings, client, [naming.branch(w) for w in params.world_ids()])
     out["profile"] = profile_name
     out["preloaded"] = len(records)
+    out["rate"] = rate
     return out
 
 
@@ -215,10 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default="small", choices=sorted(PROFILES))
     ap.add_argument("--events", type=int, default=None, help="records to preload (default: the profile's)")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up draining after this many seconds")
+    ap.add_argument(
+        "--rate", type=int, default=0, help="publish at this many records/s while draining (default: preload all first)"
+    )
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args(argv)
     gc.set_threshold(*GC_THRESHOLD)  # as the worker does
-    out = asyncio.run(run(args.profile, args.events, args.timeout))
+    out = asyncio.run(run(args.profile, args.events, args.timeout, args.rate))
     if args.json:
         print(json.dumps(out, indent=2))
     else:

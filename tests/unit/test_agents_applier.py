@@ -517,3 +517,27 @@ async def test_a_tick_with_100_idle_worlds_touches_none_of_their_gauges() -> Non
     assert touched == ["w7", "w7"]  # parked and in flight back to 0, once
     assert get("causeway_parked_events", {"world": "w7"}) == 0
     assert get("causeway_inflight_events", {"world": "w7"}) == 0
+
+
+async def test_a_poll_of_interleaved_partitions_acks_each_in_order_and_leaves_a_fenced_one_untouched() -> None:
+    """A poll comes in runs of one partition (``process`` looks a run's queues up once): runs that
+    come back, another topic's run (its own kind: an object event on the links topic is refused)
+    and a fenced partition's run, whose records are neither processed nor queued."""
+    applier, committer, dlq, _ = make()
+    links = applier.settings.links_topic
+    fenced = (OBJECTS, 2)
+    applier.tracker.revoke(fenced, fence=True)
+
+    def at(partition: int, offset: int, n: int, topic: str = OBJECTS) -> RawRecord:
+        handle = f"{'h' if topic == OBJECTS else 'l'}{partition}-{offset}"
+        return RawRecord(topic, partition, offset, f"prod::p{n}".encode(), event(n), [], handle)
+
+    acks = await applier.process(
+        [at(0, 0, 1), at(0, 1, 2), at(1, 0, 3), at(2, 0, 4), at(0, 2, 5), at(0, 2, 5), at(0, 3, 6, links), at(1, 1, 7)]
+    )
+    assert sorted(e.event_id for b in committer.batches for e in b.events) == ["e1", "e2", "e3", "e5", "e7"]
+    assert [(d.topic, d.reason) for d in dlq.letters] == [(links, "wrong-topic")]
+    assert [a for a in acks if a.startswith("h0-")] == ["h0-0", "h0-1", "h0-2"]  # the repeat of offset 2 skipped
+    assert [a for a in acks if a.startswith("h1-")] == ["h1-0", "h1-1"]
+    assert "l0-3" in acks  # dead-lettered: settled
+    assert fenced not in applier._handles and fenced not in applier._records
