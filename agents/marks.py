@@ -379,7 +379,8 @@ async def run_scripts(client: aioredis.Redis, script: str, calls: Sequence[tuple
 async def run_script_sets(
     client: aioredis.Redis, sets: Sequence[tuple[str, Sequence[tuple[list[str], list[Any]]]]]
 ) -> list[Any]:
-    """``run_scripts`` for several scripts' calls in one pipelined round trip; the answers in order."""
+    """``run_scripts`` for several scripts' calls in one round trip (pipelined when more than one);
+    the answers in order."""
     loaded = _LOADED.setdefault(client, set())
     shas = []
     for script, _ in sets:
@@ -388,12 +389,18 @@ async def run_script_sets(
             await client.script_load(script)
             loaded.add(sha)
         shas.append(sha)
+    calls = [(sha, keys, args) for sha, (_, set_calls) in zip(shas, sets, strict=True) for keys, args in set_calls]
     for attempt in (1, 2):
         try:
+            if len(calls) == 1:
+                # One call (a world's marks after its commit: one a flush at 100 worlds) needs no
+                # pipeline: redis-py's pipeline of one cost ~470 µs of CPU against ~300 µs sent
+                # alone (docs/benchmarks.md, 2026-12-02 afternoon, "many worlds").
+                [(sha, keys, args)] = calls
+                return [await client.evalsha(sha, len(keys), *keys, *args)]
             async with client.pipeline(transaction=False) as pipe:
-                for sha, (_, calls) in zip(shas, sets, strict=True):
-                    for keys, args in calls:
-                        pipe.evalsha(sha, len(keys), *keys, *args)
+                for sha, keys, args in calls:
+                    pipe.evalsha(sha, len(keys), *keys, *args)
                 return list(await pipe.execute())
         except NoScriptError:
             if attempt == 2:
