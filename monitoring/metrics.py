@@ -70,6 +70,11 @@ _REASON = re.compile(r"[a-z0-9][a-z0-9_.-]{0,47}")
 
 # Buckets, in the metric's base unit.
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+# One series, so bounds close enough (at most 1.5x apart from 1 s to 30 s) that a quantile read from
+# them is the wait's, not the bucket's: with many worlds the wait is a round of commits, 3-20 s, and
+# LATENCY_BUCKETS' 5-10-30 s steps read a 5.4 s round as a 9.9 s p99 (docs/benchmarks.md, 2026-12-02
+# afternoon, "the flush order at 100 worlds").
+FLUSH_WAIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 7.5, 10, 12.5, 15, 20, 25, 30, 60, 120, 300, 900)
 CAUSAL_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 120, 300)
 COMMIT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 ROWS_BUCKETS = (1, 10, 100, 500, 1_000, 5_000, 10_000, 50_000, 100_000)
@@ -236,7 +241,7 @@ class Metrics:
             "Age of a world batch's oldest event when that world's flush starts: batching, the commit "
             "budget and the world's previous flush in flight (the rest of the latency is the commit).",
             (),
-            LATENCY_BUCKETS,  # with many worlds the wait is the latency: tens of seconds
+            FLUSH_WAIT_BUCKETS,  # with many worlds the wait is the latency: tens of seconds
         )
         self.batch_rows = h("causeway_batch_rows", "Events in one committed world flush.", (), ROWS_BUCKETS)
         self.batch_bytes = h(

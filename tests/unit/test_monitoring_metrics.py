@@ -19,6 +19,7 @@ from monitoring.dashboards import DASHBOARDS, build
 from monitoring.lag_exporter import LagMetrics
 from monitoring.metrics import (
     ALL_WORLDS,
+    FLUSH_WAIT_BUCKETS,
     DEAD_LETTER_REASONS,
     INVALID_WORLD,
     OTHER_REASON,
@@ -459,3 +460,23 @@ def test_the_hot_path_looks_a_series_up_once(m: Metrics, monkeypatch: pytest.Mon
     _poll_flush_and_tick(m, "w1", 0)
     assert get("causeway_inflight_oldest_timestamp_seconds", {"world": "w1"}) is None
     assert get("causeway_inflight_events", {"world": "w1"}) == 0
+
+
+def test_a_flush_wait_between_one_and_thirty_seconds_lies_in_a_bucket_at_most_half_again_its_lower_bound() -> None:
+    # With 100 worlds a round of commits is 3-20 s; a 5-10 s bucket made one round read as two.
+    bounds = [b for b in FLUSH_WAIT_BUCKETS if 1 <= b <= 30]
+    assert bounds[0] == 1 and bounds[-1] == 30
+    assert all(hi / lo <= 1.5 for lo, hi in zip(bounds, bounds[1:]))
+
+
+def test_flush_wait_histogram_uses_its_own_bounds(m: Metrics) -> None:
+    m.flush_wait.observe(5.4)
+    text = generate_latest(m.registry).decode()
+    counts = {
+        s.labels["le"]: s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == "causeway_flush_wait_seconds"
+        for s in f.samples
+        if s.name.endswith("_bucket")
+    }
+    assert counts["5.0"] == 0 and counts["6.0"] == 1
