@@ -119,15 +119,39 @@ def _pymalloc_arenas() -> int | None:
     return int(found.group(1).replace(b",", b"")) * 256 * 1024 if found else None
 
 
-def _mimalloc_committed() -> int | None:
-    """Bytes Arrow's mimalloc has committed now (live allocations plus what it keeps)."""
+#: mimalloc 3's page counters (``mi_stats_print``): ``pages`` in use now, those ``abandoned`` (a thread
+#: gives up a page once it is full, or when it exits; any thread may reclaim it later), and the
+#: ``purges`` of free arena memory handed back so far. A page with one live block stays committed.
+_MI_COUNTS = re.compile(rb"^\s*(pages|abandoned|purges)\s*:\s*(.*)$", re.MULTILINE)
+_MI_COUNT = re.compile(rb"(\d+(?:\.\d+)?)(?: ([KMG])\b)?")
+
+
+def parse_mimalloc_stats(text: bytes) -> dict[str, int]:
+    """The committed bytes and page counters in mimalloc's printed statistics (absent when not printed).
+
+    Pure. A counter with peak, total and current columns gives its current one; one with a single
+    column (``purges``) gives that.
+    """
+    out: dict[str, int] = {}
+    found = _COMMITTED.search(text)
+    if found:
+        out["mimalloc_committed"] = int(float(found.group(1)) * _UNITS.get(found.group(2), 1))
+    for name, rest in _MI_COUNTS.findall(text):
+        # a count of 1,000 or more is printed "1.2 K" (and M, G: powers of 1,000)
+        numbers = [float(n) * 1000 ** b" KMG".index(m or b" ") for n, m in _MI_COUNT.findall(rest)]
+        if numbers:
+            out[f"mimalloc_{name.decode()}"] = round(numbers[2] if len(numbers) >= 3 else numbers[0])
+    return out
+
+
+def _mimalloc() -> dict[str, int]:
+    """Arrow's mimalloc now: committed bytes (live allocations plus what it keeps) and its pages."""
     import pyarrow as pa
 
     pool = pa.default_memory_pool()
     if pool.backend_name != "mimalloc":
-        return None
-    found = _COMMITTED.search(_captured(pool.print_stats))
-    return int(float(found.group(1)) * _UNITS.get(found.group(2), 1)) if found else None
+        return {}
+    return parse_mimalloc_stats(_captured(pool.print_stats))
 
 
 _SYSTEM = re.compile(rb'<system type="current" size="(\d+)"/>')
@@ -294,7 +318,8 @@ def sample(census: bool = False) -> dict[str, Any]:
     doc.update(_status())
     doc.update(_mallinfo())
     doc.update(_malloc_all_arenas())
-    doc["mimalloc_committed"] = _mimalloc_committed()
+    doc["mimalloc_committed"] = None
+    doc.update(_mimalloc())
     doc["threads"] = threading.active_count()
     doc["os_threads"] = len(os.listdir("/proc/self/task"))
     doc.update(_arrow())
@@ -417,6 +442,8 @@ def rows(samples: list[dict[str, Any]]) -> list[dict[str, float]]:
                 "split_files": sum(c["split_files"] for c in fc),
                 "filter_files": sum(c.get("filter_files", 0) for c in fc),
                 "mimalloc": (s.get("mimalloc_committed") or 0) / MIB,
+                "mi_pages": s.get("mimalloc_pages", 0),
+                "mi_abandoned": s.get("mimalloc_abandoned", 0),
                 "malloc": ((s.get("malloc_system") or 0) + (s.get("malloc_mmap") or 0) or s.get("malloc_in_use", 0))
                 / MIB,
                 "malloc_free": (s.get("malloc_all_free") or s.get("malloc_free", 0)) / MIB,

@@ -38,3 +38,25 @@ def test_the_report_reads_the_samples_back_in_mib(tmp_path) -> None:  # type: ig
     (row,) = memory_probe.rows([json.loads(path.read_text())])
     assert row["min"] == 1.0 and 0 < row["rss"] < 10_000
     assert memory_probe.main([str(path)]) == 0
+
+
+def test_mimallocs_printed_statistics_give_its_committed_bytes_and_current_pages() -> None:
+    text = b"""subproc 0
+ pages           peak       total     current       block      total#
+  touched   :     0           0           0                                ok
+  pages     :   912         4.4 K       388
+  abandoned :     1.2 K       3.0 M       1.5 K
+  reclaima  :     0
+ arenas          peak       total     current       block      total#
+  reserved  :     1.0 GiB     1.0 GiB     1.0 GiB
+  committed :   863.2 MiB     2.1 GiB   524.5 MiB
+  purged    :     0
+  purges    :    31
+"""
+    assert memory_probe.parse_mimalloc_stats(text) == {
+        "mimalloc_committed": int(524.5 * 2**20),
+        "mimalloc_pages": 388,
+        "mimalloc_abandoned": 1500,
+        "mimalloc_purges": 31,
+    }
+    assert memory_probe.parse_mimalloc_stats(b"") == {}
