@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from monitoring.dashboards import DASHBOARDS, build
 from monitoring.lag_exporter import LagMetrics
 from monitoring.metrics import (
     ALL_WORLDS,
-    FLUSH_WAIT_BUCKETS,
     DEAD_LETTER_REASONS,
+    FLUSH_WAIT_BUCKETS,
     INVALID_WORLD,
     OTHER_REASON,
     UNKNOWN_WORLD,
@@ -466,7 +467,7 @@ def test_a_flush_wait_between_one_and_thirty_seconds_lies_in_a_bucket_at_most_ha
     # With 100 worlds a round of commits is 3-20 s; a 5-10 s bucket made one round read as two.
     bounds = [b for b in FLUSH_WAIT_BUCKETS if 1 <= b <= 30]
     assert bounds[0] == 1 and bounds[-1] == 30
-    assert all(hi / lo <= 1.5 for lo, hi in zip(bounds, bounds[1:]))
+    assert all(hi / lo <= 1.5 for lo, hi in pairwise(bounds))
 
 
 def test_flush_wait_histogram_uses_its_own_bounds(m: Metrics) -> None:
