@@ -79,7 +79,9 @@ class _CommitClock:
         committer.commit_batch = timed  # type: ignore[method-assign]
 
 
-async def _publish(settings: Settings, records: list[Any]) -> None:
+async def _publish(settings: Settings, records: list[Any], rate: int = 0) -> None:
+    """Publish ``records``: all at once, or at ``rate`` a second in 10 ms ticks (the benchmark's
+    latency phases' pacing), never ahead of the clock."""
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap,
         linger_ms=5,
@@ -89,41 +91,25 @@ async def _publish(settings: Settings, records: list[Any]) -> None:
     )
     await producer.start()
     try:
-        futures = []
-        for r in records:
-            topic = settings.objects_topic if r.kind is EntityKind.OBJECT else settings.links_topic
-            futures.append(await producer.send(topic, r.value, key=r.key))
-            if len(futures) >= 20_000:
-                await asyncio.gather(*futures)
-                futures.clear()
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-
-
-async def _publish_paced(settings: Settings, records: list[Any], rate: int) -> None:
-    """Publish ``records`` at ``rate`` a second, in 10 ms ticks (the benchmark's latency phases'
-    pacing), never ahead of the clock."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap, linger_ms=5, acks=1, **kafka_client_options(settings)
-    )
-    await producer.start()
-    try:
         start, sent, futures = time.monotonic(), 0, []
         while sent < len(records):
-            due = min(len(records), int((time.monotonic() - start) * rate) + 1)
+            due = min(len(records), int((time.monotonic() - start) * rate) + 1) if rate else len(records)
             for r in records[sent:due]:
                 topic = settings.objects_topic if r.kind is EntityKind.OBJECT else settings.links_topic
                 futures.append(await producer.send(topic, r.value, key=r.key))
+                if len(futures) >= 20_000:
+                    await asyncio.gather(*futures)
+                    futures.clear()
             sent = due
-            await asyncio.sleep(0.01)
+            if rate:
+                await asyncio.sleep(0.01)
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
 
 
 def _publish_paced_process(settings: Settings, records: list[Any], rate: int) -> None:
-    asyncio.run(_publish_paced(settings, records, rate))
+    asyncio.run(_publish(settings, records, rate))
 
 
 async def _drain(settings: Settings, expected: int, timeout_s: float) -> dict[str, Any]:
