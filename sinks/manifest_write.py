@@ -340,15 +340,7 @@ class BlockEncoder(BinaryEncoder):
         self.buffer.append(1 if boolean else 0)
 
     def write_int(self, integer: int) -> None:
-        if 0 <= integer < 8192:
-            self.buffer += _SMALL_LONGS[integer]
-            return
-        datum = (integer << 1) ^ (integer >> 63)  # zig-zag, as Avro's long
-        buffer = self.buffer
-        while datum & ~0x7F:
-            buffer.append((datum & 0x7F) | 0x80)
-            datum >>= 7
-        buffer.append(datum)
+        self.buffer += _SMALL_LONGS[integer] if 0 <= integer < 8192 else _long(integer)
 
     def write_bytes(self, b: bytes) -> None:
         self.write_int(len(b))
