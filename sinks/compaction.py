@@ -45,7 +45,12 @@ class Compaction:
     max_delete_files: int = 8
     max_small_files: int = 16
     #: Small files may always be merged up to this many rows per flush, whatever the flush deleted.
-    small_files_min_rows: int = 4096
+    #: At 4,096 a full tier of ~4k-row files (17 x 4k) fit no flush's budget when flushes delete
+    #: little (fresh keys), so files stopped growing there and their number grew with the table:
+    #: 160 per partition after 12 minutes of a 5,000/s soak, each probed or read by every flush,
+    #: and a commit's CPU grew with them (replay: ``python -m bench.small_files_model``, and
+    #: docs/architecture.md, "Table layout").
+    small_files_min_rows: int = 65_536
     #: Size tiers of small files in rows (as the log's) instead of bytes. Not the default: on
     #: random keys it removes the partitioned table's extra tier but leaves ~1.5x the files after
     #: 1,000 flushes (``python -m bench.small_files_model --tiers rows``; docs/architecture.md,

@@ -351,7 +351,7 @@ def test_a_small_file_merge_never_rewrites_a_few_files_into_the_tier_they_came_f
         df.spec_id = 1
         return df
 
-    policy = Compaction(64 * 1024 * 1024, 100)  # budget: small_files_min_rows = 4,096 rows
+    policy = Compaction(64 * 1024 * 1024, 100, small_files_min_rows=4096)  # budget: 4,096 rows
     # Two partitions with a full tier (17 files): bucket 0's tier 0 (17 x 100 rows) is merged first
     # and leaves 2,396 rows of the budget, enough for one of bucket 1's 1,400-row files (tier 1).
     files = {f"b0-{i:02d}": data_file(f"b0-{i:02d}", 0, 100) for i in range(17)}
