@@ -173,7 +173,7 @@ class Applier:
         self.gate = CausalGate(settings.causal_timeout_s, settings.max_parked)
         self.tracker = OffsetTracker()
         self.batches: BatchAccumulator[Arrival] = BatchAccumulator(
-            settings.batch_max_events, settings.batch_max_seconds
+            settings.batch_max_events, settings.batch_max_seconds, settings.batch_idle_min_seconds
         )
         self.lock = asyncio.Lock()
         self._handles: dict[PartitionId, deque[tuple[int, Any]]] = defaultdict(deque)

@@ -2,8 +2,9 @@
 intake has gone idle.
 
 Each world is committed on its own branch, so each world has its own batch. A batch is due when it
-holds ``max_events`` items or its first item was added ``max_seconds`` ago. Time is passed in (a
-monotonic clock in the agent, any number in tests); nothing here reads the clock. Items keep their
+holds ``max_events`` items or its first item was added ``max_seconds`` ago, or, while the intake is
+idle, once its first item was added ``idle_min_seconds`` ago. Time is passed in (a monotonic clock
+in the agent, any number in tests); nothing here reads the clock. Items keep their
 order of addition, which the causal gate relies on (a cause is released before its effects).
 """
 
@@ -30,13 +31,17 @@ class BatchAccumulator(Generic[T]):
     new batch and a new age.
     """
 
-    def __init__(self, max_events: int, max_seconds: float) -> None:
+    def __init__(self, max_events: int, max_seconds: float, idle_min_seconds: float = 0.0) -> None:
         if max_events < 1:
             raise ValueError("max_events must be at least 1")
         if max_seconds < 0:
             raise ValueError("max_seconds must not be negative")
+        if idle_min_seconds < 0:
+            raise ValueError("idle_min_seconds must not be negative")
         self.max_events = max_events
         self.max_seconds = max_seconds
+        # Never later than the age flush: an idle intake only ever brings a flush forward.
+        self.idle_min_seconds = min(idle_min_seconds, max_seconds)
         self._batches: dict[str, _Batch[T]] = {}
 
     def add(self, world_id: str, item: T, now: float) -> bool:
@@ -50,13 +55,16 @@ class BatchAccumulator(Generic[T]):
     def due(self, now: float, idle: bool = False) -> list[str]:
         """Worlds whose batch reached ``max_events`` items or ``max_seconds`` of age, oldest first.
 
-        ``idle``: the intake has caught up (its last poll was not full), so waiting for more input
-        only adds latency: every non-empty batch is due.
+        ``idle``: the intake has caught up (its last poll was not full): a batch is due once its
+        first item is ``idle_min_seconds`` old. With 0 every non-empty batch is due at once; a
+        little more lets a world's next commit carry the events of that while instead of starting
+        back to back with its last one (a commit's cost is mostly fixed at low rates).
         """
+        age = self.idle_min_seconds if idle else self.max_seconds
         ready = [
             (b.started_at, world)
             for world, b in self._batches.items()
-            if idle or len(b.items) >= self.max_events or now - b.started_at >= self.max_seconds
+            if len(b.items) >= self.max_events or now - b.started_at >= age
         ]
         return [world for _, world in sorted(ready)]
 

@@ -260,6 +260,7 @@ class BatchCommitter:
             FilterSpill(Path(settings.data_dir) / "key-filters", settings.key_filter_spill_bytes)
             if settings.key_filter_spill_bytes
             else None,
+            idle_s=settings.index_cache_idle_s,
         )
         #: The committed-offset map this committer last wrote per branch: the next commit's read.
         self.offset_maps = MapMemo()

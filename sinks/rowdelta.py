@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -122,8 +123,23 @@ class FileCache:
     #: counting buffers only let the cache keep about twice its bound.
     ENTRY_BYTES = 4096
 
-    def __init__(self, max_bytes: int = 256 * 1024 * 1024, spill: FilterSpill | None = None) -> None:
+    def __init__(
+        self,
+        max_bytes: int = 256 * 1024 * 1024,
+        spill: FilterSpill | None = None,
+        idle_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_bytes = max_bytes
+        #: Key columns and kept rows not used for this long go, whatever the bound (0: never). A
+        #: table that keeps growing (fresh keys) seeds an entry for every file it writes, and most
+        #: are never read again: held to the bound, they filled it over ~40 minutes of a soak, so the
+        #: worker's memory followed the table's history, not the keys it still updates.
+        self.idle_s = idle_s
+        self._clock = clock
+        #: When each key-column entry (by its ``_items`` key) and each kept-rows entry (by path) was
+        #: last put or read: the dicts are in that order too (LRU), so the idle ones are at the front.
+        self._used: dict[Any, float] = {}
         self._items: OrderedDict[tuple[str, tuple[str, ...]], pa.Table] = OrderedDict()
         #: Every column set ``_items`` was keyed with (a handful): ``forget`` finds a path's entries.
         self._column_sets: set[tuple[str, ...]] = set()
@@ -150,22 +166,40 @@ class FileCache:
         self.min_filter_rows = MIN_ROWS
         self.spill = spill
 
-    def get(self, io: FileIO, path: str, columns: tuple[str, ...] | None, keep: bool = True) -> tuple[pa.Table, bool]:
+    def get(
+        self, io: FileIO, path: str, columns: tuple[str, ...] | None, keep: bool = True, touch: bool = True
+    ) -> tuple[pa.Table, bool]:
         """The file's ``columns`` (all when None) and whether it came from the cache; a read is
-        kept only when ``keep`` (a file read again only for rare hits need not take cache space)."""
+        kept only when ``keep`` (a file read again only for rare hits need not take cache space).
+        A hit counts as a use (recency, ``idle_s``) only when ``touch``: a caller that reads a
+        file on its key filter's "maybe" calls :meth:`touch` once the file held one of its keys."""
         key = (path, columns or ())
         with self._lock:
+            now = self._expire_idle()
             hit = self._items.get(key)
             if hit is not None:
-                self._items.move_to_end(key)
+                if touch:
+                    self._items.move_to_end(key)
+                    self._used[key] = now
                 return hit, True
         with io.new_input(path).open() as f:
             table = pq.read_table(f, columns=list(columns) if columns else None)
         with self._lock:
             if keep and table.nbytes <= self.max_bytes:
                 self._column_sets.add(key[1])
-                self._bytes = _lru_put(self._items, key, table, self._bytes, self._columns_bound())
+                self._bytes = _lru_put(self._items, key, table, self._bytes, self._columns_bound(), self._used)
+                self._used[key] = self._clock()
         return table, False
+
+    def touch(self, paths: Iterable[str], columns: tuple[str, ...]) -> None:
+        """Count a use of the ``columns`` of each of ``paths`` still held (see :meth:`get`)."""
+        with self._lock:
+            now = self._clock()
+            for path in paths:
+                key = (path, columns)
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    self._used[key] = now
 
     def seed(self, path: str, columns: tuple[str, ...], table: pa.Table) -> None:
         """Keep ``table`` as the ``columns`` of the file just written at ``path``: the next flush
@@ -180,8 +214,10 @@ class FileCache:
             return
         table = _own_buffers(table)
         with self._lock:
+            now = self._expire_idle()
             self._column_sets.add(columns)
-            self._bytes = _lru_put(self._items, key, table, self._bytes, self._columns_bound())
+            self._bytes = _lru_put(self._items, key, table, self._bytes, self._columns_bound(), self._used)
+            self._used[key] = now
 
     def seed_rows(self, path: str, table: pa.Table) -> pa.Table:
         """Keep every column of the file just written at ``path`` (see ``_rows``); returns the
@@ -191,16 +227,29 @@ class FileCache:
             return table
         table = _own_buffers(table)
         with self._lock:
-            self._rows_bytes = _lru_put(self._rows, path, table, self._rows_bytes, bound)
+            now = self._expire_idle()
+            self._rows_bytes = _lru_put(self._rows, path, table, self._rows_bytes, bound, self._used)
+            self._used[path] = now
         return table
 
     def rows(self, path: str) -> pa.Table | None:
         """The rows kept by ``seed_rows`` for ``path``, if still held; reads nothing."""
         with self._lock:
+            now = self._expire_idle()
             hit = self._rows.get(path)
             if hit is not None:
                 self._rows.move_to_end(path)
+                self._used[path] = now
             return hit
+
+    def _expire_idle(self) -> float:
+        """Drop the key columns and kept rows not used for ``idle_s``; returns now (lock held)."""
+        now = self._clock()
+        if self.idle_s:
+            cutoff = now - self.idle_s
+            self._bytes -= _drop_idle(self._items, self._used, cutoff)
+            self._rows_bytes -= _drop_idle(self._rows, self._used, cutoff)
+        return now
 
     def forget(self, paths: Iterable[str]) -> None:
         """Drop everything kept for files a commit removed (merged data files, dropped delete
@@ -210,8 +259,10 @@ class FileCache:
         with self._lock:
             for path in paths:
                 self._rows_bytes -= _cost(self._rows.pop(path, None))
+                self._used.pop(path, None)
                 for columns in self._column_sets:
                     self._bytes -= _cost(self._items.pop((path, columns), None))
+                    self._used.pop((path, columns), None)
                 for column in self._filter_columns:
                     self._filters_bytes -= _cost(self._filters.pop((path, column), None))
                     spilled.append((path, column))
@@ -276,7 +327,8 @@ class FileCache:
                 self._filters_bytes -= _cost(old[1])
                 evicted.append(old)
             while self._items and self._bytes > self._columns_bound():
-                _, table = self._items.popitem(last=False)
+                old_columns, table = self._items.popitem(last=False)
+                self._used.pop(old_columns, None)
                 self._bytes -= _cost(table)
         if self.spill is not None:
             for old_key, old_filter in evicted:
@@ -291,17 +343,33 @@ class FileCache:
                     self._split.popitem(last=False)
 
 
-def _lru_put(items: OrderedDict[Any, Any], key: Any, table: Any, held: int, bound: int) -> int:
-    """Add ``table`` under ``key`` unless present, evicting the least recently used entries past
-    ``bound``; returns the bytes ``items`` holds now (``held`` before)."""
+def _lru_put(items: OrderedDict[Any, Any], key: Any, table: Any, held: int, bound: int, used: dict[Any, float]) -> int:
+    """Add ``table`` under ``key`` unless present (then it is the most recently used), evicting the
+    least recently used entries past ``bound`` and their ``used`` times; returns the bytes ``items``
+    holds now (``held`` before)."""
     if key in items:
+        items.move_to_end(key)
         return held
     items[key] = table
     held += _cost(table)
     while held > bound:
-        _, old = items.popitem(last=False)
+        old_key, old = items.popitem(last=False)
+        used.pop(old_key, None)
         held -= _cost(old)
     return held
+
+
+def _drop_idle(items: OrderedDict[Any, Any], used: dict[Any, float], cutoff: float) -> int:
+    """Drop the entries of ``items`` last used at or before ``cutoff`` (they lead: LRU order);
+    returns the bytes they counted."""
+    freed = 0
+    while items:
+        key = next(iter(items))
+        if used.get(key, cutoff) > cutoff:
+            break
+        freed += _cost(items.pop(key))
+        used.pop(key, None)
+    return freed
 
 
 def _cost(entry: Any) -> int:
@@ -383,6 +451,9 @@ def read_state(
     parts: list[pa.Table] = []
     sizes: list[int] = []
     paths: list[str] = []
+    # Files read on their key filter's "maybe" (fid, and whether the cache had them): a use, and
+    # kept when read from storage, only if they hold one of the keys.
+    maybe: list[tuple[int, bool]] = []
     dead: list[pa.Array] = []  # deleted positions of the files read, and each one's file index
     dead_fids: list[int] = []
     for task in tasks:
@@ -395,7 +466,7 @@ def read_state(
         kf = cache.key_filter(df.file_path, pks) if pks else None
         if kf is not None and not kf.may_hold(_probe(probes, row_filter, df, table)):
             continue
-        t, hit = cache.get(io, df.file_path, cols)
+        t, hit = cache.get(io, df.file_path, cols, keep=kf is None, touch=kf is None)
         state.bytes_read += 0 if hit else df.file_size_in_bytes  # upper bound: only `cols` are read
         state.files_read += 1
         state.rows_read += t.num_rows
@@ -404,6 +475,8 @@ def read_state(
         if not t.num_rows:
             continue
         fid = len(paths)
+        if kf is not None:
+            maybe.append((fid, hit))
         paths.append(df.file_path)
         parts.append(t)
         sizes.append(t.num_rows)
@@ -415,6 +488,14 @@ def read_state(
     whole = _with_file_positions(pa.concat_tables(parts, promote_options="permissive"), sizes)
     if match is not None:
         whole = whole.filter(pc.fill_null(match(whole), False))
+    if maybe:
+        # A filter's false positive (a few in 10^4 keys, so most files now and then at a flush's
+        # hundreds of keys) must not keep a file's key columns as if the flush needed them.
+        held = set(pc.unique(whole.column("_fid")).to_pylist()) if whole.num_rows else set()
+        cache.touch([paths[f] for f, hit in maybe if hit and f in held], cols)
+        for f, hit in maybe:
+            if not hit and f in held:
+                cache.seed(paths[f], cols, parts[f])
     if dead and whole.num_rows:
         keys = pc.add(whole.column("_pos"), pc.shift_left(whole.column("_fid").cast(pa.int64()), 32))
         whole = whole.filter(pc.invert(pc.is_in(keys, value_set=_file_position_keys(dead, dead_fids))))

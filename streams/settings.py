@@ -155,6 +155,12 @@ class Settings:
         "batch_max_events records) instead of waiting for batch_max_seconds. Low latency at low rates; "
         "at high rates a world's batch still grows while its previous commit is in flight.",
     )
+    batch_idle_min_seconds: float = _opt(
+        0.5,
+        "With CAUSEWAY_BATCH_FLUSH_WHEN_IDLE, an idle intake flushes a world's batch only once its first "
+        "event is this old (at most batch_max_seconds). 0 commits at once; more commits less often, with "
+        "more events each, for less CPU per event at low and moderate rates.",
+    )
     shutdown_timeout_s: float = _opt(
         30.0,
         "Most seconds a stopping worker spends committing what it holds; past it (a call to a dependency "
@@ -233,6 +239,13 @@ class Settings:
         "grow; an evicted file is read again from storage when a flush touches its bucket. Up to half of it holds "
         "the data files' key filters (5-10 bytes a key, which key columns never evict). Up to a quarter more "
         "holds every column of the small files the flushes wrote, which the small-file merge reads back.",
+    )
+    index_cache_idle_s: float = _opt(
+        120.0,
+        "Key columns and kept rows in CAUSEWAY_INDEX_CACHE_BYTES that no flush used for this long are dropped "
+        "before the bound is reached (0: only the bound evicts). A table that keeps growing leaves most of its "
+        "files' keys untouched; without it they stay until the bound, and the worker's memory follows the "
+        "table's history. A world idle for longer re-reads its files' key columns on its next flush.",
     )
     key_filter_spill_bytes: int = _opt(
         1024 * 1024 * 1024,
@@ -452,6 +465,9 @@ class Settings:
         for name in ("index_cache_bytes", "key_filter_spill_bytes", "native_work_bytes"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{env_name(name)} must be 0 or more")
+        for name in ("batch_idle_min_seconds", "index_cache_idle_s"):
+            if not 0.0 <= getattr(self, name) < math.inf:
+                raise SettingsError(f"{env_name(name)}={getattr(self, name)}: use 0 or more seconds")
         _check_memory(self)
         try:
             re.compile(self.cdc_pattern)

@@ -92,8 +92,8 @@ class ReadRecorder:
         self.paths: list[str] = []
         inner = committer.file_cache.get
 
-        def get(io, path, columns):  # type: ignore[no-untyped-def]
+        def get(io, path, columns, **kw):  # type: ignore[no-untyped-def]
             self.paths.append(path)
-            return inner(io, path, columns)
+            return inner(io, path, columns, **kw)
 
         committer.file_cache.get = get  # type: ignore[method-assign]

@@ -665,8 +665,8 @@ def test_a_flush_reads_none_of_the_files_the_previous_flush_wrote_and_keeps_them
     missed: list[str] = []
     real_get = FileCache.get
 
-    def recording(self: FileCache, io: object, path: str, columns: tuple[str, ...] | None) -> object:
-        table, hit = real_get(self, io, path, columns)  # type: ignore[arg-type]
+    def recording(self: FileCache, io: object, path: str, columns: tuple[str, ...] | None, **kw: bool) -> object:
+        table, hit = real_get(self, io, path, columns, **kw)  # type: ignore[arg-type]
         if not hit:
             missed.append(path)
         return table, hit

@@ -87,3 +87,27 @@ def test_flushing_due_batches_keeps_order_and_loses_nothing(steps: list[tuple[st
         out.setdefault(w, []).extend(items)
     for world in {w for w, _ in steps}:
         assert out[world] == [i for i, (w, _) in enumerate(steps) if w == world]
+
+
+def test_an_idle_intake_flushes_a_batch_only_once_it_is_the_idle_minimum_old() -> None:
+    """Before: an idle intake made every buffered batch due at once, so at low rates a world's next
+    commit started back to back with its last (the worker used a core at 1,000 events/s)."""
+    acc: BatchAccumulator[int] = BatchAccumulator(max_events=100, max_seconds=10.0, idle_min_seconds=0.5)
+    acc.add("w1", 1, now=0.0)
+    acc.add("w2", 2, now=0.3)
+    assert acc.due(0.4, idle=True) == []
+    assert acc.due(0.5, idle=True) == ["w1"]
+    assert acc.due(0.8, idle=True) == ["w1", "w2"]
+    assert acc.due(0.8) == []  # not idle: the age flush still waits for max_seconds
+    for i in range(3, 103):
+        acc.add("w2", i, now=0.31)
+    assert acc.due(0.31, idle=True) == ["w2"]  # full: due at once, idle or not
+
+
+def test_the_idle_minimum_never_delays_past_the_age_flush() -> None:
+    acc: BatchAccumulator[int] = BatchAccumulator(max_events=100, max_seconds=0.2, idle_min_seconds=5.0)
+    assert acc.idle_min_seconds == 0.2
+    acc.add("w1", 1, now=0.0)
+    assert acc.due(0.2, idle=True) == ["w1"]
+    with pytest.raises(ValueError):
+        BatchAccumulator(max_events=1, max_seconds=1.0, idle_min_seconds=-0.1)

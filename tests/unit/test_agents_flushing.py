@@ -48,10 +48,13 @@ class AnyWorld:
         pass
 
 
-def pipelined() -> tuple[Applier, GatedCommitter]:
-    settings = Settings.from_env({}).replace(batch_max_events=2, batch_max_seconds=60.0)
+def pipelined(idle_min: float = 0.0, clock: Any = None) -> tuple[Applier, GatedCommitter]:
+    settings = Settings.from_env({}).replace(
+        batch_max_events=2, batch_max_seconds=60.0, batch_idle_min_seconds=idle_min
+    )
     committer = GatedCommitter()
-    return applier_with(settings, committer, FakeMarks(), worlds=AnyWorld(), pipelined=True), committer
+    extra = {} if clock is None else {"clock": clock}
+    return applier_with(settings, committer, FakeMarks(), worlds=AnyWorld(), pipelined=True, **extra), committer
 
 
 def rec(offset: int, world: str, n: int, caused_by: str | None = None) -> RawRecord:
@@ -115,6 +118,25 @@ async def test_an_idle_intake_flushes_a_small_batch_at_once() -> None:
     await applier.tick()
     await settle()
     assert committer.finished == [("wa", ["e0"])]
+
+
+async def test_an_idle_intake_waits_for_the_idle_minimum_before_it_flushes_a_small_batch() -> None:
+    """``CAUSEWAY_BATCH_IDLE_MIN_SECONDS`` reaches the worker's batches: an idle intake lets a small
+    batch wait that long, so a world's commits carry more events each at low rates."""
+    now = [100.0]
+    applier, committer = pipelined(idle_min=0.5, clock=lambda: now[0])
+    committer.gate("wa").set()
+    await applier.process([rec(0, "wa", 0)])
+    applier.idle = True
+    now[0] = 100.4
+    await applier.process([rec(1, "wb", 0)])
+    await applier.tick()
+    await settle()
+    assert committer.started == []
+    now[0] = 100.5
+    await applier.tick()
+    await settle()
+    assert committer.finished == [("wa", ["e0"])]  # wb's batch is 0.1 s old: it waits on
 
 
 async def test_a_failed_flush_is_raised_where_the_intake_sees_it() -> None:

@@ -274,3 +274,30 @@ def test_the_bound_counts_what_an_entry_costs_beyond_its_buffers() -> None:
         cache.seed(f"f{i}.parquet", ("entity_pk", "version"), tiny)
     assert len(cache._items) == 100  # noqa: SLF001
     assert cache._bytes <= cache.max_bytes  # noqa: SLF001
+
+
+def test_key_columns_and_kept_rows_no_flush_used_for_idle_s_go_before_the_bound() -> None:
+    """A table that keeps growing seeds an entry for every file it writes; most are never read
+    again. Before: they stayed until the bound (in a 30-minute soak the key index grew by ~6.5 MiB a
+    minute and would have reached its 256 MiB bound only after ~40 minutes)."""
+    now = [0.0]
+    cache = FileCache(max_bytes=64 << 20, idle_s=120.0, clock=lambda: now[0])
+    index = pa.table({"entity_pk": [f"k{i:05d}" for i in range(1000)], "version": list(range(1000))})
+    cols = ("entity_pk", "version")
+    cache.seed("old.parquet", cols, index)
+    cache.seed_rows("old-rows.parquet", index)
+    now[0] = 60.0
+    cache.seed("used.parquet", cols, index)
+    now[0] = 100.0
+    assert cache.get(None, "old.parquet", cols)[1]  # type: ignore[arg-type] - read: used again at 100
+    now[0] = 200.0
+    cache.seed("new.parquet", cols, index)  # used.parquet (60) and the kept rows (0) are idle past 120 s
+    assert [k[0] for k in cache._items] == ["old.parquet", "new.parquet"]  # noqa: SLF001
+    assert cache.rows("old-rows.parquet") is None
+    assert cache._bytes == sum(map(_cost, cache._items.values()))  # noqa: SLF001 - counted as they go
+    assert cache._rows_bytes == 0  # noqa: SLF001
+    assert set(cache._used) == set(cache._items)  # noqa: SLF001 - nothing left behind
+    never = FileCache(max_bytes=64 << 20, clock=lambda: now[0])  # idle_s 0: only the bound evicts
+    never.seed("a.parquet", cols, index)
+    now[0] = 10_000.0
+    assert never.get(None, "a.parquet", cols)[1]  # type: ignore[arg-type]

@@ -348,3 +348,57 @@ def test_a_snapshots_totals_are_pyicebergs_without_reading_a_summary_model_as_a_
     bare = parent.model_copy(update={"summary": Summary(Operation.APPEND)})
     assert _previous(bare) == {"operation": "append"}
     assert _previous(None) is None
+
+
+def test_a_file_read_on_its_key_filters_false_positive_is_not_kept_as_used(tmp_path: Path, monkeypatch: Any) -> None:
+    # A filter says "maybe" for a few keys in 10^4, so at a flush's hundreds of keys most files are
+    # read now and then for keys they do not hold. Each such read counted as a use: in a soak of
+    # fresh keys no file's key columns ever went idle, and the key index grew with the table.
+    # Failed before: the files read on a false positive were as recently used as the one read for its key.
+    import pyarrow.compute as pc
+
+    from sinks.keyfilter import KeyFilter
+    from sinks.layout import key_filter
+    from sinks.rowdelta import FileCache, read_state
+
+    table = _table(tmp_path)
+    tx = table.transaction()
+    files = _three_flushes(table, tx)
+    after = StaticTable(table.name(), tx.table_metadata, table.metadata_location, table.io, None)  # type: ignore[arg-type]
+    now = [0.0]
+    cache = FileCache(64 << 20, idle_s=120.0, clock=lambda: now[0])
+    cache.min_filter_rows = 1  # every file gets a filter on its first read
+    cols = ["object_type_id", "object_pk", "version"]
+    every = {(("person", "place")[i % 2], f"k{i:05d}") for i in range(120)}
+    # Every file read, its filter built, all used at 0.
+    read_state(after, cols, None, cache, key_filter("object_type_id", "object_pk", every))
+    monkeypatch.setattr(KeyFilter, "may_hold", lambda self, probe: True)  # every filter says "maybe"
+    one = {("person", "k00002")}
+    wanted = pa.array(["k00002"])
+    now[0] = 100.0
+    state = read_state(
+        after,
+        cols,
+        lambda t: pc.is_in(t.column("object_pk"), value_set=wanted),
+        cache,
+        key_filter("object_type_id", "object_pk", one),
+    )
+    assert state.index is not None and state.index.column("object_pk").to_pylist() == ["k00002"]
+    holder = state.index.column("_file")[0].as_py()
+    assert state.files_read > 1  # the other files of its partition were read on the "maybe"
+    now[0] = 200.0  # 200 s after the first lookup, 100 s after the second
+    assert cache.get(None, holder, tuple(cols))[1]  # type: ignore[arg-type] - held (it had the key); the rest went idle
+    held = {path for path, _ in cache._items}  # noqa: SLF001
+    assert held == {holder}, sorted(held)
+    assert len({f.file_path for f in files}) > 1
+    # Read again from storage on a "maybe", a file that holds none of the keys is not kept either.
+    now[0] = 210.0
+    again = read_state(
+        after,
+        cols,
+        lambda t: pc.is_in(t.column("object_pk"), value_set=wanted),
+        cache,
+        key_filter("object_type_id", "object_pk", one),
+    )
+    assert again.files_read == state.files_read and again.bytes_read > 0
+    assert {path for path, _ in cache._items} == {holder}  # noqa: SLF001

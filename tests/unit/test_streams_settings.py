@@ -29,6 +29,9 @@ def test_defaults_and_env_overrides() -> None:
         ({"CAUSEWAY_UNKNOWN_WORLD_POLICY": "ignore"}, "'dlq' or 'create'"),
         ({"CAUSEWAY_WAREHOUSE": "ftp://x"}, "CAUSEWAY_WAREHOUSE"),
         ({"CAUSEWAY_COMMIT_RETRIES": "0"}, "at least 1"),
+        ({"CAUSEWAY_BATCH_IDLE_MIN_SECONDS": "-0.5"}, "CAUSEWAY_BATCH_IDLE_MIN_SECONDS=-0.5: use 0 or more"),
+        ({"CAUSEWAY_BATCH_IDLE_MIN_SECONDS": "nan"}, "CAUSEWAY_BATCH_IDLE_MIN_SECONDS=nan"),
+        ({"CAUSEWAY_INDEX_CACHE_IDLE_S": "-1"}, "CAUSEWAY_INDEX_CACHE_IDLE_S=-1.0: use 0 or more seconds"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
