@@ -373,16 +373,19 @@ def test_a_file_read_on_its_key_filters_false_positive_is_not_kept_as_used(tmp_p
     # Every file read, its filter built, all used at 0.
     read_state(after, cols, None, cache, key_filter("object_type_id", "object_pk", every))
     monkeypatch.setattr(KeyFilter, "may_hold", lambda self, probe: True)  # every filter says "maybe"
-    one = {("person", "k00002")}
     wanted = pa.array(["k00002"])
+
+    def look_up_k00002() -> Any:
+        return read_state(
+            after,
+            cols,
+            lambda t: pc.is_in(t.column("object_pk"), value_set=wanted),
+            cache,
+            key_filter("object_type_id", "object_pk", {("person", "k00002")}),
+        )
+
     now[0] = 100.0
-    state = read_state(
-        after,
-        cols,
-        lambda t: pc.is_in(t.column("object_pk"), value_set=wanted),
-        cache,
-        key_filter("object_type_id", "object_pk", one),
-    )
+    state = look_up_k00002()
     assert state.index is not None and state.index.column("object_pk").to_pylist() == ["k00002"]
     holder = state.index.column("_file")[0].as_py()
     assert state.files_read > 1  # the other files of its partition were read on the "maybe"
@@ -393,12 +396,6 @@ def test_a_file_read_on_its_key_filters_false_positive_is_not_kept_as_used(tmp_p
     assert len({f.file_path for f in files}) > 1
     # Read again from storage on a "maybe", a file that holds none of the keys is not kept either.
     now[0] = 210.0
-    again = read_state(
-        after,
-        cols,
-        lambda t: pc.is_in(t.column("object_pk"), value_set=wanted),
-        cache,
-        key_filter("object_type_id", "object_pk", one),
-    )
+    again = look_up_k00002()
     assert again.files_read == state.files_read and again.bytes_read > 0
     assert {path for path, _ in cache._items} == {holder}  # noqa: SLF001
