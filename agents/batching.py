@@ -60,11 +60,14 @@ class BatchAccumulator(Generic[T]):
         little more lets a world's next commit carry the events of that while instead of starting
         back to back with its last one (a commit's cost is mostly fixed at low rates).
         """
+        # Idle with no minimum: every batch, whatever ``now`` says of its age (a caller may pass
+        # the time it read before its own items were added).
+        at_once = idle and self.idle_min_seconds <= 0
         age = self.idle_min_seconds if idle else self.max_seconds
         ready = [
             (b.started_at, world)
             for world, b in self._batches.items()
-            if len(b.items) >= self.max_events or now - b.started_at >= age
+            if at_once or len(b.items) >= self.max_events or now - b.started_at >= age
         ]
         return [world for _, world in sorted(ready)]
 
