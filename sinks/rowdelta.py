@@ -492,10 +492,15 @@ def read_state(
         # A filter's false positive (a few in 10^4 keys, so most files now and then at a flush's
         # hundreds of keys) must not keep a file's key columns as if the flush needed them.
         held = set(pc.unique(whole.column("_fid")).to_pylist()) if whole.num_rows else set()
-        cache.touch([paths[f] for f, hit in maybe if hit and f in held], cols)
+        touched: list[str] = []
         for f, hit in maybe:
-            if not hit and f in held:
+            if f not in held:
+                continue
+            if hit:
+                touched.append(paths[f])
+            else:
                 cache.seed(paths[f], cols, parts[f])
+        cache.touch(touched, cols)
     if dead and whole.num_rows:
         keys = pc.add(whole.column("_pos"), pc.shift_left(whole.column("_fid").cast(pa.int64()), 32))
         whole = whole.filter(pc.invert(pc.is_in(keys, value_set=_file_position_keys(dead, dead_fids))))
