@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 
 import pytest
 
 from bench.__main__ import _add_overrides, _profile
-from bench.harness import Mark, latency_of, phase_figures, ratios
+from bench.harness import Mark, latency_of, phase_figures, ratios, ready_at
 from bench.profiles import PROFILES
 from bench.report import _cell
 
@@ -77,3 +79,28 @@ def test_a_phase_reports_only_what_the_workers_observed_during_it() -> None:
     assert wait["mean"] == 1.0
     assert 0.5 < wait["p50"] <= 1.0
     assert figures["commit_s"] == {}  # not exposed: nothing observed
+
+
+class _GroupStableAt:
+    """A group watch whose group turns Stable ``after`` seconds from now."""
+
+    def __init__(self, after: float) -> None:
+        self.stable_at = time.monotonic() + after
+
+    async def wait_ready(self, members: int, timeout: float, alive: object) -> float:  # noqa: ASYNC109
+        await asyncio.sleep(max(0.0, self.stable_at - time.monotonic()))
+        return time.monotonic()
+
+
+def test_the_clock_starts_when_the_group_is_stable_even_if_health_answers_later() -> None:
+    # A worker drains from its assignment on; /health answering later must not start the clock late.
+    watch = _GroupStableAt(0.05)
+    health_done: list[float] = []
+
+    def slow_health() -> None:
+        time.sleep(0.4)
+        health_done.append(time.monotonic())
+
+    ready = asyncio.run(ready_at(watch, 1, lambda: True, [slow_health]))
+    assert health_done and ready < health_done[0] - 0.25
+    assert ready >= watch.stable_at
