@@ -32,11 +32,11 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from aiokafka import AIOKafkaProducer
@@ -67,6 +67,9 @@ from streams.topics import ensure_topics
 
 RESULTS = ROOT / "bench" / "results"
 Offsets = dict[tuple[str, int, int], tuple[int, int]]  # (topic, partition, offset) -> (timestamp ms, bytes)
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -388,18 +391,21 @@ class Run:
                     ingest = self._start_ingest(plan, source)
                     procs.append(ingest)
                     sampler.add(ingest.pid)
-                a.ready = await ready_at(
-                    watch,
-                    members,
-                    lambda: all(pr.poll() is None for pr in procs),
-                    [functools.partial(wait_healthy, h, 120) for h in handles] if name == "causeway" else [],
-                )
+
                 # A member that joined early may have consumed while the others started (under load, for
                 # minutes): the clock starts at "every member Stable", so only what settles after counts.
                 # One member has no one to wait for: what it settled while the group formed counts (a
                 # small preload may be drained by then, which would leave nothing timed).
-                a.before_ready = (await watch.progress()).done if members > 1 else 0
-                a.cpu, a.services_cpu = sampler.cpu_now()
+                async def at_ready() -> tuple[int, tuple[float, dict[str, float]]]:
+                    return ((await watch.progress()).done if members > 1 else 0), sampler.cpu_now()
+
+                a.ready, (a.before_ready, (a.cpu, a.services_cpu)) = await ready_at(
+                    watch,
+                    members,
+                    lambda: all(pr.poll() is None for pr in procs),
+                    [functools.partial(wait_healthy, h, 120) for h in handles] if name == "causeway" else [],
+                    at_ready,
+                )
                 if self.py_spy and name == "causeway":
                     spies = [s for s in (self._attach_py_spy(pr.pid, name) for pr in procs) if s]
                 self.log(f"[{name}] {members} process(es) ready after {a.ready - a.started:.1f}s; draining")
@@ -658,15 +664,23 @@ async def ready_at(
     members: int,
     alive: Callable[[], bool],
     health_waits: Sequence[Callable[[], object]],
+    at_ready: Callable[[], Awaitable[T]],
     timeout: float = 120.0,  # noqa: ASYNC109 - a deadline
-) -> float:
-    """When the group was first seen Stable with ``members`` members, watched *while* the health checks run.
+) -> tuple[float, T]:
+    """When the group was first seen Stable with ``members`` members, watched *while* the health checks
+    run, and what ``at_ready`` read at that moment (the CPU counters, the progress so far).
 
-    A worker consumes from its assignment on, and its /health may answer 200 seconds later: timing from
+    A worker consumes from its assignment on, and its /health may answer seconds later: timing from
     after the health checks let a single worker drain a small preload before the clock started (the
-    small profile's ratio read 1.7-2.0 on 50k records). The health checks block, so they run in threads.
+    small profile's ratio read 1.7-2.0 on 50k records), and CPU read then missed what the drain cost.
+    The health checks block, so they run in threads.
     """
-    ready = asyncio.create_task(watch.wait_ready(members, timeout, alive))
+
+    async def ready_then_read() -> tuple[float, T]:
+        seen = await watch.wait_ready(members, timeout, alive)
+        return seen, await at_ready()
+
+    ready = asyncio.create_task(ready_then_read())
     try:
         for wait in health_waits:
             await asyncio.to_thread(wait)

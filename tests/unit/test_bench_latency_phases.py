@@ -92,15 +92,22 @@ class _GroupStableAt:
         return time.monotonic()
 
 
-def test_the_clock_starts_when_the_group_is_stable_even_if_health_answers_later() -> None:
-    # A worker drains from its assignment on; /health answering later must not start the clock late.
+def test_the_clock_and_the_cpu_count_start_when_the_group_is_stable_even_if_health_answers_later() -> None:
+    # A worker drains from its assignment on; /health answering later must not start the clock (nor
+    # the CPU count read with it) late.
     watch = _GroupStableAt(0.05)
     health_done: list[float] = []
+    read_at: list[float] = []
 
     def slow_health() -> None:
         time.sleep(0.4)
         health_done.append(time.monotonic())
 
-    ready = asyncio.run(ready_at(watch, 1, lambda: True, [slow_health]))
+    async def read() -> str:
+        read_at.append(time.monotonic())
+        return "cpu counters"
+
+    ready, counters = asyncio.run(ready_at(watch, 1, lambda: True, [slow_health], read))
+    assert counters == "cpu counters"
     assert health_done and ready < health_done[0] - 0.25
-    assert ready >= watch.stable_at
+    assert watch.stable_at <= ready <= read_at[0] < health_done[0] - 0.25
