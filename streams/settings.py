@@ -70,6 +70,11 @@ class SettingsError(ConfigError, ValueError):
 
 #: Arrow memory pools the worker can make its default (``streams.memory.configure``).
 MEMORY_POOLS = ("default", "system", "jemalloc", "mimalloc")
+#: Arrow's bundled jemalloc reads its options from this variable once, when libarrow loads.
+JEMALLOC_CONF_ENV = "JE_ARROW_MALLOC_CONF"
+#: Freed pages go back to the OS at once instead of after Arrow's 1 s muzzy decay: a flush's large
+#: transients (log merges, key lookups) are otherwise held between flushes.
+JEMALLOC_CONF_DEFAULT = "muzzy_decay_ms:0"
 #: ``mallopt`` takes a C int: a larger arena cap would reach glibc truncated, not refused.
 MAX_MALLOC_ARENAS = 2**31 - 1
 
@@ -254,11 +259,12 @@ class Settings:
         "instead of rebuilt from its file's key column. 0: none, an evicted filter is rebuilt.",
     )
     memory_pool: str = _opt(
-        "default",
-        "Arrow's memory pool in the worker: default (pyarrow's choice, mimalloc), system (glibc malloc, which "
-        "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S trims), jemalloc or mimalloc. In a 6-minute soak mimalloc kept "
-        "~215-275 MiB resident above Arrow's live bytes where system kept none, but system cost 11-23 % more CPU "
-        "per commit (docs/benchmarks.md, 2026-12-01 evening). Set once at start-up.",
+        "jemalloc",
+        "Arrow's memory pool in the worker: jemalloc (Arrow's bundled one, its freed pages purged at once: "
+        "JE_ARROW_MALLOC_CONF, below), default (pyarrow's choice, mimalloc), system (glibc malloc, which "
+        "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S trims) or mimalloc. In a 30-minute soak at 5,000/s jemalloc's RSS "
+        "grew 1.33x (471 -> 628 MiB) where mimalloc's grew 1.40x (497 -> 696), at the same CPU a phase "
+        "(docs/benchmarks.md, 2026-12-03 small hours). Set once at start-up.",
     )
     malloc_arena_max: int = _opt(
         0,

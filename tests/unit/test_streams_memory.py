@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ctypes
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -10,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from streams import memory
-from streams.settings import Settings, SettingsError
+from streams.settings import JEMALLOC_CONF_DEFAULT, JEMALLOC_CONF_ENV, Settings, SettingsError
 
 
 @pytest.fixture
@@ -73,15 +76,42 @@ def test_the_releaser_releases_until_stopped() -> None:
     assert off.releases == 0 and off._thread is None  # noqa: SLF001 - 0 means no thread at all
 
 
-def test_by_default_the_worker_keeps_pyarrows_pool_and_releases_what_it_holds_free(restore_pool: None) -> None:
-    # The soak A/B (docs/benchmarks.md, 2026-12-01 evening) found mimalloc holding freed memory,
-    # but the system pool with two arenas cost 11-23 % more CPU per commit in alternated pairs:
-    # the default keeps pyarrow's pool and hands back what it holds free every 30 s.
+def test_by_default_the_worker_uses_jemalloc_and_releases_what_it_holds_free(restore_pool: None) -> None:
+    # The 30-minute soak at 5,000/s (docs/benchmarks.md, 2026-12-03 small hours): jemalloc with its
+    # muzzy pages purged at once grew 1.33x where mimalloc grew 1.40x, with the same CPU a phase; the
+    # system pool cost 11-23 % more CPU per commit (2026-12-01 evening).
     settings = Settings.from_env({})
-    assert settings.memory_pool == "default" and settings.malloc_arena_max == 0
+    assert settings.memory_pool == "jemalloc" and settings.malloc_arena_max == 0
     applied = memory.configure(settings.memory_pool, settings.malloc_arena_max)
-    assert applied.pool == pa.default_memory_pool().backend_name
+    assert applied.pool == "jemalloc" == pa.default_memory_pool().backend_name
     assert settings.memory_release_interval_s > 0
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k != JEMALLOC_CONF_ENV}
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_every_causeway_process_gives_jemalloc_its_options_before_pyarrow_loads() -> None:
+    # jemalloc reads JE_ARROW_MALLOC_CONF once, when libarrow loads: set after `import pyarrow` it
+    # is ignored, so the `cli` package (first in every `causeway` process) sets it before.
+    seen = _python(
+        "import os, sys; import cli; print('pyarrow' in sys.modules, os.environ.get('JE_ARROW_MALLOC_CONF'))", {}
+    )
+    assert seen.stdout.split() == ["False", JEMALLOC_CONF_DEFAULT], seen.stderr
+
+
+def test_an_operators_own_jemalloc_options_are_kept_and_reach_jemalloc() -> None:
+    # An invalid option with abort_conf makes jemalloc abort at its first allocation: proof that the
+    # value the process starts with is the one jemalloc reads, through `cli` as the worker starts.
+    code = "import cli, os; from streams import memory; memory.configure('jemalloc', 0); import pyarrow as pa; "
+    code += "pa.array(range(1000)); print(os.environ['JE_ARROW_MALLOC_CONF'])"
+    kept = _python(code, {JEMALLOC_CONF_ENV: "abort_conf:true,muzzy_decay_ms:0"})
+    assert kept.returncode == 0 and kept.stdout.strip() == "abort_conf:true,muzzy_decay_ms:0", kept.stderr
+    refused = _python(code, {JEMALLOC_CONF_ENV: "abort_conf:true,no_such_option:1"})
+    assert refused.returncode != 0 and "no_such_option" in refused.stderr
 
 
 def test_releases_look_the_c_library_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
