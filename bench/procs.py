@@ -138,6 +138,11 @@ class GroupProgress:
         return sum(min(self.committed.get(tp, 0), end) for tp, end in self.ends.items())
 
 
+#: How often a drain is polled. The ceiling drains the small profile in about a second, so a 0.2 s
+#: poll put up to a fifth of its time on the poll (its rate read 40k or 49k events/s, never between).
+DRAIN_POLL_S = 0.05
+
+
 class GroupWatch:
     """One admin client and one consumer kept open to poll a group's progress cheaply."""
 
@@ -200,7 +205,7 @@ class GroupWatch:
         self,
         timeout: float,  # noqa: ASYNC109 - a deadline
         alive: Callable[[], bool] | None = None,
-        poll: float = 0.2,
+        poll: float = DRAIN_POLL_S,
         stall_after: float | None = None,
         on_progress: Callable[[GroupProgress], None] | None = None,
     ) -> tuple[float, GroupProgress]:

@@ -111,3 +111,29 @@ def test_the_clock_and_the_cpu_count_start_when_the_group_is_stable_even_if_heal
     assert counters == "cpu counters"
     assert health_done and ready < health_done[0] - 0.25
     assert watch.stable_at <= ready <= read_at[0] < health_done[0] - 0.25
+
+
+def test_a_drain_is_polled_finely_enough_to_time_a_one_second_drain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: polled every 0.2 s, the ceiling's one-second drain read 1.0 or 1.2 s (40k or 49k
+    events/s, never between), which moved the ratio by a fifth from run to run."""
+    from bench import procs
+    from bench.procs import GroupProgress, GroupWatch
+
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(s: float) -> None:
+        waits.append(s)
+        await real_sleep(0)
+
+    left = [3]
+
+    async def progress() -> GroupProgress:
+        left[0] = max(0, left[0] - 1)
+        return GroupProgress({("t", 0): 10}, {("t", 0): 10 - left[0]})
+
+    watch = GroupWatch.__new__(GroupWatch)
+    watch.progress = progress  # type: ignore[method-assign]
+    monkeypatch.setattr(procs.asyncio, "sleep", sleep)
+    _, last = asyncio.run(watch.wait_drained(5.0))
+    assert last.lag == 0 and waits and max(waits) <= 0.05
