@@ -172,8 +172,13 @@ class Applier:
         self.worker_id = worker_id or uuid.uuid4().hex[:8]
         self.gate = CausalGate(settings.causal_timeout_s, settings.max_parked)
         self.tracker = OffsetTracker()
+        # A world's batch is due at ``batch_flush_events``: its commit then overlaps the intake of
+        # the next polls instead of starting after several of them (``batch_max_events`` is the
+        # poll, and bounds what is buffered).
         self.batches: BatchAccumulator[Arrival] = BatchAccumulator(
-            settings.batch_max_events, settings.batch_max_seconds, settings.batch_idle_min_seconds
+            min(settings.batch_flush_events, settings.batch_max_events),
+            settings.batch_max_seconds,
+            settings.batch_idle_min_seconds,
         )
         self.lock = asyncio.Lock()
         self._handles: dict[PartitionId, deque[tuple[int, Any]]] = defaultdict(deque)
@@ -198,14 +203,16 @@ class Applier:
         # The intake's last poll was not full: buffered batches are flushed without waiting.
         self.idle = False
         # The intake's last poll was full (a backlog): a missing cause is most likely still in it,
-        # so its branch lookup waits longer (``_look_up_causes``).
-        self.behind = False
+        # so its branch lookup waits longer (``_look_up_causes``). ``caught_up_at``: when it last
+        # stopped being behind; batches started by then hold the rest of a backlog.
+        self._behind = False
+        self.caught_up_at: float | None = None
         # Pipelined (the worker): due worlds commit and settle in the background, without the lock.
         self.flusher: FlushScheduler | None = None
         if pipelined:
             self.flusher = FlushScheduler(
                 self._flush_in_background,
-                lambda: self.batches.due(self.clock(), self.idle),
+                lambda: self.batches.due(self.clock(), self.idle, self.caught_up_at),
                 self.batches.worlds,
                 budget=settings.flush_commit_budget,
             )
@@ -223,6 +230,16 @@ class Applier:
         # How far the intake has read in record time (``agents.readtime``); None: not known, a
         # parked event's timeout is wall time alone. The intake sets its own when it starts.
         self.reading: ReadTime | None = None
+
+    @property
+    def behind(self) -> bool:
+        return self._behind
+
+    @behind.setter
+    def behind(self, value: bool) -> None:
+        if self._behind and not value:
+            self.caught_up_at = self.clock()
+        self._behind = value
 
     # --- input ----------------------------------------------------------------------------------
 
@@ -715,7 +732,7 @@ class Applier:
     async def _flush_due(self, now: float) -> None:
         # Effects released by a commit join the next batch; loop until nothing is due.
         for _ in range(100):
-            due = self.batches.due(now, self.idle)
+            due = self.batches.due(now, self.idle, self.caught_up_at)
             if self.flusher is not None:
                 self.flusher.schedule(due)  # in the background; each flush schedules what is due next
                 return

@@ -52,22 +52,28 @@ class BatchAccumulator(Generic[T]):
         batch.items.append(item)
         return len(batch.items) >= self.max_events
 
-    def due(self, now: float, idle: bool = False) -> list[str]:
+    def due(self, now: float, idle: bool = False, caught_up_at: float | None = None) -> list[str]:
         """Worlds whose batch reached ``max_events`` items or ``max_seconds`` of age, oldest first.
 
         ``idle``: the intake has caught up (its last poll was not full): a batch is due once its
         first item is ``idle_min_seconds`` old. With 0 every non-empty batch is due at once; a
         little more lets a world's next commit carry the events of that while instead of starting
         back to back with its last one (a commit's cost is mostly fixed at low rates).
+
+        ``caught_up_at``: when the intake last caught up with a backlog (its polls stopped being
+        full). A batch started before then holds the rest of that backlog: while idle it is due at
+        once, since waiting ``idle_min_seconds`` for a trickle that is not coming only delays its
+        commit (the tail of every catch-up).
         """
         # Idle with no minimum: every batch, whatever ``now`` says of its age (a caller may pass
         # the time it read before its own items were added).
         at_once = idle and self.idle_min_seconds <= 0
         age = self.idle_min_seconds if idle else self.max_seconds
+        backlog_by = caught_up_at if idle and caught_up_at is not None else float("-inf")
         ready = [
             (b.started_at, world)
             for world, b in self._batches.items()
-            if at_once or len(b.items) >= self.max_events or now - b.started_at >= age
+            if at_once or len(b.items) >= self.max_events or now - b.started_at >= age or b.started_at < backlog_by
         ]
         return [world for _, world in sorted(ready)]
 

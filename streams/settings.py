@@ -152,7 +152,17 @@ class Settings:
     links_topic: str = _opt("onto.changes.links", "Link change events topic.")
     dlq_topic: str = _opt("causeway.dlq", "Dead-letter topic; headers carry the reason and origin.")
     topic_partitions: int = _opt(4, "Partitions for topics causeway creates.")
-    batch_max_events: int = _opt(10_000, "Flush a world when this many events are buffered.")
+    batch_max_events: int = _opt(
+        10_000,
+        "Records read per poll; a world's batch is flushed at the latest at this size, and the worker "
+        "stops reading while 3 x this many events are buffered.",
+    )
+    batch_flush_events: int = _opt(
+        2_000,
+        "Flush a world's batch once it holds this many events (at most batch_max_events). Its commit "
+        "then runs beside the intake; while it is in flight the world's next batch keeps growing, so "
+        "commits carry more events at higher rates.",
+    )
     batch_max_seconds: float = _opt(1.0, "Flush at the latest this long after the first buffered event.")
     batch_flush_when_idle: bool = _opt(
         True,
@@ -458,6 +468,7 @@ class Settings:
             raise SettingsError(f"{env_name('redis_url')}={self.redis_url}: use redis://, rediss:// or unix://")
         for name in (
             "batch_max_events",
+            "batch_flush_events",
             "topic_partitions",
             "max_parked",
             "max_unacked_records",

@@ -541,3 +541,33 @@ async def test_a_poll_of_interleaved_partitions_acks_each_in_order_and_leaves_a_
     assert [a for a in acks if a.startswith("h1-")] == ["h1-0", "h1-1"]
     assert "l0-3" in acks  # dead-lettered: settled
     assert fenced not in applier._handles and fenced not in applier._records
+
+
+async def test_a_world_flushes_at_batch_flush_events_while_polls_stay_at_batch_max_events() -> None:
+    """Before: a world flushed only at ``batch_max_events`` (10,000), so with three worlds no commit
+    started before some 30,000 events were read, and the intake and the commits never overlapped."""
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_flush_events=4, batch_max_seconds=60.0)
+    committer = FakeCommitter()
+    applier = applier_with(settings, committer, FakeMarks())
+    await applier.process([rec(n, event(n)) for n in range(3)])
+    assert committer.batches == []
+    await applier.process([rec(3, event(3))])
+    assert [len(b.events) for b in committer.batches] == [4]
+    small = applier_with(settings.replace(batch_max_events=2), FakeCommitter(), FakeMarks())
+    assert small.batches.max_events == 2  # never past the poll's own size
+
+
+async def test_catching_up_with_a_backlog_flushes_its_rest_without_the_idle_minimum() -> None:
+    now = [100.0]
+    settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=60.0, batch_idle_min_seconds=5.0)
+    committer = FakeCommitter()
+    applier = applier_with(settings, committer, FakeMarks(), clock=lambda: now[0])
+    applier.behind = True
+    await applier.process([rec(0, event(0))])
+    now[0] += 0.1
+    applier.idle, applier.behind = True, False  # the next poll was not full
+    assert applier.caught_up_at == now[0]
+    await applier.tick()
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e0"]
+    await applier.process([rec(1, event(1))])  # a trickle after the catch-up waits the idle minimum
+    assert len(committer.batches) == 1

@@ -116,3 +116,16 @@ def test_the_idle_minimum_never_delays_past_the_age_flush() -> None:
     assert acc.due(0.2, idle=True) == ["w1"]
     with pytest.raises(ValueError):
         BatchAccumulator(max_events=1, max_seconds=1.0, idle_min_seconds=-0.1)
+
+
+def test_the_rest_of_a_backlog_is_due_at_once_when_the_intake_catches_up() -> None:
+    """Before: a batch started while the intake was behind waited the idle minimum once it caught
+    up, though nothing more was coming for it (0.2-0.5 s added to the end of every catch-up)."""
+    acc: BatchAccumulator[int] = BatchAccumulator(max_events=100, max_seconds=10.0, idle_min_seconds=0.5)
+    acc.add("w1", 1, now=1.9)  # the rest of the backlog
+    acc.add("w2", 2, now=2.1)  # a trickle after the intake caught up at 2.0
+    assert acc.due(2.2, idle=True) == []  # no catch-up known: the idle minimum holds both
+    assert acc.due(2.2, idle=True, caught_up_at=2.0) == ["w1"]
+    assert acc.due(2.2, idle=False, caught_up_at=2.0) == []  # reading again: batches grow
+    assert acc.due(2.5, idle=True, caught_up_at=2.0) == ["w1"]
+    assert acc.due(2.6, idle=True, caught_up_at=2.0) == ["w1", "w2"]
