@@ -154,8 +154,8 @@ class Settings:
     topic_partitions: int = _opt(4, "Partitions for topics causeway creates.")
     batch_max_events: int = _opt(
         10_000,
-        "Records read per poll; a world's batch is flushed at the latest at this size, and the worker "
-        "stops reading while 3 x this many events are buffered.",
+        "Records read per poll; the worker stops reading while 3 x this many events are buffered "
+        "(commits lagging). A world's batch is due at batch_flush_events.",
     )
     batch_flush_events: int = _opt(
         2_000,
