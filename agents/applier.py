@@ -204,7 +204,7 @@ class Applier:
         self.idle = False
         # The intake's last poll was full (a backlog): a missing cause is most likely still in it,
         # so its branch lookup waits longer (``_look_up_causes``). ``caught_up_at``: when it last
-        # stopped being behind; batches started by then hold the rest of a backlog.
+        # stopped being behind; batches started before then hold the rest of a backlog.
         self._behind = False
         self.caught_up_at: float | None = None
         # Pipelined (the worker): due worlds commit and settle in the background, without the lock.
