@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import json
-import os
 import statistics
 import sys
 import threading
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.commit_stages import STAGES, StageTimer
+from bench.probe_file import keep_written, write_json
 
 ENV = "BENCH_COMMIT_PROBE"
 
@@ -160,11 +159,11 @@ class CommitProbe(StageTimer):
             if len(self.wakeups) > 200_000:
                 del self.wakeups[:100_000]
 
+    def state(self) -> dict[str, Any]:
+        return {"records": list(self.records), "wakeups": list(self.wakeups), "loop_lag": list(self.loop_lag or ())}
+
     def dump(self, path: str) -> None:
-        tmp = f"{path}.tmp"
-        state = {"records": list(self.records), "wakeups": list(self.wakeups), "loop_lag": list(self.loop_lag or ())}
-        Path(tmp).write_text(json.dumps(state))
-        os.replace(tmp, path)
+        write_json(path, self.state())
 
 
 def install(path: str) -> CommitProbe:
@@ -174,14 +173,8 @@ def install(path: str) -> CommitProbe:
     probe.keep.__enter__()  # for the life of the process
     probe.patch_commit()
 
-    def dumping() -> None:
-        while True:
-            time.sleep(3)
-            probe.dump(path)
-
     threading.Thread(target=probe.sleeper, name="probe sleeper", daemon=True).start()
-    threading.Thread(target=dumping, name="probe dump", daemon=True).start()
-    atexit.register(probe.dump, path)
+    keep_written(path, probe.state, 3.0, "probe dump")
     print(f"commit probe installed, writing {path}", file=sys.stderr)
     return probe
 

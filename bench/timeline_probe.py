@@ -18,14 +18,14 @@ The file is rewritten every 2 s and at exit.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.probe_file import keep_written
 
 ENV = "BENCH_TIMELINE_PROBE"
 KINDS = ("poll", "process", "flush", "commit")
@@ -93,16 +93,7 @@ def install(path: str) -> list[Span]:
     applier_mod.Applier._commit_items = timed_flush  # type: ignore[method-assign]  # noqa: SLF001
     committer_mod.BatchCommitter.commit_batch = timed_commit  # type: ignore[method-assign]
 
-    def dump() -> None:
-        Path(path).write_text(json.dumps([vars(s) for s in list(spans)]))
-
-    def keep() -> None:
-        while True:
-            time.sleep(2.0)
-            dump()
-
-    atexit.register(dump)
-    threading.Thread(target=keep, name="timeline-probe", daemon=True).start()
+    keep_written(path, lambda: [vars(s) for s in list(spans)], 2.0, "timeline probe")
     return spans
 
 

@@ -45,3 +45,12 @@ def test_the_report_reads_what_the_probe_writes(tmp_path: Path, capsys: pytest.C
     assert load(str(path)) == drain(0.5)
     main([str(path), "--json"])
     assert json.loads(capsys.readouterr().out)["overlap_s"] == 2.5
+
+
+def test_a_probe_file_is_replaced_whole(tmp_path: Path) -> None:
+    from bench.probe_file import write_json
+
+    path = tmp_path / "p.json"
+    write_json(str(path), [1])
+    write_json(str(path), {"a": [2, 3]})
+    assert json.loads(path.read_text()) == {"a": [2, 3]} and [p.name for p in tmp_path.iterdir()] == ["p.json"]
