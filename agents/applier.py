@@ -36,7 +36,7 @@ from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler
 from agents.letter_marks import Decisions, DecisionStore, letter_key, redrive_count, split_replays, world_lookups
-from agents.offset_tracker import Arrival, OffsetTracker, arrival_at
+from agents.offset_tracker import Arrival, EventRef, OffsetTracker, arrival_at
 from agents.readtime import ReadTime, to_pause
 from models.deadletter import DeadLetter
 from models.errors import WorkerError
@@ -68,6 +68,9 @@ WORLD_UNREADABLE = "world-unreadable"
 #: property of the batch: after ``Applier.commit_failure_attempts`` tries it is bisected and the
 #: event that cannot be committed is dead-lettered (``commit-failed``).
 TRANSIENT: tuple[type[BaseException], ...] = (NessieUnavailable, NessieConflict, NessieAuthError, OSError, TimeoutError)
+
+#: The name of a poll's marks lookup task started beside its dead-letter lookup.
+EARLY_LOOKUP = "marks lookup"
 
 #: While a dependency keeps failing, ``Applier._retry`` asks ``keep_trying`` at least this often.
 GIVE_UP_CHECK_S = 0.25
@@ -295,9 +298,16 @@ class Applier:
             self.totals["consumed"] += len(records)
             for topic, n in Counter(rec.topic for rec in records).items():
                 self.metrics.consumed(topic, n)  # per batch: a labels() lookup per record cost ~16% of process()
-            arrivals, dead = await self._settle_replays(arrivals, dead, redrives)
-            arrivals = await self._check_worlds(arrivals, dead)
-            await self._dedupe_and_gate(arrivals, now)
+            marked = self._look_up_marks_early(arrivals)
+            try:
+                arrivals, dead = await self._settle_replays(arrivals, dead, redrives)
+                arrivals = await self._check_worlds(arrivals, dead)
+            except BaseException:
+                if marked is not None:
+                    marked.cancel()
+                    await asyncio.gather(marked, return_exceptions=True)
+                raise
+            await self._dedupe_and_gate(arrivals, now, marked)
             self._look_up_causes(now)
             self._collect_gate_output(dead)
             await self._publish_dead(dead)
@@ -563,10 +573,39 @@ class Applier:
             if not self.tracker.is_tracked(tp):
                 self.tracker.assign(tp, None, generation)
 
-    async def _dedupe_and_gate(self, arrivals: list[Arrival], now: float) -> None:
-        unknown = self.gate.unknown_causes()
-        refs = refs_to_check(arrivals, unknown)
-        marked = await self._retry("redis dedupe lookup", lambda: self.marks.applied(refs), "redis") if refs else set()
+    def _look_up_marks_early(self, arrivals: list[Arrival]) -> asyncio.Task[set[EventRef]] | None:
+        """The marks lookup of a poll, started beside its dead-letter lookup instead of after it.
+
+        The two lookups were a poll's two sequential Redis round trips: ~0.15-0.25 s of wall time in a
+        10,000-record poll's 0.3-0.4 s (the event loop is shared, so most of it is other work run
+        while waiting). Together, Redis runs one while the worker packs, parses or decodes: the
+        drain's five large polls took 1.60-1.74 s against 2.04-2.06 s in three alternated pairs
+        (docs/benchmarks.md, "2026-12-03 late morning").
+        It asks for a superset (the arrivals the dead-letter lookup will settle as replays too):
+        every mark it returns is a fact, and only the survivors' are used to drop duplicates.
+        Not when a world of the poll is new to this worker: its marks are repaired from its branch
+        (``_check_worlds``) first, and the lookup must see them.
+        """
+        if not arrivals or self.dead_marks is None:
+            return None
+        ready = self._known_worlds if self._recent_event_ids is None else self._repaired
+        if any(a.event.world_id not in ready for a in arrivals):
+            return None
+        refs = refs_to_check(arrivals, self.gate.unknown_causes())
+        return asyncio.get_running_loop().create_task(
+            self._retry("redis dedupe lookup", lambda: self.marks.applied(refs), "redis"), name=EARLY_LOOKUP
+        )
+
+    async def _dedupe_and_gate(
+        self, arrivals: list[Arrival], now: float, early: asyncio.Task[set[EventRef]] | None = None
+    ) -> None:
+        if early is not None:
+            marked = await early
+        else:
+            refs = refs_to_check(arrivals, self.gate.unknown_causes())
+            marked = (
+                await self._retry("redis dedupe lookup", lambda: self.marks.applied(refs), "redis") if refs else set()
+            )
         self.metrics.dependency("redis", True)
         split = drop_duplicates(arrivals, marked)
         lookups = Counter([a.ref[0] for a in arrivals])  # counted in C: a Python loop cost ~0.3 µs an event

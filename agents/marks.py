@@ -29,7 +29,9 @@ slot of the call's declared keys, so a cluster serves it; the legacy one never w
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import time
 import weakref
 from collections import defaultdict
@@ -40,6 +42,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import NoScriptError
 
+from agents.dedupe import KEY_PREFIX as OLD_KEY_PREFIX
 from agents.dedupe import applied_key as mark_key
 from agents.dedupe import legacy_applied_key
 from agents.dedupe_window import FAMILIES, PACKED, MarkWindow
@@ -47,6 +50,8 @@ from agents.letter_marks import CONFIRMED, WorldLookup, by_tag
 
 if TYPE_CHECKING:
     from streams.settings import Settings
+
+log = logging.getLogger(__name__)
 
 #: Keys per script call: keeps one call to a few milliseconds of server time.
 CHUNK = 5_000
@@ -133,7 +138,15 @@ for i = 1, #KEYS do
     end
     if #add > 0 then redis.call('SET', KEYS[i], blob .. table.concat(add)) end
   else
-    for _, rec in ipairs(recs) do redis.call('HSET', KEYS[i], rec, '') end
+    -- One HSET a bucket (and span of ids), not one an id.
+    for s = 1, #recs, 1000 do
+      local fields = {}
+      for q = s, math.min(s + 999, #recs) do
+        fields[#fields + 1] = recs[q]
+        fields[#fields + 1] = ''
+      end
+      redis.call('HSET', KEYS[i], unpack(fields))
+    end
   end
   redis.call('EXPIREAT', KEYS[i], at)
   given = given + #recs
@@ -157,7 +170,7 @@ if e > 0 then
   for x = 1, e do old[x] = ARGV[3 + 2 * G + x] end
   texts = records(ARGV[4 + 2 * G + e], 'h')
 end
-local hits = {}
+local hits, pending = {}, {}
 local i = 0
 for g = 1, G do
   local kind = ARGV[2 + 2 * g]
@@ -166,28 +179,48 @@ for g = 1, G do
   if kind == 'p' then
     for j = 1, m do blobs[j] = redis.call('GET', KEYS[first + j]) or '' end
   end
-  for _, data in ipairs(records(ARGV[3 + 2 * g], kind)) do
-    i = i + 1
-    local hit = false
+  local recs = records(ARGV[3 + 2 * g], kind)
+  local hit = {}
+  if kind == 'p' then
+    for k, data in ipairs(recs) do
+      for j = 1, m do
+        if found(blobs[j], data) then hit[k] = true break end
+      end
+    end
+  else
+    -- One HMGET a slot's bucket for all its ids, not one HEXISTS an id and slot: each redis.call
+    -- costs the server ~1.5 µs beyond the command itself.
     for j = 1, m do
-      if kind == 'p' then
-        if found(blobs[j], data) then hit = true break end
-      elseif redis.call('HEXISTS', KEYS[first + j], data) == 1 then
-        hit = true
-        break
+      for s = 1, #recs, SPAN do
+        local vals = redis.call('HMGET', KEYS[first + j], unpack(recs, s, math.min(s + SPAN - 1, #recs)))
+        for k = 1, #vals do
+          if vals[k] then hit[s + k - 1] = true end
+        end
       end
     end
-    if not hit then
-      for x = 1, e do
-        if redis.call('EXISTS', old[x] .. texts[i]) == 1 then hit = true break end
-      end
-    end
-    if hit then hits[#hits + 1] = i end
   end
+  for k = 1, #recs do
+    if hit[k] then hits[#hits + 1] = i + k elseif e > 0 then pending[#pending + 1] = i + k end
+  end
+  i = i + #recs
 end
+-- The old formats, for the ids no slot holds: one MGET a format and span of ids.
+for x = 1, e do
+  local rest = {}
+  for s = 1, #pending, SPAN do
+    local keys = {}
+    for q = s, math.min(s + SPAN - 1, #pending) do keys[#keys + 1] = old[x] .. texts[pending[q]] end
+    local vals = redis.call('MGET', unpack(keys))
+    for k = 1, #vals do
+      if vals[k] then hits[#hits + 1] = pending[s + k - 1] else rest[#rest + 1] = pending[s + k - 1] end
+    end
+  end
+  pending = rest
+end
+table.sort(hits)
 return hits
 """
-)
+).replace("SPAN", "1000")
 
 # KEYS: bucket keys; ARGV: per key kind, count, records or fields. Removes them; returns how many were there.
 WINDOW_FORGET_LUA = (
@@ -245,18 +278,28 @@ local origins = records(ARGV[3], 'h')
 local redrives = nil
 if ARGV[4] ~= '' then redrives = records(ARGV[4], 'h') end
 local out = {}
-for i = 1, #ids do
-  local v = redis.call('GET', KEYS[1] .. origins[i] .. ':' .. ids[i])
-  if v then
-    out[#out + 1] = i
-    out[#out + 1] = 'o'
-    out[#out + 1] = v
+-- One MGET a kind and span of records, not one GET a key: each redis.call costs the server
+-- ~1.5 µs beyond the command itself.
+for s = 1, #ids, 1000 do
+  local last = math.min(s + 999, #ids)
+  local okeys, ekeys = {}, {}
+  for i = s, last do
+    okeys[#okeys + 1] = KEYS[1] .. origins[i] .. ':' .. ids[i]
+    ekeys[#ekeys + 1] = ARGV[1] .. (redrives and redrives[i] or '0') .. ':' .. ids[i]
   end
-  v = redis.call('GET', ARGV[1] .. (redrives and redrives[i] or '0') .. ':' .. ids[i])
-  if v then
-    out[#out + 1] = i
-    out[#out + 1] = 'e'
-    out[#out + 1] = v
+  local ovals = redis.call('MGET', unpack(okeys))
+  local evals = redis.call('MGET', unpack(ekeys))
+  for k = 1, last - s + 1 do
+    if ovals[k] then
+      out[#out + 1] = s + k - 1
+      out[#out + 1] = 'o'
+      out[#out + 1] = ovals[k]
+    end
+    if evals[k] then
+      out[#out + 1] = s + k - 1
+      out[#out + 1] = 'e'
+      out[#out + 1] = evals[k]
+    end
   end
 end
 return out
@@ -410,6 +453,22 @@ async def run_script_sets(
     raise AssertionError("unreachable")
 
 
+#: Seconds between scans for marks of the old per-event formats (``AppliedMarks._check_old_formats``).
+OLD_FORMATS_RECHECK_S = 3600.0
+
+
+async def old_format_marks_exist(client: aioredis.Redis, count: int = 1_000) -> bool:
+    """Does Redis hold any key of the per-event mark formats (``causeway:applied:...``)? A ``SCAN``
+    through the keyspace that stops at the first one."""
+    cursor = 0
+    while True:
+        cursor, keys = await client.scan(cursor, match=f"{OLD_KEY_PREFIX}*", count=count)
+        if keys:
+            return True
+        if int(cursor) == 0:
+            return False
+
+
 class AppliedMarks:
     """Applied-event marks for the dedupe window (see the module doc and ``agents.dedupe_window``).
 
@@ -427,6 +486,7 @@ class AppliedMarks:
         read_legacy: bool = True,
         clock: Callable[[], float] = time.time,
         prefix: str | None = None,
+        old_formats_recheck_s: float = OLD_FORMATS_RECHECK_S,
     ) -> None:
         self._redis = client
         self.window = MarkWindow(window_s, buckets) if prefix is None else MarkWindow(window_s, buckets, prefix)
@@ -434,11 +494,20 @@ class AppliedMarks:
         self.read_per_event = read_per_event
         self.read_legacy = read_legacy
         self.clock = clock
+        #: Whether a key of the old per-event formats may exist: assumed until a scan finds none.
+        self.old_formats_seen = True
+        self.old_formats_recheck_s = old_formats_recheck_s
+        self._old_checked_at: float | None = None
+        self._old_scan: asyncio.Task[None] | None = None
 
     @classmethod
     def from_url(cls, url: str, window_s: int, *, buckets: int = 1024, **options: Any) -> AppliedMarks:
         """``options``: the constructor's keywords, then streams.security.redis_options (password, ACL user, TLS CA)."""
-        own = {k: options.pop(k) for k in ("read_per_event", "read_legacy", "clock", "prefix") if k in options}
+        own = {
+            k: options.pop(k)
+            for k in ("read_per_event", "read_legacy", "clock", "prefix", "old_formats_recheck_s")
+            if k in options
+        }
         client = aioredis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5, **options)
         return cls(pack_once(client), window_s, buckets=buckets, **own)
 
@@ -451,6 +520,7 @@ class AppliedMarks:
             buckets=settings.dedupe_mark_buckets,
             read_per_event=settings.dedupe_read_per_event_marks,
             read_legacy=settings.dedupe_read_legacy_marks,
+            old_formats_recheck_s=settings.dedupe_old_marks_recheck_s,
             **options,
         )
 
@@ -476,8 +546,12 @@ class AppliedMarks:
         groups = by_world(pairs)
         if not groups:
             return set()
-        slots = self.window.live_slots(self.clock())
-        per_event = int(self.read_per_event) + int(self.read_legacy)
+        now = self.clock()
+        slots = self.window.live_slots(now)
+        self._check_old_formats(now)
+        old = self.old_formats_seen
+        read_per_event, read_legacy = self.read_per_event and old, self.read_legacy and old
+        per_event = int(read_per_event) + int(read_legacy)
         key_prefix, names = self.window.key_prefix, self._bucket_names
         calls = []
         orders: list[list[str]] = []
@@ -497,9 +571,9 @@ class AppliedMarks:
                 # The old formats' keys are built by the script from their prefix and the ids' text:
                 # sent as keys, two a id, they were most of the lookup's arguments (each one formatted
                 # here, packed and parsed), read only for ids no slot holds.
-                if self.read_per_event:
+                if read_per_event:
                     args.append(mark_key(world, ""))
-                if self.read_legacy:
+                if read_legacy:
                     args.append(legacy_applied_key(world, ""))
                 args.append(_text_blob(order))
             calls.append((keys, args))
@@ -510,6 +584,36 @@ class AppliedMarks:
             for (world, _), order, hits in zip(groups, orders, answers, strict=True)
             for pos in hits
         }
+
+    def _check_old_formats(self, now: float) -> None:
+        """Start a scan for keys of the old per-event formats when one is due (in the background).
+
+        Reading them cost the lookup two ``MGET`` keys an id (~28 of 45 ms of Redis time for 10,000
+        fresh ids, docs/benchmarks.md, "2026-12-03 late morning"), for marks that expire 7 days after
+        an upgrade and are never written again. Once a scan finds none, they are not read until a
+        later scan (every ``old_formats_recheck_s``) finds one: a worker of the old version still
+        running beside this one. Missing such a mark is never a lost duplicate check: the branch's
+        event log catches the copy at commit time (docs/architecture.md, "Dedupe state").
+        """
+        if not (self.read_per_event or self.read_legacy):
+            return
+        if self._old_scan is not None and not self._old_scan.done():
+            return
+        if self._old_checked_at is not None and now - self._old_checked_at < self.old_formats_recheck_s:
+            return
+        self._old_checked_at = now
+        self._old_scan = asyncio.get_running_loop().create_task(self._scan_old_formats())
+
+    async def _scan_old_formats(self) -> None:
+        try:
+            found = await old_format_marks_exist(self._redis)
+        except Exception as exc:  # noqa: BLE001 - keep reading them; the next check tries again
+            log.warning("could not scan Redis for old-format marks (still reading them): %s", exc)
+            self._old_checked_at = None
+            return
+        if found != self.old_formats_seen:
+            log.info("old-format applied marks %s in Redis", "found" if found else "no longer")
+        self.old_formats_seen = found
 
     async def mark(self, pairs: Iterable[tuple[str, str]]) -> int:
         """Mark pairs applied for the window; idempotent. Returns how many (unique pairs) were given."""

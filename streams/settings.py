@@ -206,12 +206,20 @@ class Settings:
     dedupe_read_per_event_marks: bool = _opt(
         True,
         "Also read the one-key-per-event marks of the previous format (causeway:applied:{<world>}:<id>, "
-        "7-day TTL). Turn off 7 days after upgrading.",
+        "7-day TTL), while a scan of Redis finds any key of the old formats (every "
+        "dedupe_old_marks_recheck_s). Turn off 7 days after upgrading.",
     )
     dedupe_read_legacy_marks: bool = _opt(
         True,
         "Also read marks of the key format before the world hash tag (causeway:applied:<world>:<id>). "
-        "Turn off 7 days after upgrading, and on Redis Cluster (those keys span slots).",
+        "Read like dedupe_read_per_event_marks. Turn off 7 days after upgrading, and on Redis Cluster "
+        "(those keys span slots).",
+    )
+    dedupe_old_marks_recheck_s: float = _opt(
+        3600.0,
+        "Seconds between a worker's scans for keys of the old per-event mark formats (SCAN, 1,000 keys "
+        "a call). While the last scan found none, the lookups skip them (two keys an id); a duplicate "
+        "a skipped mark would have caught is caught by the branch's event log at commit time.",
     )
     causal_timeout_s: float = _opt(
         300.0,

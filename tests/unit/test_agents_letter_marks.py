@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agents import faults
-from agents.applier import Applier, RawRecord
+from agents.applier import EARLY_LOOKUP, Applier, RawRecord
 from agents.letter_marks import (
     CONFIRMED,
     EVENT_REASONS,
@@ -480,3 +480,70 @@ async def test_the_decisions_lookup_of_decoded_records_goes_per_world_not_two_ke
         dead_key((OBJ, 0, 0), "prod", "e1"),
         event_key("prod", "e1"),
     ]
+
+
+class HeldDeadMarks(FakeDeadMarks):
+    """Dead-letter lookups that wait while ``open_`` is clear; every lookup of both kinds logged."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+        self.open_ = asyncio.Event()
+        self.open_.set()
+
+    async def states(self, keys: Any, worlds: Mapping[str, WorldLookup] | None = None) -> dict[str, bytes]:
+        self.log.append("dead-letter lookup")
+        await self.open_.wait()
+        return await super().states(keys, worlds)
+
+
+class LoggedMarks(FakeMarks):
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+        self.open_ = asyncio.Event()
+        self.open_.set()
+
+    async def applied(self, pairs: Any) -> set[tuple[str, str]]:
+        self.log.append("marks lookup")
+        await self.open_.wait()
+        return await super().applied(pairs)
+
+
+async def test_a_polls_marks_lookup_runs_beside_its_dead_letter_lookup_once_its_world_is_known() -> None:
+    calls: list[str] = []
+    shared = Shared()
+    shared.marks, shared.dead = LoggedMarks(calls), HeldDeadMarks(calls)
+    applier = shared.worker()
+    # A world new to the worker: its marks are repaired first, so the lookups go one after the other.
+    await applier.process([rec(0, event(0))])
+    assert calls == ["dead-letter lookup", "marks lookup"]
+    # Known now: while the dead-letter lookup waits on Redis, the marks lookup is already asked.
+    calls.clear()
+    shared.dead.open_.clear()
+    step = asyncio.create_task(applier.process([rec(1, event(1)), rec(2, event(0))]))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert calls == ["dead-letter lookup", "marks lookup"] and not step.done()
+    shared.dead.open_.set()
+    await step
+    # The copy of e0 (applied in the first poll) is still dropped, e1 still applied once.
+    assert shared.applied() == ["e0", "e1"]
+
+
+async def test_a_poll_given_up_in_its_dead_letter_lookup_leaves_no_marks_lookup_behind() -> None:
+    calls: list[str] = []
+    shared = Shared()
+    shared.marks, shared.dead = LoggedMarks(calls), HeldDeadMarks(calls)
+    applier = shared.worker()
+    await applier.process([rec(0, event(0))])
+    shared.dead.open_.clear()
+    shared.marks.open_.clear()
+    step = asyncio.create_task(applier.process([rec(1, event(1))]))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    [early] = [t for t in asyncio.all_tasks() if t.get_name() == EARLY_LOOKUP]
+    step.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await step
+    assert early.cancelled()
