@@ -455,11 +455,17 @@ async def run_script_sets(
 
 #: Seconds between scans for marks of the old per-event formats (``AppliedMarks._check_old_formats``).
 OLD_FORMATS_RECHECK_S = 3600.0
+#: Set, with the recheck period as its TTL, by a worker whose scan found no old-format mark: the
+#: other workers, and this one after a restart, take its word instead of scanning again.
+OLD_FORMATS_ABSENT_KEY = "causeway:marks:old-formats-absent"
+#: Keys a ``SCAN`` call walks, and the pause between calls: a scan of a million keys takes Redis
+#: ~1 s of CPU, spread over ~10 s instead of held in one burst at a worker's start.
+SCAN_COUNT, SCAN_PAUSE_S = 1_000, 0.01
 
 
-async def old_format_marks_exist(client: aioredis.Redis, count: int = 1_000) -> bool:
+async def old_format_marks_exist(client: aioredis.Redis, count: int = SCAN_COUNT, pause_s: float = 0.0) -> bool:
     """Does Redis hold any key of the per-event mark formats (``causeway:applied:...``)? A ``SCAN``
-    through the keyspace that stops at the first one."""
+    through the keyspace that stops at the first one, pausing ``pause_s`` between calls."""
     cursor = 0
     while True:
         cursor, keys = await client.scan(cursor, match=f"{OLD_KEY_PREFIX}*", count=count)
@@ -467,6 +473,8 @@ async def old_format_marks_exist(client: aioredis.Redis, count: int = 1_000) -> 
             return True
         if int(cursor) == 0:
             return False
+        if pause_s:
+            await asyncio.sleep(pause_s)
 
 
 class AppliedMarks:
@@ -592,11 +600,12 @@ class AppliedMarks:
         fresh ids, docs/benchmarks.md, "2026-12-03 late morning"), for marks that expire 7 days after
         an upgrade and are never written again. Once a scan finds none, they are not read until a
         later scan (every ``old_formats_recheck_s``) finds one: a worker of the old version still
-        running beside this one. Missing such a mark is never a lost duplicate check: the branch's
+        running beside this one. A scan that found none is shared (``OLD_FORMATS_ABSENT_KEY``, for
+        the recheck period): a restarted worker does not walk the keyspace again. Missing such a mark is never a lost duplicate check: the branch's
         event log catches the copy at commit time (docs/architecture.md, "Dedupe state").
         """
-        if not (self.read_per_event or self.read_legacy):
-            return
+        if not (self.read_per_event or self.read_legacy) or self.old_formats_recheck_s <= 0:
+            return  # 0: no scan, read them always
         if self._old_scan is not None and not self._old_scan.done():
             return
         if self._old_checked_at is not None and now - self._old_checked_at < self.old_formats_recheck_s:
@@ -606,10 +615,14 @@ class AppliedMarks:
 
     async def _scan_old_formats(self) -> None:
         try:
-            found = await old_format_marks_exist(self._redis)
-        except Exception as exc:  # noqa: BLE001 - keep reading them; the next check tries again
+            if await self._redis.get(OLD_FORMATS_ABSENT_KEY):
+                found = False
+            else:
+                found = await old_format_marks_exist(self._redis, pause_s=SCAN_PAUSE_S)
+                if not found:
+                    await self._redis.set(OLD_FORMATS_ABSENT_KEY, b"1", ex=max(1, int(self.old_formats_recheck_s)))
+        except Exception as exc:  # noqa: BLE001 - keep reading them; asked again after the recheck period
             log.warning("could not scan Redis for old-format marks (still reading them): %s", exc)
-            self._old_checked_at = None
             return
         if found != self.old_formats_seen:
             log.info("old-format applied marks %s in Redis", "found" if found else "no longer")

@@ -219,7 +219,8 @@ class Settings:
         3600.0,
         "Seconds between a worker's scans for keys of the old per-event mark formats (SCAN, 1,000 keys "
         "a call). While the last scan found none, the lookups skip them (two keys an id); a duplicate "
-        "a skipped mark would have caught is caught by the branch's event log at commit time.",
+        "a skipped mark would have caught is caught by the branch's event log at commit time. 0: no "
+        "scan, read them always.",
     )
     causal_timeout_s: float = _opt(
         300.0,

@@ -15,7 +15,14 @@ from redis.crc import key_slot
 from agents.dedupe import applied_key, legacy_applied_key
 from agents.dedupe_window import SLOTS_PER_WINDOW
 from agents.letter_marks import CONFIRMED, arrival_keys, dead_key, pending, world_lookups
-from agents.marks import AppliedMarks, DeadLetterMarks, old_format_marks_exist, pack_once, run_scripts
+from agents.marks import (
+    OLD_FORMATS_ABSENT_KEY,
+    AppliedMarks,
+    DeadLetterMarks,
+    old_format_marks_exist,
+    pack_once,
+    run_scripts,
+)
 from agents.offset_tracker import Arrival
 from models.events import ChangeType, EntityKind, new_event
 from sinks.committed_offsets import Source
@@ -115,11 +122,11 @@ async def test_marks_of_the_old_key_formats_are_read_until_they_expire(redis_url
     old, tagged = legacy_applied_key(world, "old-1"), applied_key(world, "old-2")
     await client.set(old, b"1", ex=60)
     await client.set(tagged, b"1", ex=60)
-    reading = AppliedMarks(client, 60)
+    reading = AppliedMarks(client, 60, old_formats_recheck_s=0)  # no scan: another test's could skip them
     try:
         both = {(world, "old-1"), (world, "old-2")}
         assert await reading.applied([(world, "old-1"), (world, "old-2"), (world, "new-1")]) == both
-        not_legacy = AppliedMarks(client, 60, read_legacy=False)
+        not_legacy = AppliedMarks(client, 60, read_legacy=False, old_formats_recheck_s=0)
         assert await not_legacy.applied([(world, "old-1"), (world, "old-2")]) == {(world, "old-2")}
         neither = AppliedMarks(client, 60, read_legacy=False, read_per_event=False)
         assert await neither.applied([(world, "old-1"), (world, "old-2")]) == set()
@@ -204,7 +211,7 @@ async def test_the_old_formats_are_read_in_the_lookups_script_call_without_a_key
     old = [legacy_applied_key(world, "id-7"), applied_key(world, uid), applied_key(world, "id-1999")]
     for key in old:
         await client.set(key, b"1", ex=60)
-    marks = AppliedMarks(client, 60, buckets=4)
+    marks = AppliedMarks(client, 60, buckets=4, old_formats_recheck_s=0)
     await marks.mark([(world, "id-3")])
     try:
         sent.clear()
@@ -319,7 +326,7 @@ async def test_a_batch_costs_redis_one_command_a_bucket_and_span_not_one_an_id(r
     old = [legacy_applied_key(world, "id-7"), applied_key(world, "id-2999")]
     for key in old:
         await client.set(key, b"1", ex=60)
-    marks = AppliedMarks(client, 60, buckets=1)
+    marks = AppliedMarks(client, 60, buckets=1, old_formats_recheck_s=0)
     dead = DeadLetterMarks.from_url(redis_url, 60)
     arrivals = [Arrival(new_event(i, world, *_EVENT_REST), Source("t", 0, n)) for n, i in enumerate(ids)]
     try:
@@ -358,6 +365,17 @@ async def test_old_format_marks_are_read_only_while_a_scan_finds_any(redis_url: 
         await client.set(applied_key(world, "late"), b"1", ex=60)  # a worker of the old version
         assert await marks.applied([(world, "late")]) == set()  # not read until the next scan
         clock.now += 31
+        # The next scan, and another worker's first, take the first scan's word while it lasts ...
+        assert await client.ttl(OLD_FORMATS_ABSENT_KEY) == 30
+        other = AppliedMarks(client, 60, clock=clock)
+        await other.applied([(world, "late")])
+        clock.now += 31
+        await marks.applied([(world, "late")])
+        await asyncio.sleep(0.05)
+        assert marks.old_formats_seen is False and other.old_formats_seen is False
+        # ... and scan again once it is gone.
+        await client.delete(OLD_FORMATS_ABSENT_KEY)
+        clock.now += 31
         await marks.applied([(world, "late")])  # starts the next scan
         for _ in range(100):
             if marks.old_formats_seen:
@@ -379,6 +397,8 @@ async def test_a_scan_that_fails_keeps_the_old_formats_read(redis_url: str, uniq
         raise ConnectionError("scan refused")
 
     client.scan = broken  # type: ignore[method-assign]
+    absent = await client.get(OLD_FORMATS_ABSENT_KEY)
+    await client.delete(OLD_FORMATS_ABSENT_KEY)  # another test's scan may have found none
     try:
         for _ in range(3):
             assert await marks.applied([(world, "old")]) == {(world, "old")}
@@ -386,4 +406,6 @@ async def test_a_scan_that_fails_keeps_the_old_formats_read(redis_url: str, uniq
         assert marks.old_formats_seen is True
     finally:
         await client.delete(applied_key(world, "old"))
+        if absent:
+            await client.set(OLD_FORMATS_ABSENT_KEY, absent, ex=60)
         await client.aclose()
