@@ -601,8 +601,9 @@ class AppliedMarks:
         an upgrade and are never written again. Once a scan finds none, they are not read until a
         later scan (every ``old_formats_recheck_s``) finds one: a worker of the old version still
         running beside this one. A scan that found none is shared (``OLD_FORMATS_ABSENT_KEY``, for
-        the recheck period): a restarted worker does not walk the keyspace again. Missing such a mark is never a lost duplicate check: the branch's
-        event log catches the copy at commit time (docs/architecture.md, "Dedupe state").
+        the recheck period): a restarted worker does not walk the keyspace again. Missing such a
+        mark is never a lost duplicate check: the branch's event log catches the copy at commit
+        time (docs/architecture.md, "Dedupe state").
         """
         if not (self.read_per_event or self.read_legacy) or self.old_formats_recheck_s <= 0:
             return  # 0: no scan, read them always
