@@ -30,6 +30,7 @@ slot of the call's declared keys, so a cluster serves it; the legacy one never w
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -390,7 +391,10 @@ def pack_once(client: aioredis.Redis) -> aioredis.Redis:
     return client
 
 
+@functools.lru_cache(maxsize=64)
 def _sha(script: str) -> str:
+    # Once per script text, not per call: hashing the lookup script (~3 KB) each call was 0.6 % of
+    # a draining worker's samples (py-spy, docs/benchmarks.md, "2026-12-03 late morning").
     return hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
 
 

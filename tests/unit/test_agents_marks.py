@@ -1,4 +1,4 @@
-"""The marks' Redis connections pack a command in one pass, byte for byte as redis-py does."""
+"""The marks' Redis connections pack a command in one pass, byte for byte as redis-py does; scripts are hashed once."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from redis.asyncio.connection import Connection, SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import DataError
 
+from agents import marks
 from agents.marks import _packing_once, pack_once
 
 ARGS = st.lists(
@@ -47,3 +48,27 @@ def test_the_pools_own_connection_class_stays_underneath() -> None:
         cls = client.connection_pool.connection_class
         assert issubclass(cls, base) and cls.__name__ == f"PackOnce{base.__name__}"
         assert pack_once(client).connection_pool.connection_class is cls  # idempotent
+
+
+async def test_a_scripts_digest_is_computed_once_not_on_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    hashed: list[bytes] = []
+    real = marks.hashlib.sha1
+
+    def counting(data: bytes) -> Any:
+        hashed.append(data)
+        return real(data)
+
+    monkeypatch.setattr(marks.hashlib, "sha1", counting)
+
+    class Client:
+        async def script_load(self, script: str) -> str:
+            return marks._sha(script)
+
+        async def evalsha(self, sha: str, n: int, *args: Any) -> int:
+            return n
+
+    client = Client()
+    script = "return #KEYS -- test_a_scripts_digest_is_computed_once"
+    for _ in range(3):
+        assert await marks.run_scripts(client, script, [(["k1", "k2"], [])]) == [2]  # type: ignore[arg-type]
+    assert hashed == [script.encode()]
