@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench import dedupe_memory
+from bench.cleanup import clean
 from bench.harness import RESULTS, Run, command_line, save
 from bench.profiles import CONTENDERS, PROFILES, SCALE_AXES
 from bench.report import markdown, scale_markdown, scale_row
@@ -51,6 +52,11 @@ def _add_overrides(ap: argparse.ArgumentParser) -> None:
         "--debezium", action="store_true", default=None, help="Debezium envelopes + the CDC ingest (causeway only)"
     )
     ap.add_argument("--py-spy", action="store_true", help="profile causeway's workers with py-spy (raw stacks)")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the run's Nessie branches, Kafka topics and warehouse files (removed at the end by default)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS, help="results folder (default bench/results)")
 
 
@@ -103,6 +109,8 @@ def _run(profile, args: argparse.Namespace) -> dict:
     print()
     print(markdown(doc))
     print(f"results: {json_path}\n         {md_path}")
+    if not getattr(args, "keep", False):
+        print(f"removed what the run made (--keep keeps it): {asyncio.run(clean(run))}")
     return doc
 
 
@@ -145,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     soak.add_argument("--keys", type=int, default=50_000)
     soak.add_argument("--workers", type=int, default=1)
     soak.add_argument("--out", type=Path, default=RESULTS)
+    soak.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the run's Nessie branches, Kafka topics and warehouse files (removed at the end by default)",
+    )
     soak.add_argument(
         "--probe",
         type=Path,

@@ -24,6 +24,7 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from bench import measure, publish
+from bench.cleanup import clean
 from bench.harness import Run, machine, versions
 from bench.procs import GroupWatch, Sampler, service_pids, stop
 from bench.profiles import Profile
@@ -161,6 +162,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         "rss_mb": _flat([w["rss_mb"] for w in windows]),
         "lag": _flat([float(w["lag"] or 0) for w in windows], floor=float(args.rate)),
     }
+    if not getattr(args, "keep", False):
+        doc["removed"] = await clean(run)
     return doc
 
 
