@@ -236,6 +236,8 @@ def _keys_point(point: dict[str, object], args: argparse.Namespace) -> dict:
     argv = ["--keys", str(point["keys"]), "--out", str(args.out), "--updates", str(args.events or 100_000)]
     if args.latency_rate:
         argv += ["--latency-rate", str(args.latency_rate)]
+    if getattr(args, "keep", False):
+        argv.append("--keep")
     keys_seeded.main(argv)
     (new,) = set(args.out.glob("*-keys-seeded-*.json")) - before
     return json.loads(new.read_text())

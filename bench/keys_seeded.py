@@ -30,6 +30,7 @@ from typing import Any
 from pyiceberg.exceptions import NoSuchTableError
 
 from bench import measure
+from bench.cleanup import clean
 from bench.harness import RESULTS, Run, machine, ratios, save, versions
 from bench.profiles import PROFILES
 from bench.report import markdown
@@ -216,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="buckets of a projection's key in the default layout (CAUSEWAY_PROJECTION_BUCKETS; 0: type only)",
     )
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the run's Nessie branches, Kafka topics and warehouse files (removed at the end by default)",
+    )
     args = ap.parse_args(argv)
     profile = PROFILES["keys-1m"].with_(
         name=f"keys-seeded-{args.keys}"
@@ -301,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     if cw:
         print(json.dumps(cw.get("superseded_after_seed_by_table"), indent=1))
     print(f"results: {json_path}\n         {md_path}")
+    if not args.keep:
+        print(f"removed what the run made (--keep keeps it): {asyncio.run(clean(run))}")
     return 0
 
 
