@@ -683,6 +683,11 @@ class AppliedMarks:
         return bool(await self._redis.ping())
 
     async def close(self) -> None:
+        # A scan still walking the keyspace ends with the client (a short-lived command's marks).
+        scan = self._old_scan
+        if scan is not None and not scan.done():
+            scan.cancel()
+            await asyncio.gather(scan, return_exceptions=True)
         await self._redis.aclose()
 
 
