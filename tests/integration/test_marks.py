@@ -415,27 +415,23 @@ async def test_closing_the_marks_ends_a_scan_in_flight_without_a_warning(
     redis_url: str, unique: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A short-lived command (replay, redrive) closes its marks while the first scan may still be
-    walking the keyspace: the scan ends with them, it does not fail on a closed client."""
-    client = aioredis.Redis.from_url(redis_url)
-    held = asyncio.Event()
+    walking the keyspace: the scan ends with them, it does not fail on a closed client. On a Redis
+    of its own (database 13): no other test's shared scan result may stand in for the scan."""
+    client = aioredis.Redis.from_url(redis_url.rsplit("/", 1)[0] + "/13")
+    await client.flushdb()
+    entered, held = asyncio.Event(), asyncio.Event()
 
     async def slow_scan(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
         await held.wait()
         return 0, []
 
     client.scan = slow_scan  # type: ignore[method-assign]
-    absent = await client.get(OLD_FORMATS_ABSENT_KEY)
-    await client.delete(OLD_FORMATS_ABSENT_KEY)
     marks = AppliedMarks(client, 60)
-    try:
-        await marks.applied([(f"c{unique[:10]}", "e1")])
-        scan = marks._old_scan  # noqa: SLF001 - the task this test is about
-        assert scan is not None and not scan.done()
-        await marks.close()
-        assert scan.cancelled()
-        assert "could not scan" not in caplog.text
-    finally:
-        if absent:
-            restore = aioredis.Redis.from_url(redis_url)
-            await restore.set(OLD_FORMATS_ABSENT_KEY, absent, ex=60)
-            await restore.aclose()
+    await marks.applied([(f"c{unique[:10]}", "e1")])
+    await asyncio.wait_for(entered.wait(), 10)
+    scan = marks._old_scan  # noqa: SLF001 - the task this test is about
+    assert scan is not None and not scan.done()
+    await asyncio.wait_for(marks.close(), 10)
+    assert scan.cancelled()
+    assert "could not scan" not in caplog.text
