@@ -592,9 +592,13 @@ class Applier:
         if any(a.event.world_id not in ready for a in arrivals):
             return None
         refs = refs_to_check(arrivals, self.gate.unknown_causes())
-        return asyncio.get_running_loop().create_task(
-            self._retry("redis dedupe lookup", lambda: self.marks.applied(refs), "redis"), name=EARLY_LOOKUP
-        )
+        return asyncio.get_running_loop().create_task(self._marked(refs), name=EARLY_LOOKUP)
+
+    async def _marked(self, refs: list[EventRef]) -> set[EventRef]:
+        """The refs Redis holds a mark for (retried while Redis is down)."""
+        if not refs:
+            return set()
+        return await self._retry("redis dedupe lookup", lambda: self.marks.applied(refs), "redis")
 
     async def _dedupe_and_gate(
         self, arrivals: list[Arrival], now: float, early: asyncio.Task[set[EventRef]] | None = None
@@ -602,10 +606,7 @@ class Applier:
         if early is not None:
             marked = await early
         else:
-            refs = refs_to_check(arrivals, self.gate.unknown_causes())
-            marked = (
-                await self._retry("redis dedupe lookup", lambda: self.marks.applied(refs), "redis") if refs else set()
-            )
+            marked = await self._marked(refs_to_check(arrivals, self.gate.unknown_causes()))
         self.metrics.dependency("redis", True)
         split = drop_duplicates(arrivals, marked)
         lookups = Counter([a.ref[0] for a in arrivals])  # counted in C: a Python loop cost ~0.3 µs an event

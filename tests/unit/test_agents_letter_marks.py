@@ -31,7 +31,7 @@ from models.events import ChangeEvent, decode
 from monitoring.metrics import Metrics
 from sinks.committed_offsets import Source
 from streams.settings import Settings
-from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, event, rec
+from tests.fakes import FakeCommitter, FakeDlq, FakeMarks, FakeWorlds, HeldMarks, event, rec
 
 OBJ = "onto.changes.objects"
 
@@ -497,16 +497,15 @@ class HeldDeadMarks(FakeDeadMarks):
         return await super().states(keys, worlds)
 
 
-class LoggedMarks(FakeMarks):
+class LoggedMarks(HeldMarks):
+    """``HeldMarks`` whose every dedupe lookup is logged."""
+
     def __init__(self, log: list[str]) -> None:
         super().__init__()
         self.log = log
-        self.open_ = asyncio.Event()
-        self.open_.set()
 
     async def applied(self, pairs: Any) -> set[tuple[str, str]]:
         self.log.append("marks lookup")
-        await self.open_.wait()
         return await super().applied(pairs)
 
 
@@ -538,7 +537,7 @@ async def test_a_poll_given_up_in_its_dead_letter_lookup_leaves_no_marks_lookup_
     applier = shared.worker()
     await applier.process([rec(0, event(0))])
     shared.dead.open_.clear()
-    shared.marks.open_.clear()
+    shared.marks.lookups_open.clear()
     step = asyncio.create_task(applier.process([rec(1, event(1))]))
     for _ in range(20):
         await asyncio.sleep(0)
