@@ -160,7 +160,14 @@ def run_worker(settings: Settings) -> None:
     """Run one worker until stopped (SIGTERM/SIGINT); blocks."""
     gc.set_threshold(*GC_THRESHOLD)
     # Process-wide allocator knobs: before any thread allocates (an arena cap binds new threads only).
-    memory.configure(settings.memory_pool, settings.malloc_arena_max)
+    applied = memory.configure(settings.memory_pool, settings.malloc_arena_max)
+    if applied.split:
+        log.warning(
+            "Arrow's C++ code allocates from %s, pyarrow's calls from %s: libarrow loaded before "
+            "CAUSEWAY_MEMORY_POOL could choose its pool, or ARROW_DEFAULT_MEMORY_POOL names another one",
+            applied.native,
+            applied.pool,
+        )
     memory.Releaser(settings.memory_release_interval_s).start()
     app, _ = build_worker(settings)  # first: validates the CDC mapping before any topic is created
     asyncio.run(ensure_topics(settings))

@@ -91,6 +91,8 @@ def _mallinfo() -> dict[str, int]:
 
 
 _ARENAS = re.compile(rb"# arenas allocated current\s*=\s*([\d,]+)")
+#: "3 arenas * 1048576 bytes/arena": an arena is 1 MiB on 64-bit CPython 3.10+ (256 KiB before).
+_ARENA_SIZE = re.compile(rb"arenas \* ([\d,]+) bytes/arena")
 _COMMITTED = re.compile(rb"committed\s*:\s*\S+ \S+\s+\S+ \S+\s+([\d.]+) (\w+)")
 _UNITS = {b"B": 1, b"KiB": 2**10, b"MiB": 2**20, b"GiB": 2**30}
 
@@ -113,10 +115,19 @@ def _captured(fn: Any) -> bytes:
         return tmp.read()
 
 
+def parse_pymalloc_arenas(text: bytes) -> int | None:
+    """Bytes of pymalloc's arenas now mapped, from ``sys._debugmallocstats`` (pure): the current
+    count times the printed arena size (1 MiB here: until 2026-12-03 the probe assumed 256 KiB and
+    reported a quarter of pymalloc's memory)."""
+    found = _ARENAS.search(text)
+    if not found:
+        return None
+    size = _ARENA_SIZE.search(text)
+    return int(found.group(1).replace(b",", b"")) * (int(size.group(1).replace(b",", b"")) if size else 256 * 1024)
+
+
 def _pymalloc_arenas() -> int | None:
-    """Bytes of pymalloc's arenas now mapped (``sys._debugmallocstats``)."""
-    found = _ARENAS.search(_captured(sys._debugmallocstats))
-    return int(found.group(1).replace(b",", b"")) * 256 * 1024 if found else None
+    return parse_pymalloc_arenas(_captured(sys._debugmallocstats))
 
 
 #: mimalloc 3's page counters (``mi_stats_print``): ``pages`` in use now, those ``abandoned`` (a thread
@@ -144,14 +155,85 @@ def parse_mimalloc_stats(text: bytes) -> dict[str, int]:
     return out
 
 
-def _mimalloc() -> dict[str, int]:
-    """Arrow's mimalloc now: committed bytes (live allocations plus what it keeps) and its pages."""
+def _used_pool(name: str) -> Any:
+    """Arrow's ``name`` pool if this pyarrow has it and anything has allocated from it, else None.
+    Read whichever pool is pyarrow's default: Arrow's C++ code allocates from the pool libarrow
+    chose when it loaded, which ``pa.set_memory_pool`` does not change."""
     import pyarrow as pa
 
-    pool = pa.default_memory_pool()
-    if pool.backend_name != "mimalloc":
+    try:
+        pool = getattr(pa, f"{name}_memory_pool")()
+    except NotImplementedError:
+        return None
+    return pool if pool.max_memory() else None
+
+
+def _mimalloc() -> dict[str, int]:
+    """Arrow's mimalloc now: committed bytes (live allocations plus what it keeps) and its pages."""
+    pool = _used_pool("mimalloc")
+    if pool is None:
         return {}
-    return parse_mimalloc_stats(_captured(pool.print_stats))
+    return {"mimalloc_live": pool.bytes_allocated(), **parse_mimalloc_stats(_captured(pool.print_stats))}
+
+
+#: jemalloc's totals line (``malloc_stats_print``): what it hands out, the pages of those runs, its own
+#: metadata, what is resident, mapped, and kept mapped but handed back (retained).
+_JE_TOTALS = re.compile(
+    rb"Allocated: (\d+), active: (\d+), metadata: (\d+)(?: \(n_thp \d+\))?, resident: (\d+), mapped: (\d+), "
+    rb"retained: (\d+)"
+)
+
+
+def parse_jemalloc_stats(text: bytes) -> dict[str, int]:
+    """The totals in jemalloc's printed statistics (pure; absent when not printed)."""
+    found = _JE_TOTALS.search(text)
+    if not found:
+        return {}
+    names = ("allocated", "active", "metadata", "resident", "mapped", "retained")
+    return {f"jemalloc_{n}": int(v) for n, v in zip(names, found.groups(), strict=True)}
+
+
+def _jemalloc() -> dict[str, int]:
+    """Arrow's jemalloc now: resident bytes against those it hands out (what it keeps above live)."""
+    pool = _used_pool("jemalloc")
+    return parse_jemalloc_stats(_captured(pool.print_stats)) if pool is not None else {}
+
+
+def parse_smaps_anon(text: str) -> dict[str, int]:
+    """Anonymous resident bytes by kind of mapping in ``/proc/self/smaps`` (pure): the ``[heap]``
+    (glibc's main arena), ``[stack]``, nameless mappings of at most 64 MiB that start on a 64 MiB
+    boundary (``anon_64m``: glibc's thread arenas, each a heap of at most 64 MiB mapped there),
+    nameless mappings of 256 MiB or more (``anon_reserved``: mimalloc reserves its arenas 1 GiB at a
+    time), and ``anon_other`` for the rest (jemalloc's extents, pymalloc's arenas, thread stacks)."""
+    out = {"smaps_heap": 0, "smaps_stack": 0, "smaps_anon_64m": 0, "smaps_anon_reserved": 0, "smaps_anon_other": 0}
+    kind: str | None = None
+    for line in text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            name = head[5].strip() if len(head) > 5 else ""
+            if name == "[heap]":
+                kind = "smaps_heap"
+            elif name.startswith("[stack"):
+                kind = "smaps_stack"
+            elif name:
+                kind = None
+            elif hi - lo >= 256 * 2**20:
+                kind = "smaps_anon_reserved"
+            elif lo % (64 * 2**20) == 0 and hi - lo <= 64 * 2**20:
+                kind = "smaps_anon_64m"
+            else:
+                kind = "smaps_anon_other"
+        elif line.startswith("Anonymous:") and kind:
+            out[kind] += int(line.split()[1]) * 1024
+    return out
+
+
+def _smaps_anon() -> dict[str, int]:
+    try:
+        return parse_smaps_anon(Path("/proc/self/smaps").read_text())
+    except OSError:
+        return {}
 
 
 _SYSTEM = re.compile(rb'<system type="current" size="(\d+)"/>')
@@ -232,7 +314,11 @@ def _file_caches() -> list[dict[str, Any]]:
             rows = list(cache._rows.values())
             splits = list(cache._split.values())
             filters = len(cache._filters)
+            by_column: Counter[str] = Counter()
+            for (_, column), kf in cache._filters.items():
+                by_column[column] += kf.nbytes
             counted, rows_counted, filters_counted = cache._bytes, cache._rows_bytes, cache._filters_bytes
+        spill = cache.spill
         out.append(
             {
                 "max_bytes": cache.max_bytes,
@@ -246,9 +332,38 @@ def _file_caches() -> list[dict[str, Any]]:
                 "split_bytes": sum(a.nbytes for s in splits for a in s.values()),
                 "filter_files": filters,
                 "filter_bytes": filters_counted,
+                "filter_bytes_by_column": dict(by_column),
+                "spill_bytes": spill.bytes if spill is not None else 0,
+                "spill_reads": spill.reads if spill is not None else 0,
+                "spill_writes": spill.writes if spill is not None else 0,
             }
         )
     return out
+
+
+#: The committer's lookups in a world's event log (causes, recorded offsets, copies): calls, ids
+#: asked, seconds spent, counted by ``_count_log_lookups`` since the probe was installed.
+LOG_LOOKUPS = {"calls": 0, "ids": 0, "seconds": 0.0}
+
+
+def _count_log_lookups() -> None:
+    from sinks import committer
+
+    look = committer.logged_events
+    if getattr(look, "_memory_probe", False):
+        return
+
+    def counted(table: Any, ids: set[str], cache: Any = None) -> dict[str, bool]:
+        t0 = time.perf_counter()
+        try:
+            return look(table, ids, cache)
+        finally:
+            LOG_LOOKUPS["calls"] += 1
+            LOG_LOOKUPS["ids"] += len(ids)
+            LOG_LOOKUPS["seconds"] += time.perf_counter() - t0
+
+    counted._memory_probe = True  # type: ignore[attr-defined]
+    committer.logged_events = counted
 
 
 def _manifest_caches() -> dict[str, Any]:
@@ -320,6 +435,8 @@ def sample(census: bool = False) -> dict[str, Any]:
     doc.update(_malloc_all_arenas())
     doc["mimalloc_committed"] = None
     doc.update(_mimalloc())
+    doc.update(_jemalloc())
+    doc.update(_smaps_anon())
     doc["threads"] = threading.active_count()
     doc["os_threads"] = len(os.listdir("/proc/self/task"))
     doc.update(_arrow())
@@ -331,6 +448,7 @@ def sample(census: bool = False) -> dict[str, Any]:
         {"limit": b.limit, "in_use": b.in_use, "peak": b.peak, "waits": b.waits} for b in _live("native_budget")
     ]
     doc["manifests"] = _manifest_caches()
+    doc["log_lookups"] = dict(LOG_LOOKUPS)
     doc["appliers"] = _appliers()
     doc["consumers"] = _consumers()
     if census:
@@ -389,6 +507,7 @@ def install(path: str, interval: float = 30.0, census_every: int = 4, release_ev
     _register(NativeBudget, "native_budget")
     _register(Applier, "applier")
     _register(AIOKafkaConsumer, "consumer")
+    _count_log_lookups()
     started = time.time()
     lock = threading.Lock()
 
@@ -460,7 +579,19 @@ def rows(samples: list[dict[str, Any]]) -> list[dict[str, float]]:
                 "paused": sum(c.get("paused", 0) for c in s.get("consumers", [])),
                 "fetched_mb": sum(c.get("fetched_bytes", 0) for c in s.get("consumers", [])) / MIB,
                 "filters_mb": sum(c.get("filter_bytes", 0) for c in fc) / MIB,
+                "log_filters_mb": sum(c.get("filter_bytes_by_column", {}).get("event_id", 0) for c in fc) / MIB,
+                "spill_mb": sum(c.get("spill_bytes", 0) for c in fc) / MIB,
+                "spill_reads": sum(c.get("spill_reads", 0) for c in fc),
+                "log_lookups": s.get("log_lookups", {}).get("calls", 0),
+                "log_lookup_s": round(s.get("log_lookups", {}).get("seconds", 0.0), 1),
                 "arrow_peak": s.get("arrow_default_pool_peak", 0) / MIB,
+                "je_resident": s.get("jemalloc_resident", 0) / MIB,
+                "je_active": s.get("jemalloc_active", 0) / MIB,
+                "heap": s.get("smaps_heap", 0) / MIB,
+                "anon_64m": s.get("smaps_anon_64m", 0) / MIB,
+                "anon_reserved": s.get("smaps_anon_reserved", 0) / MIB,
+                "mi_live": s.get("mimalloc_live", 0) / MIB,
+                "anon_other": s.get("smaps_anon_other", 0) / MIB,
                 "threads": s.get("os_threads", 0),
             }
         )

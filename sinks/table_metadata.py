@@ -31,6 +31,7 @@ attribute assignment; their lists and dicts are only ever replaced).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -165,23 +166,37 @@ class BuiltOnceTable(Table):
 #: The metadata list fields whose items :func:`metadata_json` keeps the JSON of: the ones a
 #: commit hands on unchanged and that cost most to serialise (a snapshot ~17 µs, a schema 60-120).
 _SPLICED = ("snapshots", "schemas")
-#: JSON of snapshots and schemas by (object id, ``exclude_none``), each with its object (held, so
-#: the id is not reused while the entry lives). ~100 busy worlds hold ~5,000 (0.5-2 KB each).
-_FRAGMENTS: dict[tuple[int, bool], tuple[object, str]] = {}
+#: JSON of snapshots and schemas by (object id, ``exclude_none``), each entry with a weak reference
+#: to its object: an entry goes when its object does (a snapshot expired from every kept metadata),
+#: so the cache holds the JSON of the snapshots and schemas still in use (~20 a table), not the
+#: objects. Until 2026-12-03 it held the objects themselves, up to 8,192 before a clear: a 3-world
+#: worker kept ~4,000 expired snapshots and their summaries alive at any time.
+_FRAGMENTS: dict[tuple[int, bool], tuple[weakref.ref[Any], str]] = {}
+#: A bound for safety only (objects that never die): past it the cache starts over.
 MAX_FRAGMENTS = 8192
-_FRAGMENTS_LOCK = threading.Lock()
+# Re-entrant: an entry's weak-reference callback may run in a thread holding the lock (a collection
+# that an allocation under the lock set off).
+_FRAGMENTS_LOCK = threading.RLock()
+
+
+def _forget(key: tuple[int, bool], ref: weakref.ref[Any]) -> None:
+    with _FRAGMENTS_LOCK:
+        kept = _FRAGMENTS.get(key)
+        if kept is not None and kept[0] is ref:
+            del _FRAGMENTS[key]
 
 
 def _fragment(item: Any, exclude_none: bool) -> str:
     key = (id(item), exclude_none)
     kept = _FRAGMENTS.get(key)
-    if kept is not None and kept[0] is item:
+    if kept is not None and kept[0]() is item:
         return kept[1]
     text: str = item.model_dump_json(exclude_none=exclude_none)
+    ref = weakref.ref(item, lambda r, key=key: _forget(key, r))  # type: ignore[misc]
     with _FRAGMENTS_LOCK:
         if len(_FRAGMENTS) >= MAX_FRAGMENTS:
             _FRAGMENTS.clear()
-        _FRAGMENTS[key] = (item, text)
+        _FRAGMENTS[key] = (ref, text)
     return text
 
 

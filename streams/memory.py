@@ -38,10 +38,17 @@ def _libc() -> ctypes.CDLL | None:
 
 @dataclass(frozen=True)
 class Applied:
-    """What ``configure`` set: Arrow's pool backend and glibc's arena cap (0: left as it was)."""
+    """What ``configure`` set: Arrow's pool backend and glibc's arena cap (0: left as it was), and the
+    pool Arrow's C++ code allocates from (chosen when libarrow loaded: ``ARROW_DEFAULT_MEMORY_POOL``)."""
 
     pool: str
     arena_max: int
+    native: str = ""
+
+    @property
+    def split(self) -> bool:
+        """Whether pyarrow's calls and Arrow's C++ code allocate from different pools."""
+        return bool(self.native) and self.native != self.pool
 
 
 def configure(pool: str, arena_max: int) -> Applied:
@@ -51,6 +58,7 @@ def configure(pool: str, arena_max: int) -> Applied:
     range; a pool this pyarrow was built without is found only here."""
     if pool not in MEMORY_POOLS:
         raise SettingsError(f"memory pool {pool!r}: use one of {', '.join(MEMORY_POOLS)}")
+    native = pa.default_memory_pool().backend_name  # before any override: what the C++ side uses
     if pool != "default":
         try:
             chosen = getattr(pa, f"{pool}_memory_pool")()
@@ -60,7 +68,7 @@ def configure(pool: str, arena_max: int) -> Applied:
     libc = _libc()
     if arena_max > 0 and libc is not None:
         libc.mallopt(M_ARENA_MAX, arena_max)
-    return Applied(pa.default_memory_pool().backend_name, arena_max if libc is not None else 0)
+    return Applied(pa.default_memory_pool().backend_name, arena_max if libc is not None else 0, native)
 
 
 def release() -> None:

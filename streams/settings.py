@@ -75,6 +75,21 @@ JEMALLOC_CONF_ENV = "JE_ARROW_MALLOC_CONF"
 #: Freed pages go back to the OS at once instead of after Arrow's 1 s muzzy decay: a flush's large
 #: transients (log merges, key lookups) are otherwise held between flushes.
 JEMALLOC_CONF_DEFAULT = "muzzy_decay_ms:0"
+#: The pool Arrow's C++ code takes for itself (the Parquet reader and writer, compute kernels) is
+#: chosen from this variable once, when libarrow loads; ``pa.set_memory_pool`` changes only the
+#: pool pyarrow's own calls use. Until 2026-12-03 the worker set only the latter, and the C++ side
+#: stayed on mimalloc (docs/benchmarks.md, "2026-12-03 noon").
+ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+#: ``CAUSEWAY_MEMORY_POOL``'s default.
+MEMORY_POOL_DEFAULT = "jemalloc"
+
+
+def native_pool_env(pool: str) -> str | None:
+    """The ``ARROW_DEFAULT_MEMORY_POOL`` value that puts Arrow's C++ code on ``pool`` (pure);
+    None for "default" (pyarrow's choice) and for a name that is not a pool (refused later)."""
+    return pool if pool in MEMORY_POOLS and pool != "default" else None
+
+
 #: ``mallopt`` takes a C int: a larger arena cap would reach glibc truncated, not refused.
 MAX_MALLOC_ARENAS = 2**31 - 1
 
@@ -278,12 +293,15 @@ class Settings:
         "instead of rebuilt from its file's key column. 0: none, an evicted filter is rebuilt.",
     )
     memory_pool: str = _opt(
-        "jemalloc",
-        "Arrow's memory pool in the worker: jemalloc (Arrow's bundled one, its freed pages purged at once: "
-        "JE_ARROW_MALLOC_CONF, below), default (pyarrow's choice, mimalloc), system (glibc malloc, which "
-        "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S trims) or mimalloc. In a 30-minute soak at 5,000/s jemalloc's RSS "
-        "grew 1.33x (471 -> 628 MiB) where mimalloc's grew 1.40x (497 -> 696), at the same CPU a phase "
-        "(docs/benchmarks.md, 2026-12-03 small hours). Set once at start-up.",
+        MEMORY_POOL_DEFAULT,
+        "Arrow's memory pool in the worker, for pyarrow's calls and Arrow's C++ code (the Parquet writer and "
+        "reader) alike: jemalloc (Arrow's bundled one, its freed pages purged at once: JE_ARROW_MALLOC_CONF, "
+        "below), default (pyarrow's choice, mimalloc), system (glibc malloc, which "
+        "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S trims) or mimalloc. The C++ side's pool is chosen when pyarrow "
+        "loads, from ARROW_DEFAULT_MEMORY_POOL, which causeway sets from this (an operator's own value is kept, "
+        "with a warning when it differs). In a 30-minute soak at 5,000/s RSS grew 1.21x (366 -> 443 MiB) with "
+        "both sides on jemalloc, 1.30x (451 -> 584) with the C++ side left on mimalloc (docs/benchmarks.md, "
+        "2026-12-03 noon). Set once at start-up.",
     )
     malloc_arena_max: int = _opt(
         0,

@@ -60,3 +60,69 @@ def test_mimallocs_printed_statistics_give_its_committed_bytes_and_current_pages
         "mimalloc_purges": 31,
     }
     assert memory_probe.parse_mimalloc_stats(b"") == {}
+
+
+def test_jemallocs_printed_totals_give_what_it_keeps_resident_against_what_it_hands_out() -> None:
+    text = (
+        b"___ Begin jemalloc statistics ___\n  opt.narenas: 8\n"
+        b"Allocated: 8482816, active: 8495104, metadata: 2696464 (n_thp 0), resident: 11169792, "
+        b"mapped: 14852096, retained: 4022272\nBackground threads: 1\n"
+    )
+    assert memory_probe.parse_jemalloc_stats(text) == {
+        "jemalloc_allocated": 8482816,
+        "jemalloc_active": 8495104,
+        "jemalloc_metadata": 2696464,
+        "jemalloc_resident": 11169792,
+        "jemalloc_mapped": 14852096,
+        "jemalloc_retained": 4022272,
+    }
+    assert memory_probe.parse_jemalloc_stats(b"mimalloc stats") == {}
+
+
+def test_smaps_anonymous_memory_is_split_by_kind_of_mapping() -> None:
+    text = "\n".join(
+        [
+            "55d0c0000000-55d0c0100000 rw-p 00000000 00:00 0                          [heap]",
+            "Size:               1024 kB",
+            "Anonymous:           400 kB",
+            "7f0004000000-7f0008000000 rw-p 00000000 00:00 0 ",  # a glibc thread arena: 64 MiB aligned
+            "Anonymous:          2048 kB",
+            "7f0008201000-7f0008400000 rw-p 00000000 00:00 0 ",
+            "Anonymous:           100 kB",
+            "7f0040000000-7f0080000000 rw-p 00000000 00:00 0 ",  # a 1 GiB reservation (mimalloc)
+            "Anonymous:          5000 kB",
+            "7f0009000000-7f0009100000 r--p 00000000 08:01 42                         /usr/lib/libc.so.6",
+            "Anonymous:             8 kB",
+            "7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]",
+            "Anonymous:            12 kB",
+        ]
+    )
+    assert memory_probe.parse_smaps_anon(text) == {
+        "smaps_heap": 400 * 1024,
+        "smaps_stack": 12 * 1024,
+        "smaps_anon_64m": 2048 * 1024,
+        "smaps_anon_reserved": 5000 * 1024,
+        "smaps_anon_other": 100 * 1024,
+    }
+
+
+def test_pymallocs_arenas_are_counted_at_the_size_cpython_prints() -> None:
+    text = (
+        b"# arenas allocated current           =                    3\n"
+        b"3 arenas * 1048576 bytes/arena     =            3,145,728\n"
+    )
+    assert memory_probe.parse_pymalloc_arenas(text) == 3 * 1048576
+    # and the probe reads this interpreter's own statistics the same way
+    assert (memory_probe._pymalloc_arenas() or 0) % 1048576 == 0
+
+
+def test_the_committers_log_lookups_are_counted_once_wrapped(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from sinks import committer
+
+    monkeypatch.setattr(committer, "logged_events", lambda table, ids, cache=None: {i: True for i in ids})
+    monkeypatch.setattr(memory_probe, "LOG_LOOKUPS", {"calls": 0, "ids": 0, "seconds": 0.0})
+    memory_probe._count_log_lookups()
+    memory_probe._count_log_lookups()  # a second install wraps nothing more
+    assert committer.logged_events(None, {"a", "b"}) == {"a": True, "b": True}
+    assert memory_probe.LOG_LOOKUPS["calls"] == 1
+    assert memory_probe.LOG_LOOKUPS["ids"] == 2

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from streams import memory
-from streams.settings import JEMALLOC_CONF_DEFAULT, JEMALLOC_CONF_ENV, Settings, SettingsError
+from streams.settings import ARROW_POOL_ENV, JEMALLOC_CONF_DEFAULT, JEMALLOC_CONF_ENV, Settings, SettingsError
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def restore_pool() -> Iterator[None]:
 def test_the_settings_pool_becomes_arrows_default(restore_pool: None) -> None:
     settings = Settings.from_env({"CAUSEWAY_MEMORY_POOL": "system", "CAUSEWAY_MALLOC_ARENA_MAX": "2"})
     applied = memory.configure(settings.memory_pool, settings.malloc_arena_max)
-    assert applied == memory.Applied("system", 2)
+    assert (applied.pool, applied.arena_max) == ("system", 2)
     assert pa.default_memory_pool().backend_name == "system"
     held = pa.array(range(100_000), pa.int64())  # allocations now go through it
     assert pa.system_memory_pool().bytes_allocated() >= held.nbytes
@@ -88,7 +88,9 @@ def test_by_default_the_worker_uses_jemalloc_and_releases_what_it_holds_free(res
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k != JEMALLOC_CONF_ENV}
+    clean = {
+        k: v for k, v in os.environ.items() if k not in (JEMALLOC_CONF_ENV, ARROW_POOL_ENV, "CAUSEWAY_MEMORY_POOL")
+    }
     return subprocess.run(
         [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=60, check=False
     )
@@ -172,3 +174,34 @@ def test_jobs_that_fit_run_together_and_no_bound_never_waits() -> None:
         assert free.in_use == 0 and free.waits == 0
     with pytest.raises(ValueError, match="negative"):
         memory.NativeBudget(-1)
+
+
+_PARQUET_ROUND_TRIP = (
+    "import cli, io; from streams import memory; from streams.settings import Settings; "
+    "s = Settings.from_env(); a = memory.configure(s.memory_pool, 0); "
+    "import pyarrow as pa, pyarrow.parquet as pq; "
+    "t = pa.table({'k': [str(i) for i in range(200000)]}); buf = io.BytesIO(); pq.write_table(t, buf); "
+    "pq.read_table(io.BytesIO(buf.getvalue())); "
+    "mi, je = pa.mimalloc_memory_pool(), pa.jemalloc_memory_pool(); "
+    "print(a.pool, a.native, a.split, mi.max_memory() > 0, je.max_memory() > 0)"
+)
+
+
+def test_arrows_cpp_code_allocates_from_the_workers_pool_too() -> None:
+    # `pa.set_memory_pool` only changes the pool of pyarrow's own calls; the Parquet writer and
+    # reader take libarrow's default, chosen from ARROW_DEFAULT_MEMORY_POOL when it loads. Failed
+    # before: the worker's Parquet files went through mimalloc (native "mimalloc", split True).
+    seen = _python(_PARQUET_ROUND_TRIP, {})
+    assert seen.stdout.split() == ["jemalloc", "jemalloc", "False", "False", "True"], seen.stderr
+
+
+def test_an_operators_pool_choice_reaches_arrows_cpp_code_and_default_leaves_pyarrows() -> None:
+    system = _python(_PARQUET_ROUND_TRIP, {"CAUSEWAY_MEMORY_POOL": "system"})
+    assert system.stdout.split()[:3] == ["system", "system", "False"], system.stderr
+    left = _python(
+        "import cli, os; print(os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))", {"CAUSEWAY_MEMORY_POOL": "default"}
+    )
+    assert left.stdout.strip() == "None", left.stderr
+    # an operator's own ARROW_DEFAULT_MEMORY_POOL is kept, and the split is reported
+    own = _python(_PARQUET_ROUND_TRIP, {"ARROW_DEFAULT_MEMORY_POOL": "system"})
+    assert own.stdout.split()[:3] == ["jemalloc", "system", "True"], own.stderr
