@@ -801,6 +801,9 @@ def versions(settings: Settings) -> dict[str, Any]:
         out["nessie_server"] = cfg.get("serverVersion") or cfg.get("specVersion")
     except (httpx.HTTPError, ValueError):
         pass
+    # the Arrow pool every contender's C++ side allocates from (the worker's and the ceiling's alike:
+    # they inherit it from the harness, set by the `cli` package; docs/benchmarks.md, 2026-12-03 noon)
+    out["arrow_pool"] = os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or "pyarrow default"
     libs = os.environ.get("CAUSEWAY_KAFKA_LIBS", "")
     out["kafka"] = next((part for part in libs.split("/") if part.startswith("kafka-")), None)
     try:
