@@ -37,7 +37,7 @@ from sinks.readback import recent_event_ids
 from streams import memory
 from streams.app import create_app
 from streams.security import kafka_client_options, redis_options
-from streams.settings import Settings
+from streams.settings import Settings, native_pool_env
 from streams.topics import ensure_topics
 from worlds.manager import WorldManager
 
@@ -161,12 +161,13 @@ def run_worker(settings: Settings) -> None:
     gc.set_threshold(*GC_THRESHOLD)
     # Process-wide allocator knobs: before any thread allocates (an arena cap binds new threads only).
     applied = memory.configure(settings.memory_pool, settings.malloc_arena_max)
-    if applied.split:
+    wanted = native_pool_env(settings.arrow_cpp_pool)
+    if wanted is not None and applied.native != wanted:
         log.warning(
-            "Arrow's C++ code allocates from %s, pyarrow's calls from %s: libarrow loaded before "
-            "CAUSEWAY_MEMORY_POOL could choose its pool, or ARROW_DEFAULT_MEMORY_POOL names another one",
+            "Arrow's C++ code allocates from %s, not %s (CAUSEWAY_ARROW_CPP_POOL): pyarrow loaded before "
+            "causeway could choose its pool, or ARROW_DEFAULT_MEMORY_POOL names another one",
             applied.native,
-            applied.pool,
+            wanted,
         )
     memory.Releaser(settings.memory_release_interval_s).start()
     app, _ = build_worker(settings)  # first: validates the CDC mapping before any topic is created

@@ -802,7 +802,7 @@ def versions(settings: Settings) -> dict[str, Any]:
     except (httpx.HTTPError, ValueError):
         pass
     # the Arrow pool every contender's C++ side allocates from (the worker's and the ceiling's alike:
-    # they inherit it from the harness, set by the `cli` package; docs/benchmarks.md, 2026-12-03 noon)
+    # they inherit the harness's, which the `cli` package sets from CAUSEWAY_ARROW_CPP_POOL)
     out["arrow_pool"] = os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or "pyarrow default"
     libs = os.environ.get("CAUSEWAY_KAFKA_LIBS", "")
     out["kafka"] = next((part for part in libs.split("/") if part.startswith("kafka-")), None)

@@ -3,10 +3,10 @@
 import os
 
 from streams.settings import (
+    ARROW_CPP_POOL_DEFAULT,
     ARROW_POOL_ENV,
     JEMALLOC_CONF_DEFAULT,
     JEMALLOC_CONF_ENV,
-    MEMORY_POOL_DEFAULT,
     env_name,
     native_pool_env,
 )
@@ -17,6 +17,6 @@ from streams.settings import (
 os.environ.setdefault(JEMALLOC_CONF_ENV, JEMALLOC_CONF_DEFAULT)
 # Arrow's C++ code (the Parquet reader and writer, compute kernels) allocates from the pool libarrow
 # picks when it loads, not from the one `streams.memory.configure` sets later for pyarrow's calls.
-_native = native_pool_env(os.environ.get(env_name("memory_pool"), MEMORY_POOL_DEFAULT))
+_native = native_pool_env(os.environ.get(env_name("arrow_cpp_pool"), ARROW_CPP_POOL_DEFAULT))
 if _native is not None:
     os.environ.setdefault(ARROW_POOL_ENV, _native)

@@ -45,11 +45,6 @@ class Applied:
     arena_max: int
     native: str = ""
 
-    @property
-    def split(self) -> bool:
-        """Whether pyarrow's calls and Arrow's C++ code allocate from different pools."""
-        return bool(self.native) and self.native != self.pool
-
 
 def configure(pool: str, arena_max: int) -> Applied:
     """Make ``pool`` Arrow's default memory pool ("default": leave pyarrow's choice) and cap glibc's

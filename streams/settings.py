@@ -75,13 +75,12 @@ JEMALLOC_CONF_ENV = "JE_ARROW_MALLOC_CONF"
 #: Freed pages go back to the OS at once instead of after Arrow's 1 s muzzy decay: a flush's large
 #: transients (log merges, key lookups) are otherwise held between flushes.
 JEMALLOC_CONF_DEFAULT = "muzzy_decay_ms:0"
-#: The pool Arrow's C++ code takes for itself (the Parquet reader and writer, compute kernels) is
+#: The pool Arrow's C++ code takes for itself (the Parquet writer and reader, compute kernels) is
 #: chosen from this variable once, when libarrow loads; ``pa.set_memory_pool`` changes only the
-#: pool pyarrow's own calls use. Until 2026-12-03 the worker set only the latter, and the C++ side
-#: stayed on mimalloc (docs/benchmarks.md, "2026-12-03 noon").
+#: pool pyarrow's own calls use (docs/benchmarks.md, "2026-12-03 noon").
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
-#: ``CAUSEWAY_MEMORY_POOL``'s default.
-MEMORY_POOL_DEFAULT = "jemalloc"
+#: ``CAUSEWAY_ARROW_CPP_POOL``'s default: pyarrow's own choice (mimalloc).
+ARROW_CPP_POOL_DEFAULT = "default"
 
 
 def native_pool_env(pool: str) -> str | None:
@@ -293,15 +292,19 @@ class Settings:
         "instead of rebuilt from its file's key column. 0: none, an evicted filter is rebuilt.",
     )
     memory_pool: str = _opt(
-        MEMORY_POOL_DEFAULT,
-        "Arrow's memory pool in the worker, for pyarrow's calls and Arrow's C++ code (the Parquet writer and "
-        "reader) alike: jemalloc (Arrow's bundled one, its freed pages purged at once: JE_ARROW_MALLOC_CONF, "
-        "below), default (pyarrow's choice, mimalloc), system (glibc malloc, which "
-        "CAUSEWAY_MEMORY_RELEASE_INTERVAL_S trims) or mimalloc. The C++ side's pool is chosen when pyarrow "
-        "loads, from ARROW_DEFAULT_MEMORY_POOL, which causeway sets from this (an operator's own value is kept, "
-        "with a warning when it differs). In a 30-minute soak at 5,000/s RSS grew 1.21x (366 -> 443 MiB) with "
-        "both sides on jemalloc, 1.30x (451 -> 584) with the C++ side left on mimalloc (docs/benchmarks.md, "
-        "2026-12-03 noon). Set once at start-up.",
+        "jemalloc",
+        "The memory pool of pyarrow's calls in the worker (the Arrow tables causeway builds, merges and "
+        "caches): jemalloc (Arrow's bundled one, its freed pages purged at once: JE_ARROW_MALLOC_CONF, below), "
+        "default (pyarrow's choice, mimalloc), system (glibc malloc, which CAUSEWAY_MEMORY_RELEASE_INTERVAL_S "
+        "trims) or mimalloc. Arrow's C++ code has its own: CAUSEWAY_ARROW_CPP_POOL. Set once at start-up.",
+    )
+    arrow_cpp_pool: str = _opt(
+        ARROW_CPP_POOL_DEFAULT,
+        "The memory pool of Arrow's C++ code in causeway's processes (the Parquet writer and reader, compute "
+        "kernels), set as ARROW_DEFAULT_MEMORY_POOL before pyarrow loads (an operator's own value of that is "
+        "kept): default (pyarrow's choice, mimalloc), jemalloc, system or mimalloc. jemalloc: a 30-minute soak "
+        "at 5,000/s grew 1.21x (366 -> 443 MiB) against 1.30x, but two pairs of the full profile read "
+        "7.4-7.9k against 11.7-12.5k events/s with a higher peak (docs/benchmarks.md, 2026-12-03 noon).",
     )
     malloc_arena_max: int = _opt(
         0,
@@ -545,8 +548,9 @@ def _check_urls(s: Settings) -> None:
 def _check_memory(s: Settings) -> None:
     """The allocator knobs are applied once when a worker starts (streams/memory.py); a bad one
     fails here, with every other bad setting, not in the worker's start-up alone."""
-    if s.memory_pool not in MEMORY_POOLS:
-        raise SettingsError(f"{env_name('memory_pool')}={s.memory_pool!r}: use one of {', '.join(MEMORY_POOLS)}")
+    for name in ("memory_pool", "arrow_cpp_pool"):
+        if getattr(s, name) not in MEMORY_POOLS:
+            raise SettingsError(f"{env_name(name)}={getattr(s, name)!r}: use one of {', '.join(MEMORY_POOLS)}")
     if not 0 <= s.malloc_arena_max <= MAX_MALLOC_ARENAS:
         raise SettingsError(
             f"{env_name('malloc_arena_max')}={s.malloc_arena_max}: use 0 (glibc's default) "
