@@ -62,7 +62,7 @@ from sinks.catalog import NessieCatalog
 from sinks.nessie import Reference, SyncNessieClient
 from sinks.tables import ENTITY_COMMON, ENTITY_EDGE, ENTITY_EVENTS
 from streams.security import kafka_client_options, nessie_http_options, redact, redis_options, secret_values
-from streams.settings import Settings
+from streams.settings import ARROW_POOL_ENV, Settings
 from streams.topics import ensure_topics
 
 RESULTS = ROOT / "bench" / "results"
@@ -803,7 +803,7 @@ def versions(settings: Settings) -> dict[str, Any]:
         pass
     # the Arrow pool every contender's C++ side allocates from (the worker's and the ceiling's alike:
     # they inherit the harness's, which the `cli` package sets from CAUSEWAY_ARROW_CPP_POOL)
-    out["arrow_pool"] = os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or "pyarrow default"
+    out["arrow_pool"] = os.environ.get(ARROW_POOL_ENV) or "pyarrow default"
     libs = os.environ.get("CAUSEWAY_KAFKA_LIBS", "")
     out["kafka"] = next((part for part in libs.split("/") if part.startswith("kafka-")), None)
     try:
