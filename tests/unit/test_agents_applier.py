@@ -374,6 +374,28 @@ async def test_a_worker_held_back_past_the_hard_bound_expires_on_the_wall_clock(
     assert [(d.event_id, d.reason) for d in dlq.letters] == [("e0", "cause-missing")]
 
 
+async def test_a_committed_record_behind_a_parked_one_lets_its_bytes_go_and_keeps_its_ack_place() -> None:
+    """A parked event holds its partition's later acks, not their bytes: once committed, a record
+    is needed by no dead letter. Failed before: all three records stayed until the ack (a lagging
+    ``full`` worker held ~110k committed records so). The parked one keeps its own bytes for its letter."""
+    applier, committer, dlq, _ = make()
+    now = [100.0]
+    applier.clock = lambda: now[0]
+    parked = event(0, caused_by="e9")
+    broken = rec(2, b"{broken", key=b"prod::x")
+    acks = await applier.process([rec(0, parked), rec(1, event(1)), broken, rec(3, event(3))])
+    tp = (OBJECTS, 0)
+    assert acks == [] and [e.event_id for b in committer.batches for e in b.events] == ["e1", "e3"]
+    assert set(applier._records[tp]) == {0}
+    assert [offset for offset, _ in applier._handles[tp]] == [0, 1, 2, 3]
+    now[0] += applier.settings.causal_timeout_s + 1
+    acks = await applier.tick()
+    assert [(d.event_id, d.reason, d.value) for d in dlq.letters if d.reason == "cause-missing"] == [
+        ("e0", "cause-missing", parked)
+    ]
+    assert acks == ["h0", "h1", "h2", "h3"] and applier._records[tp] == {}
+
+
 class BranchLog(FakeCommitter):
     """A committer whose branch log holds ``applied`` event ids; records each cause lookup."""
 
