@@ -297,7 +297,8 @@ def compact_log(
     (the worker's ``streams.memory.NativeBudget``) makes each merge wait until its transients fit
     beside other worlds' merges: several at once are the worker's memory peaks.
     """
-    from sinks.rowdelta import RowDelta, write_data_files
+    from sinks.loglookup import COLUMNS
+    from sinks.rowdelta import RowDelta, write_data_files_with_rows
     from sinks.rows import EVENTS_SORT
     from sinks.tables import arrow_schema
 
@@ -313,9 +314,17 @@ def compact_log(
         # its compressed size on disk, so it counts as done; any two files under done fit a merge.
         bound = merge_bound(row_bytes, max_rows or 2**62, max_bytes or 2**62)
         rows = [replace(c, size=files[c.path].record_count) for c in candidates]
-        merges = choose(rows, done_rows(target_file_bytes, row_bytes, bound), fanout, base=1, max_size=bound)
+        done = done_rows(target_file_bytes, row_bytes, bound)
+        merges = choose(rows, done, fanout, base=1, max_size=bound)
+
+        def final(df: Any) -> bool:
+            return bool(df.record_count >= done)
     else:
         merges = choose(candidates, target_file_bytes // 2, fanout, max_size=max_bytes)
+
+        def final(df: Any) -> bool:
+            return bool(df.file_size_in_bytes >= target_file_bytes // 2)
+
     if not merges:
         return 0
     rd = RowDelta(tx, {"causeway.compaction": "log"})
@@ -327,18 +336,34 @@ def compact_log(
             merged, bytes_read = _merged_rows(table, paths, files, schema, sort_keys, cache)
             # Dropped as soon as its files exist: a commit's largest transient, and whatever is alive
             # at once is what the allocator keeps.
-            new = [df for chunk in cut(merged, target_file_bytes) for df in write_data_files(metadata, chunk, table.io)]
+            written = [
+                pair
+                for chunk in cut(merged, target_file_bytes)
+                for pair in write_data_files_with_rows(metadata, chunk, table.io)
+            ]
             merged_rows = merged.num_rows
             del merged
+            if cache is not None:
+                # A file never merged again gets its ``event_id`` filter now, from the rows in hand,
+                # on the spill's disk (in RSS only once a lookup asks for it): built by the first log
+                # lookup instead, it cost that lookup a read of the file, and a soak that fell behind
+                # looked causes up after every merge (its first lookup, no file filtered, took 28 s;
+                # docs/benchmarks.md, "2026-12-03 afternoon"). Files that will be merged again are
+                # left to the lookups: their filter would soon go with them.
+                for df, rows in written:
+                    if final(df):
+                        cache.spill_filter(df.file_path, COLUMNS[0], rows.column(COLUMNS[0]))
+            new = [df for df, _ in written]
+            del written
         rd.add(new)
         rd.remove(files[p] for p in paths)
         removed += len(paths)
         if stats is not None:
             stats.rows_rewritten += merged_rows
             stats.bytes_read += bytes_read
-            written = sum(df.file_size_in_bytes for df in new)
-            stats.bytes_rewritten += written
-            stats.bytes_written += written
+            new_bytes = sum(df.file_size_in_bytes for df in new)
+            stats.bytes_rewritten += new_bytes
+            stats.bytes_written += new_bytes
             stats.files_added += len(new)
             stats.files_removed += len(paths)
     rd.commit()

@@ -300,6 +300,18 @@ class FileCache:
             return
         self._keep_filter((path, column), KeyFilter.build(values))
 
+    def spill_filter(self, path: str, column: str, values: pa.Array | pa.ChunkedArray) -> None:
+        """Keep that filter on the spill's disk, not in memory (``seed_filter`` without a spill): for
+        a file no flush reads but a later lookup may. It comes into memory if a lookup asks for it
+        (``key_filter``), so a worker that never looks its log up holds none of these in RSS."""
+        if self.spill is None:
+            self.seed_filter(path, column, values)
+            return
+        key = (path, column)
+        if not self._filters_bound() or len(values) < self.min_filter_rows or key in self._filters or key in self.spill:
+            return
+        self.spill.put(key, KeyFilter.build(values))
+
     def _filters_bound(self) -> int:
         return int(self.max_bytes * self.filter_share)
 

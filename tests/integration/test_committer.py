@@ -779,6 +779,32 @@ def test_a_lookup_of_ids_the_log_does_not_hold_reads_no_log_file_once_their_filt
             reader.applied_events(world, {some[0]})
 
 
+def test_a_log_file_the_merge_writes_for_good_has_its_filter_before_any_lookup(
+    client: SyncNessieClient, sink_settings: Settings, world: str
+) -> None:
+    """The log's merge writes the files that are never merged again with the rows in hand, and now
+    keeps their ``event_id`` filter then, on the spill's disk. Before, a merged file had none until
+    a lookup read it whole: a soak that fell behind looked causes up after every merge (its first lookup, no file
+    filtered, took 28 s). Here the merged file is gone from storage after the merge, and a lookup
+    of absent ids is still answered (failed before: it had to read the file)."""
+    writer = BatchCommitter(sink_settings.replace(log_merge_max_rows=8_000), client)
+    for k in range(9):  # 600-row flush files (no filter: < MIN_ROWS); eight of a tier merge into one
+        events = [obj(world, f"p{k}-{j}", "CREATE", 1) for j in range(600)]
+        writer.commit_batch(batch(world, f"b{k}", events, 600 * k))
+    log = writer.catalog(f"world-{world}").load_table((sink_settings.namespace, "entity_events"))
+    files = [t.file for t in log.scan().plan_files()]
+    merged = [f for f in files if f.record_count >= 4_000]  # done at half the merge bound: final
+    assert len(merged) == 1 and len(files) < 9
+    key = (merged[0].file_path, "event_id")
+    assert writer.file_cache.spill is not None and key in writer.file_cache.spill  # on disk,
+    assert key not in writer.file_cache._filters  # not in memory until a lookup asks for it
+    kept = writer.file_cache.key_filter(*key)
+    assert kept is not None
+    absent = [i for i in (f"absent-{n}" for n in range(300)) if not kept.may_hold(Probe.of(pa.array([i])))][:200]
+    with _gone_from_storage(merged):
+        assert writer.applied_events(world, set(absent)) == set()
+
+
 def test_a_retry_after_another_writers_commit_takes_the_files_its_failed_attempt_wrote(
     client: SyncNessieClient, sink_settings: Settings, world: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
