@@ -377,7 +377,7 @@ async def test_a_worker_held_back_past_the_hard_bound_expires_on_the_wall_clock(
 async def test_a_committed_record_behind_a_parked_one_lets_its_bytes_go_and_keeps_its_ack_place() -> None:
     """A parked event holds its partition's later acks, not their bytes: once committed, a record
     is needed by no dead letter. Failed before: all three records stayed until the ack (a lagging
-    ``full`` worker held ~110k committed records so). The parked one keeps its own bytes for its letter."""
+    ``full`` worker held at least 90k committed records so). The parked one keeps its own bytes for its letter."""
     applier, committer, dlq, _ = make()
     now = [100.0]
     applier.clock = lambda: now[0]
