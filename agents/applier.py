@@ -776,10 +776,8 @@ class Applier:
         of bytes, at least 90k of them committed (its memory probe)."""
         arrivals = list(arrivals)
         self.tracker.done_all(a.source for a in arrivals)
-        records = self._records
         for a in arrivals:
-            if (held := records.get(a.tp)) is not None:
-                held.pop(a.offset, None)
+            self._let_go(a.tp, a.offset)
 
     def _let_go(self, tp: PartitionId, offset: int) -> None:
         if (held := self._records.get(tp)) is not None:

@@ -296,9 +296,8 @@ class FileCache:
     def seed_filter(self, path: str, column: str, values: pa.Array | pa.ChunkedArray) -> None:
         """Keep the key filter of the data file at ``path`` whose ``column`` holds ``values`` (all
         rows); none for a file of fewer than ``min_filter_rows`` rows (read whole: cheaper)."""
-        if not self._filters_bound() or len(values) < self.min_filter_rows or (path, column) in self._filters:
-            return
-        self._keep_filter((path, column), KeyFilter.build(values))
+        if self._wants_filter((path, column), len(values)):
+            self._keep_filter((path, column), KeyFilter.build(values))
 
     def spill_filter(self, path: str, column: str, values: pa.Array | pa.ChunkedArray) -> None:
         """Keep that filter on the spill's disk, not in memory (``seed_filter`` without a spill): for
@@ -306,11 +305,12 @@ class FileCache:
         (``key_filter``), so a worker that never looks its log up holds none of these in RSS."""
         if self.spill is None:
             self.seed_filter(path, column, values)
-            return
-        key = (path, column)
-        if not self._filters_bound() or len(values) < self.min_filter_rows or key in self._filters or key in self.spill:
-            return
-        self.spill.put(key, KeyFilter.build(values))
+        elif self._wants_filter((path, column), len(values)) and (path, column) not in self.spill:
+            self.spill.put((path, column), KeyFilter.build(values))
+
+    def _wants_filter(self, key: tuple[str, str], rows: int) -> bool:
+        """Filters are kept at all, the file is large enough for one, and it has none in memory yet."""
+        return bool(self._filters_bound()) and rows >= self.min_filter_rows and key not in self._filters
 
     def _filters_bound(self) -> int:
         return int(self.max_bytes * self.filter_share)
