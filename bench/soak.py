@@ -18,6 +18,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -97,12 +98,17 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 bootstrap_servers=run.base.kafka_bootstrap, linger_ms=5, acks=1, **kafka_client_options(run.base)
             )
             await producer.start()
+            windower: asyncio.Task[None] | None = None
             try:
                 started = time.monotonic()
                 sent = 0
                 chunk_no = 0
-                window_end = started + WINDOW_S
                 prev_hist: dict[str, float] = {}
+                # Windows are taken beside the publisher, not inside its loop: a slow scrape used to stop
+                # publishing, and the paced loop then sent the missed seconds as one burst.
+                windower = asyncio.create_task(
+                    _windows(lambda i: _window(watch, sampler, handles, prev_hist, i), windows, started, duration)
+                )
                 while time.monotonic() - started < duration:
                     records = restamp(template, chunk_no)
                     chunk_no += 1
@@ -117,16 +123,15 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                             delay = started + sent / args.rate - time.monotonic()
                             if delay > 0:
                                 await asyncio.sleep(delay)
-                        if time.monotonic() >= window_end:
-                            windows.append(await _window(watch, sampler, handles, prev_hist, len(windows)))
-                            print(json.dumps(windows[-1]), flush=True)
-                            window_end += WINDOW_S
                         if time.monotonic() - started >= duration:
                             break
                     for fut, w in futures:
                         meta = await fut
                         sampled[(meta.topic, meta.partition, meta.offset)] = (meta.timestamp / 1000, w)
+                await windower
             finally:
+                if windower is not None:
+                    windower.cancel()
                 await producer.stop()
             await watch.wait_drained(getattr(args, "drain_seconds", 120.0))
     finally:
@@ -203,15 +208,37 @@ def restamp(template: list[tuple[EntityKind, bytes, bytes]], n: int) -> list[tup
     return [(kind, key.replace(old, new), value.replace(old, new)) for kind, key, value in template]
 
 
-async def _window(
-    watch: GroupWatch, sampler: Sampler, handles: list[Any], prev: dict[str, float], index: int
-) -> dict[str, Any]:
+async def _windows(
+    take: Callable[[int], Awaitable[dict[str, Any]]],
+    windows: list[dict[str, Any]],
+    started: float,
+    duration: float,
+    every: float = WINDOW_S,
+) -> None:
+    """Append a window every ``every`` seconds from ``started`` until ``duration`` has passed."""
+    end = started + every
+    while end <= started + duration + 1e-9:
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+        windows.append(await take(len(windows)))
+        print(json.dumps(windows[-1]), flush=True)
+        end += every
+
+
+async def scrape(handles: list[Any]) -> list[str]:
+    """The workers' /metrics texts, read in a thread: the event loop publishes meanwhile."""
     texts = []
     for h in handles:
         try:
-            texts.append(h.metrics_text())
+            texts.append(await asyncio.to_thread(h.metrics_text))
         except Exception:  # noqa: BLE001 - a missed scrape only thins the window
             pass
+    return texts
+
+
+async def _window(
+    watch: GroupWatch, sampler: Sampler, handles: list[Any], prev: dict[str, float], index: int
+) -> dict[str, Any]:
+    texts = await scrape(handles)
     total = measure.counter(texts, "causeway_commit_duration_seconds_sum")
     count = measure.counter(texts, "causeway_commit_duration_seconds_count")
     d_total, d_count = total - prev.get("sum", 0.0), count - prev.get("count", 0.0)

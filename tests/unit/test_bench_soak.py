@@ -42,3 +42,56 @@ def test_a_restamped_chunk_has_fresh_ids_and_keys_and_its_causes_point_into_it()
     assert all("Z000007Z" in i for i in ids[1]) and not any(MARK.encode() in v for _, _, v in chunks[1])
     causes = [e.caused_by for e in events[1] if e.caused_by]
     assert causes and all(c in ids[1] for c in causes)
+
+
+def test_a_slow_scrape_of_the_workers_metrics_does_not_stop_the_event_loop() -> None:
+    # The soak publishes on the loop that takes its windows; a scrape that blocked the loop paused the
+    # publisher, which then sent the missed seconds as one burst.
+    import asyncio
+    import time
+
+    from bench.soak import scrape
+
+    class SlowWorker:
+        def metrics_text(self) -> str:
+            time.sleep(0.3)
+            return "causeway_commit_duration_seconds_count 3.0\n"
+
+    async def main() -> tuple[list[str], int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        t = asyncio.create_task(ticker())
+        texts = await scrape([SlowWorker(), SlowWorker()])
+        t.cancel()
+        return texts, ticks
+
+    texts, ticks = asyncio.run(main())
+    assert texts == ["causeway_commit_duration_seconds_count 3.0\n"] * 2
+    assert ticks >= 20  # 0.6 s of scraping, a tick every 10 ms while it ran
+
+
+def test_windows_are_taken_on_their_schedule_by_a_task_of_their_own() -> None:
+    import asyncio
+    import time
+
+    from bench.soak import _windows
+
+    async def main() -> list[dict[str, object]]:
+        windows: list[dict[str, object]] = []
+
+        async def take(i: int) -> dict[str, object]:
+            return {"window": i, "at": time.monotonic()}
+
+        started = time.monotonic()
+        await _windows(take, windows, started, duration=0.35, every=0.1)
+        return [dict(w, at=float(w["at"]) - started) for w in windows]  # type: ignore[arg-type]
+
+    got = asyncio.run(main())
+    assert [w["window"] for w in got] == [0, 1, 2]  # none after the duration
+    assert all(float(w["at"]) >= 0.1 * (i + 1) - 0.005 for i, w in enumerate(got))  # type: ignore[arg-type]
