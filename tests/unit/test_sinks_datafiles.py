@@ -3,6 +3,7 @@ pyiceberg's writer would write, with its set-up paid once per call."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,7 @@ def test_the_tables_of_a_hundred_worlds_committed_round_robin_find_their_set_ups
     import sinks.datafiles
     from sinks.datafiles import FileWriter
 
-    monkeypatch.setattr(sinks.datafiles, "_BY_ID", {})
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID", OrderedDict())
     base = _metadata(tmp_path)
     tables = [type(base).model_validate_json(base.model_dump_json()) for _ in range(300)]
     assert len({id(t.schema()) for t in tables}) == 300
@@ -124,6 +125,34 @@ def test_the_tables_of_a_hundred_worlds_committed_round_robin_find_their_set_ups
     again = [FileWriter(t, PyArrowFileIO()) for t in tables]
     assert hashes == []
     assert all(a.stats_plan is f.stats_plan for a, f in zip(again, first, strict=True))
+
+
+def test_a_full_set_up_map_drops_its_least_recently_used_table_not_every_table(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    # At its bound the identity map was emptied whole, so every table paid its set-up again at once
+    # (a cliff every ~1,300 worlds' worth of tables). Failed before: the table used just before the
+    # bound was reached hashed its schema's fields again.
+    from pyiceberg.types import NestedField
+
+    import sinks.datafiles
+    from sinks.datafiles import FileWriter
+
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID", OrderedDict())
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID_MAX", 4)
+    base = _metadata(tmp_path)
+    tables = [type(base).model_validate_json(base.model_dump_json()) for _ in range(5)]
+    for t in tables[:4]:
+        FileWriter(t, PyArrowFileIO())
+    FileWriter(tables[0], PyArrowFileIO())  # used again: now the most recent
+    FileWriter(tables[4], PyArrowFileIO())  # past the bound: the least recently used (tables[1]) goes
+    hashes = count_calls(monkeypatch, NestedField, "__hash__")
+    for t in (tables[0], tables[2], tables[3], tables[4]):
+        FileWriter(t, PyArrowFileIO())
+    assert hashes == []
+    FileWriter(tables[1], PyArrowFileIO())
+    assert hashes != []  # the one that went is found by its fields again
+    assert len(sinks.datafiles._BY_ID) == 4  # noqa: SLF001
 
 
 def test_string_bounds_are_cut_without_pyiceberg_truncate_transform_per_file(tmp_path: Path, monkeypatch: Any) -> None:
@@ -143,8 +172,8 @@ def test_string_bounds_are_cut_without_pyiceberg_truncate_transform_per_file(tmp
         return lambda v: cuts.append(v) or fn(v)
 
     monkeypatch.setattr(TruncateTransform, "transform", counted)
-    monkeypatch.setattr(sinks.datafiles, "_SETUPS", {})
-    monkeypatch.setattr(sinks.datafiles, "_BY_ID", {})
+    monkeypatch.setattr(sinks.datafiles, "_SETUPS", OrderedDict())
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID", OrderedDict())
     metadata = _metadata(tmp_path)
     rows = _rows(metadata, 3).set_column(1, "object_pk", pa.array(["é" * 20, "a" * 40, "b" * 3], pa.large_string()))
     written = sinks.datafiles.FileWriter(metadata, PyArrowFileIO()).write([(rows, None)], None)[0]
