@@ -13,6 +13,8 @@ it counts, the bytes its buffers really hold), its full-row share and delete spl
 entry and manifest list caches, the causal gate, the applier's held records and batches, and
 aiokafka's fetched-but-unread records. Holders are found by wrapping their ``__init__`` (weak
 references: the probe keeps nothing alive), so the probe must be imported before the worker builds them.
+``BENCH_MEMORY_PROBE_TRACE_FRAMES=N`` also traces Python's allocations (``tracemalloc``, N frames) and
+adds the 30 sites holding the most bytes to every census sample (``traced``): severalfold slower.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 import weakref
 from collections import Counter
 from pathlib import Path
@@ -454,8 +457,23 @@ def sample(census: bool = False) -> dict[str, Any]:
     if census:
         counts = Counter(type(o).__qualname__ for o in gc.get_objects())
         doc["census"] = dict(counts.most_common(25))
+        if tracemalloc.is_tracing():
+            doc["traced"] = traced_top(tracemalloc.take_snapshot())
     doc["probe_cpu_s"] = round(time.process_time() - t0, 3)
     return doc
+
+
+def traced_top(snapshot: Any, limit: int = 30) -> list[dict[str, Any]]:
+    """The allocation sites holding the most traced bytes: where the Python heap of a sample is."""
+    stats = snapshot.statistics("traceback")
+    return [
+        {
+            "mib": round(st.size / MIB, 1),
+            "blocks": st.count,
+            "where": [f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}" for f in st.traceback],
+        }
+        for st in stats[:limit]
+    ]
 
 
 def _stacks(limit: int = 12) -> dict[str, list[str]]:
@@ -495,8 +513,15 @@ def watch_peaks(path: str, every: float = 0.01, step: int = 16 * MIB) -> None:
     threading.Thread(target=loop, name="memory probe peaks", daemon=True).start()
 
 
-def install(path: str, interval: float = 30.0, census_every: int = 4, release_every: int = 0) -> None:
-    """Register the holders' classes and append a sample to ``path`` every ``interval`` seconds."""
+def install(
+    path: str, interval: float = 30.0, census_every: int = 4, release_every: int = 0, trace_frames: int = 0
+) -> None:
+    """Register the holders' classes and append a sample to ``path`` every ``interval`` seconds.
+
+    ``trace_frames`` > 0 also traces Python allocations (``tracemalloc``, that many frames each; slows
+    the worker severalfold) and adds the largest allocation sites to each census sample."""
+    if trace_frames > 0:
+        tracemalloc.start(trace_frames)
     from aiokafka import AIOKafkaConsumer
 
     from agents.applier import Applier

@@ -21,6 +21,7 @@ if "worker" in sys.argv:
             os.environ["BENCH_MEMORY_PROBE"],
             float(os.environ.get("BENCH_MEMORY_PROBE_INTERVAL", "30")),
             release_every=int(os.environ.get("BENCH_MEMORY_PROBE_RELEASE_EVERY", "0")),
+            trace_frames=int(os.environ.get("BENCH_MEMORY_PROBE_TRACE_FRAMES", "0")),
         )
     if os.environ.get("BENCH_TIMELINE_PROBE"):
         from bench.timeline_probe import install as install_timeline

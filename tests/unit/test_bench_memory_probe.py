@@ -126,3 +126,26 @@ def test_the_committers_log_lookups_are_counted_once_wrapped(monkeypatch) -> Non
     assert committer.logged_events(None, {"a", "b"}) == {"a": True, "b": True}
     assert memory_probe.LOG_LOOKUPS["calls"] == 1
     assert memory_probe.LOG_LOOKUPS["ids"] == 2
+
+
+def test_the_traced_top_names_the_line_that_holds_the_most_python_memory() -> None:
+    import tracemalloc
+
+    from bench.memory_probe import traced_top
+
+    tracemalloc.start(1)
+    try:
+        held = [bytes(1000) + bytes([i % 256]) for i in range(5000)]  # ~5 MB from this line
+        top = traced_top(tracemalloc.take_snapshot(), limit=3)
+    finally:
+        tracemalloc.stop()
+    assert top[0]["where"] == [f"test_bench_memory_probe.py:{held_line()}"]
+    assert top[0]["blocks"] >= 5000 and top[0]["mib"] >= 4.5
+    assert len(held) == 5000
+
+
+def held_line() -> int:
+    import inspect
+
+    src, first = inspect.getsourcelines(test_the_traced_top_names_the_line_that_holds_the_most_python_memory)
+    return first + next(i for i, line in enumerate(src) if "held = [" in line)
