@@ -15,11 +15,12 @@ import bisect
 import heapq
 import itertools
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import orjson
+
+from sinks.lru import Lru
 
 PartitionId = tuple[str, int]
 """(topic, partition): a plain tuple, so pure code needs no Kafka client. aiokafka's own
@@ -376,8 +377,8 @@ class MapMemo:
     def __init__(self, max_branches: int = 1024, max_partitions: int = 16384) -> None:
         self.max_branches = max_branches
         self.max_partitions = max_partitions
-        self._last: OrderedDict[str, tuple[str, dict[PartitionId, _Stored]]] = OrderedDict()
-        self._sets: OrderedDict[tuple[str, PartitionId], tuple[_Stored, OffsetSet]] = OrderedDict()
+        self._last: Lru[str, tuple[str, dict[PartitionId, _Stored]]] = Lru(max_branches)
+        self._sets: Lru[tuple[str, PartitionId], tuple[_Stored, OffsetSet]] = Lru(max_partitions)
         self._lock = threading.Lock()
 
     def loads(self, branch: str, text: str | None) -> StoredMap:
@@ -390,9 +391,7 @@ class MapMemo:
 
     def _parse(self, branch: str, tp: PartitionId, doc: _Stored) -> OffsetSet:
         with self._lock:
-            hit = self._sets.get((branch, tp))
-            if hit is not None:
-                self._sets.move_to_end((branch, tp))
+            hit = self._sets.recent((branch, tp))
         if hit is not None and hit[0] == doc:
             return hit[1].copy()
         return _parse_stored(doc)
@@ -405,13 +404,7 @@ class MapMemo:
         text = _dumps_entries(entries)
         kept = {tp: (entries[tp], s.copy()) for tp, s in offsets.changed().items()}
         with self._lock:
-            self._last[branch] = (text, entries)
-            self._last.move_to_end(branch)
-            while len(self._last) > self.max_branches:
-                self._last.popitem(last=False)
+            self._last.keep(branch, (text, entries))
             for tp, entry in kept.items():
-                self._sets[(branch, tp)] = entry
-                self._sets.move_to_end((branch, tp))
-            while len(self._sets) > self.max_partitions:
-                self._sets.popitem(last=False)
+                self._sets.keep((branch, tp), entry)
         return text

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from pyiceberg.typedef import Record
 
 from sinks.errors import UnsupportedFileFormat
 from sinks.fileio import open_output, write_file
+from sinks.lru import Lru
 from sinks.tables import arrow_schema
 
 #: Below this many in-memory bytes a call writes its files in the calling thread: encoding a small
@@ -251,17 +251,15 @@ def file_metrics(parquet: pq.FileMetaData, plan: dict[str, _Metrics]) -> dict[st
 
 #: Set-ups by (schema fields, ``write.*`` properties): a commit writes each table once or twice
 #: and the schema changes rarely, so the per-call set-up (~1.5 ms for the log) is paid per schema.
-_SETUPS: OrderedDict[tuple[Any, ...], _Setup] = OrderedDict()
-_SETUPS_MAX = 256
+_SETUPS: Lru[tuple[Any, ...], _Setup] = Lru(256)
 #: The same set-ups by (schema object, ``write.*`` properties), checked by identity.
-_BY_ID: OrderedDict[tuple[Any, ...], tuple[Schema, _Setup]] = OrderedDict()
+_BY_ID: Lru[tuple[Any, ...], tuple[Schema, _Setup]] = Lru(4096)
 #: Every world's tables have schema objects of their own (~3 a world), and a worker commits its
-#: worlds round robin: bounded by ``_SETUPS_MAX``, 100 worlds' 300 schemas emptied the map before
+#: worlds round robin: bounded like ``_SETUPS``, 100 worlds' 300 schemas emptied the map before
 #: any came round again, so every flush hashed its schema's fields. An entry is a key and a held
 #: schema (the set-up is shared), so the bound is the tables of ~1,300 worlds. Both maps drop their
 #: least recently used entry at the bound (they were emptied whole: every table then paid its
 #: set-up again at once).
-_BY_ID_MAX = 4096
 _LOCK = threading.Lock()
 
 
@@ -279,12 +277,12 @@ def _setup(schema: Schema, properties: dict[str, str]) -> _Setup:
     # value, for a schema parsed anew) is ~25 µs of a ~40 µs writer set-up, paid per flush.
     by_id = (id(schema), written)
     with _LOCK:
-        kept = _lru_get(_BY_ID, by_id)
+        kept = _BY_ID.recent(by_id)
     if kept is not None and kept[0] is schema:
         return kept[1]
     key = (tuple(schema.fields), tuple(schema.identifier_field_ids), written)
     with _LOCK:
-        found = _lru_get(_SETUPS, key)
+        found = _SETUPS.recent(key)
     if found is not None:
         _keep_by_id(by_id, schema, found)
         return found
@@ -307,31 +305,15 @@ def _setup(schema: Schema, properties: dict[str, str]) -> _Setup:
         _metrics_plan(stats_plan, column_ids),
     )
     with _LOCK:
-        _lru_put(_SETUPS, key, found, _SETUPS_MAX)
+        _SETUPS.keep(key, found)
     _keep_by_id(by_id, schema, found)
     return found
-
-
-def _lru_get(kept: OrderedDict[Any, Any], key: Any) -> Any:
-    """``kept[key]`` (None when absent), now the most recently used. Call under ``_LOCK``."""
-    found = kept.get(key)
-    if found is not None:
-        kept.move_to_end(key)
-    return found
-
-
-def _lru_put(kept: OrderedDict[Any, Any], key: Any, value: Any, bound: int) -> None:
-    """Keep ``key``; past ``bound`` entries the least recently used goes. Call under ``_LOCK``."""
-    kept[key] = value
-    kept.move_to_end(key)
-    while len(kept) > bound:
-        kept.popitem(last=False)
 
 
 def _keep_by_id(key: tuple[Any, ...], schema: Schema, setup: _Setup) -> None:
     # The schema is held with its set-up, so its id is not reused while the entry lives.
     with _LOCK:
-        _lru_put(_BY_ID, key, (schema, setup), _BY_ID_MAX)
+        _BY_ID.keep(key, (schema, setup))
 
 
 class FileWriter:

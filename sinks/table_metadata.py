@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +44,8 @@ from pyiceberg.table.update import (
     _update_table_metadata_log,
 )
 from pyiceberg.utils.datetime import datetime_to_millis
+
+from sinks.lru import Lru
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -71,27 +72,21 @@ class MetadataCache:
 
     def __init__(self, max_tables: int = MAX_TABLES) -> None:
         self.max_tables = max_tables
-        self._items: OrderedDict[Slot, tuple[str, TableMetadata]] = OrderedDict()
+        self._items: Lru[Slot, tuple[str, TableMetadata]] = Lru(max_tables)
         self._lock = threading.Lock()
         self.parses = 0
 
     def get(self, slot: Slot, location: str) -> TableMetadata | None:
         with self._lock:
-            hit = self._items.get(slot)
-            if hit is None or hit[0] != location:
-                return None
-            self._items.move_to_end(slot)
-            return hit[1]
+            hit = self._items.recent(slot)
+        return None if hit is None or hit[0] != location else hit[1]
 
     def put(self, slot: Slot, location: str, metadata: TableMetadata) -> None:
         """Keep ``metadata`` as the contents of the (immutable) file at ``location``, for ``slot``."""
         if self.max_tables <= 0:
             return
         with self._lock:
-            self._items[slot] = (location, metadata)
-            self._items.move_to_end(slot)
-            while len(self._items) > self.max_tables:
-                self._items.popitem(last=False)
+            self._items.keep(slot, (location, metadata))
 
     def read(self, slot: Slot, io: FileIO, location: str) -> TableMetadata:
         """The metadata file at ``location``, parsed only when it is not the one kept for ``slot``."""

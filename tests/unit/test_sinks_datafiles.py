@@ -3,7 +3,6 @@ pyiceberg's writer would write, with its set-up paid once per call."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import PyArrowFileIO, _dataframe_to_data_files
 from pyiceberg.table.metadata import new_table_metadata
 
+from sinks.lru import Lru
 from sinks.rowdelta import write_data_files_with_rows
 from sinks.tables import COMMON, table_properties
 from tests.calls import count_calls, counting_local_fs
@@ -116,7 +116,7 @@ def test_the_tables_of_a_hundred_worlds_committed_round_robin_find_their_set_ups
     import sinks.datafiles
     from sinks.datafiles import FileWriter
 
-    monkeypatch.setattr(sinks.datafiles, "_BY_ID", OrderedDict())
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID", Lru(4096))
     base = _metadata(tmp_path)
     tables = [type(base).model_validate_json(base.model_dump_json()) for _ in range(300)]
     assert len({id(t.schema()) for t in tables}) == 300
@@ -138,8 +138,7 @@ def test_a_full_set_up_map_drops_its_least_recently_used_table_not_every_table(
     import sinks.datafiles
     from sinks.datafiles import FileWriter
 
-    monkeypatch.setattr(sinks.datafiles, "_BY_ID", OrderedDict())
-    monkeypatch.setattr(sinks.datafiles, "_BY_ID_MAX", 4)
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID", Lru(4))
     base = _metadata(tmp_path)
     tables = [type(base).model_validate_json(base.model_dump_json()) for _ in range(5)]
     for t in tables[:4]:
@@ -172,8 +171,8 @@ def test_string_bounds_are_cut_without_pyiceberg_truncate_transform_per_file(tmp
         return lambda v: cuts.append(v) or fn(v)
 
     monkeypatch.setattr(TruncateTransform, "transform", counted)
-    monkeypatch.setattr(sinks.datafiles, "_SETUPS", OrderedDict())
-    monkeypatch.setattr(sinks.datafiles, "_BY_ID", OrderedDict())
+    monkeypatch.setattr(sinks.datafiles, "_SETUPS", Lru(256))
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID", Lru(4096))
     metadata = _metadata(tmp_path)
     rows = _rows(metadata, 3).set_column(1, "object_pk", pa.array(["é" * 20, "a" * 40, "b" * 3], pa.large_string()))
     written = sinks.datafiles.FileWriter(metadata, PyArrowFileIO()).write([(rows, None)], None)[0]
