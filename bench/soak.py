@@ -110,6 +110,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     _windows(lambda i: _window(watch, sampler, handles, prev_hist, i), windows, started, duration)
                 )
                 while time.monotonic() - started < duration:
+                    if windower.done():
+                        windower.result()  # a window that failed stops the soak now, not at its end
                     records = restamp(template, chunk_no)
                     chunk_no += 1
                     futures = []
