@@ -104,3 +104,41 @@ async def test_the_watcher_keeps_one_kafka_and_one_redis_connection_and_finds_re
         task.cancel()
         kafka_proxy.close()
         redis_proxy.close()
+
+
+async def test_the_kafka_probe_asks_a_broker_for_no_topics_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The probe read the metadata of every topic in the cluster each round (39 ms of the worker's CPU
+    # every 5 s at 1,035 topics, growing with the cluster). Failed before: its request asked for all
+    # topics (None).
+    from aiokafka.conn import AIOKafkaConnection
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    from agents.probes import kept_kafka, probe_kafka
+
+    settings = Settings.from_env()
+    kafka = kept_kafka(settings, 5.0)
+    try:
+        assert (await probe_kafka(settings, 5.0, kafka)).ok  # bootstraps the kept client
+        asked: list[list[str] | None] = []
+        answered: list[int] = []
+        real = AIOKafkaConnection.send
+
+        def send(self: AIOKafkaConnection, request: object, *args: object, **kwargs: object) -> object:
+            if isinstance(request, MetadataRequest):
+                asked.append(request._topics)  # noqa: SLF001 - what the probe asked for
+                sent = real(self, request, *args, **kwargs)
+
+                async def counted() -> object:
+                    answer = await sent  # type: ignore[misc]
+                    answered.append(len(answer.topics))
+                    return answer
+
+                return counted()
+            return real(self, request, *args, **kwargs)
+
+        monkeypatch.setattr(AIOKafkaConnection, "send", send)
+        result = await probe_kafka(settings, 5.0, kafka)
+        assert result.ok, result
+        assert asked == [[]] and answered == [0]
+    finally:
+        await kafka.reset()

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaConnectionError
 
 from agents import probes
 from agents.probes import dependency_watcher
@@ -109,6 +109,12 @@ class Cluster:
         return ["b1"]
 
 
+class Answer:
+    """A metadata response: its brokers."""
+
+    brokers = [(1, "127.0.0.1", 9092, None)]
+
+
 class FakeKafka:
     """Stands in for aiokafka's AIOKafkaClient: bootstrap and metadata fail while the broker is down."""
 
@@ -124,10 +130,13 @@ class FakeKafka:
         if not FakeKafka.broker_up:
             raise KafkaConnectionError("Unable to bootstrap from [('127.0.0.1', 9092, <AddressFamily.AF_INET: 2>)]")
 
-    async def fetch_all_metadata(self) -> Any:
+    def get_random_node(self) -> int:
+        return 1
+
+    async def send(self, node_id: int, request: Any) -> Any:
         if not FakeKafka.broker_up or self.closed:
-            raise KafkaError("Unable to get cluster metadata over all known brokers")
-        return Cluster()
+            raise KafkaConnectionError(f"Connection at 127.0.0.1:9092 (node {node_id}) closed")
+        return Answer()
 
     async def close(self) -> None:
         self.closed = True
