@@ -104,6 +104,16 @@ def test_a_flush_finds_its_writer_set_up_by_the_schema_object_without_hashing_it
     assert FileWriter(parsed, PyArrowFileIO()).stats_plan is first.stats_plan
 
 
+def _tables_of_their_own(tmp_path: Path, monkeypatch: Any, n: int, bound: int) -> list[Any]:
+    """``n`` equal table metadata, each with schema objects of its own (as every world's tables
+    have), and a fresh identity map of set-ups bounded at ``bound``."""
+    import sinks.datafiles
+
+    monkeypatch.setattr(sinks.datafiles, "_BY_ID", Lru(bound))
+    base = _metadata(tmp_path)
+    return [type(base).model_validate_json(base.model_dump_json()) for _ in range(n)]
+
+
 def test_the_tables_of_a_hundred_worlds_committed_round_robin_find_their_set_ups_by_identity(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -113,12 +123,9 @@ def test_the_tables_of_a_hundred_worlds_committed_round_robin_find_their_set_ups
     # before: 3,000 field hashes in the second round (10 for each of 300 tables).
     from pyiceberg.types import NestedField
 
-    import sinks.datafiles
     from sinks.datafiles import FileWriter
 
-    monkeypatch.setattr(sinks.datafiles, "_BY_ID", Lru(4096))
-    base = _metadata(tmp_path)
-    tables = [type(base).model_validate_json(base.model_dump_json()) for _ in range(300)]
+    tables = _tables_of_their_own(tmp_path, monkeypatch, 300, bound=4096)
     assert len({id(t.schema()) for t in tables}) == 300
     first = [FileWriter(t, PyArrowFileIO()) for t in tables]
     hashes = count_calls(monkeypatch, NestedField, "__hash__")
@@ -138,9 +145,7 @@ def test_a_full_set_up_map_drops_its_least_recently_used_table_not_every_table(
     import sinks.datafiles
     from sinks.datafiles import FileWriter
 
-    monkeypatch.setattr(sinks.datafiles, "_BY_ID", Lru(4))
-    base = _metadata(tmp_path)
-    tables = [type(base).model_validate_json(base.model_dump_json()) for _ in range(5)]
+    tables = _tables_of_their_own(tmp_path, monkeypatch, 5, bound=4)
     for t in tables[:4]:
         FileWriter(t, PyArrowFileIO())
     FileWriter(tables[0], PyArrowFileIO())  # used again: now the most recent
