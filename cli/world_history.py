@@ -472,7 +472,11 @@ def diff(settings: Settings, a: str, b: str, entity_type: str | None, limit: int
 @click.argument("world")
 @click.option("--to", "to", required=True, help="A commit hash of WORLD, a release name, or a world ref.")
 @click.option("--dry-run", is_flag=True, help="Show what would be rolled back; write nothing.")
-@click.option("--force", is_flag=True, help="If the branch moves meanwhile, plan again and retry once.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="If the branch moves meanwhile, plan again from the new head (up to CAUSEWAY_COMMIT_RETRIES times).",
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
@@ -482,7 +486,8 @@ def rollback(settings: Settings, world: str, to: str, dry_run: bool, force: bool
     History is kept (nothing is force-reset); the commit records the rolled-back range. Offsets
     the world recorded and Redis marks are kept, so Kafka redelivery does not re-apply the
     rolled-back events; `causeway replay --into-world` can re-apply them on purpose.
-    If a writer commits to WORLD meanwhile, the rollback is refused (retried once with --force).
+    If a writer commits to WORLD meanwhile, the rollback is refused (planned again from the new
+    head with --force, up to CAUSEWAY_COMMIT_RETRIES times).
 
     \b
     Examples:

@@ -73,7 +73,9 @@ class RollbackOps(WorldsBase):
         """Commit the target's tables as a new commit on the world's branch, expecting the head planned.
 
         If the branch moves meanwhile (a worker committed), Nessie refuses the commit and nothing
-        changes; with ``force`` the rollback is planned and tried once more from the new head. The
+        changes; with ``force`` the rollback is planned again from each new head, up to the write
+        path's retry budget (``commit_retries``): a worker that commits every few tens of
+        milliseconds would otherwise win most races against a plan that takes longer. The
         commit goes through the write path's commit loop: an unknown outcome is looked up by the
         rollback's commit id (``causeway.write_id``), so a rollback that landed is never made twice.
         """
@@ -84,7 +86,7 @@ class RollbackOps(WorldsBase):
             plans.append(plan)
             return None if plan.noop else self._prepare_rollback(plan)
 
-        policy = RetryPolicy(1 if force else 0, self.settings.commit_backoff_s)
+        policy = RetryPolicy(self.settings.commit_retries if force else 0, self.settings.commit_backoff_s)
         try:
             done = commit_operations(
                 self.client,
@@ -105,7 +107,7 @@ class RollbackOps(WorldsBase):
             head = plans[-1].head[:16] if plans else "?"
             raise WorldMoved(
                 f"world {world!r} moved during the rollback (head was {head}); nothing changed. "
-                "Run it again, or pass --force to retry once from the new head"
+                "Run it again, or pass --force to plan again from each new head"
             ) from exc
         return RollbackOutcome(plans[-1], done.hash, done.attempts)
 

