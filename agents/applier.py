@@ -31,7 +31,7 @@ from functools import partial
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from agents import faults
-from agents.batching import BatchAccumulator
+from agents.batching import BatchAccumulator, CpuLoad
 from agents.causal import CAUSE_MISSING, CausalGate, Rejected
 from agents.dedupe import drop_duplicates, refs_to_check
 from agents.flushing import FlushScheduler
@@ -159,6 +159,7 @@ class Applier:
         commit_failure_attempts: int = 3,
         dead_marks: DecisionStore | Decisions | None = None,
         fence: Fence | None = None,
+        cpu_clock: Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings
         self.marks = marks
@@ -203,6 +204,10 @@ class Applier:
         # Worlds whose last flush found their files missing: one commit attempt per flush, not
         # ``commit_failure_attempts`` with backoff, until a commit succeeds (the world was repaired).
         self._unreadable: set[str] = set()
+        # The process's CPU clock (``time.process_time``): a busy worker's idle flushes wait longer
+        # (``BatchAccumulator.stretch``, ``CAUSEWAY_BATCH_BUSY_CPU``). None: never stretched.
+        self.cpu_clock = cpu_clock
+        self.cpu_load = CpuLoad()
         # The intake's last poll was not full: buffered batches are flushed without waiting.
         self.idle = False
         # The intake's last poll was full (a backlog): a missing cause is most likely still in it,
@@ -318,6 +323,8 @@ class Applier:
         """Periodic work: expire waits, learn causes applied elsewhere, flush old batches."""
         async with self._exclusive():
             now = self.clock()
+            if self.cpu_clock is not None and self.settings.batch_busy_cpu > 0:
+                self.batches.stretch(self.cpu_load.observe(now, self.cpu_clock()), self.settings.batch_busy_cpu)
             read_time = self._read_time()
             self._look_up_causes(now)
             if self.gate.expiring(now, read_time):

@@ -113,6 +113,10 @@ class ChangeIntake(KafkaLoop):
             auto_offset_reset="earliest",
             max_poll_records=self.settings.batch_max_events,
             max_partition_fetch_bytes=max(4 * 1_048_576, self.settings.max_event_bytes * 2),
+            # A trickle gathers at the broker for up to the wait instead of coming a few records a
+            # poll (at 1,000 events/s: ~84 polls a second of ~12 records, each ~3.5 ms of CPU).
+            fetch_max_wait_ms=self.settings.intake_fetch_wait_ms,
+            fetch_min_bytes=self.settings.intake_fetch_min_bytes,
             session_timeout_ms=int(self.settings.session_timeout_s * 1000),
             heartbeat_interval_ms=int(max(1.0, self.settings.session_timeout_s / 5) * 1000),
             **kafka_client_options(self.settings),

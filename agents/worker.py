@@ -16,6 +16,7 @@ import gc
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 import faust
@@ -86,6 +87,7 @@ def build_worker(settings: Settings, metrics: Metrics | None = None) -> tuple[fa
         recent_event_ids=lambda world: asyncio.to_thread(recent_event_ids, settings, naming.branch(world)),
         pipelined=True,
         dead_marks=DeadLetterMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings)),
+        cpu_clock=time.process_time,
     )
     if settings.cdc_mapping:
         # CDC ingest runs in the same process when a mapping is configured, with the settings'

@@ -126,6 +126,7 @@ async def _drain(settings: Settings, expected: int, timeout_s: float) -> dict[st
         worker_id=f"hotpath-{os.getpid()}",
         pipelined=True,
         dead_marks=DeadLetterMarks.from_url(settings.redis_url, settings.dedupe_ttl_s, **redis_options(settings)),
+        cpu_clock=time.process_time,
     )
     intake = ChangeIntake(settings, applier, metrics)
     await intake.start()

@@ -171,6 +171,18 @@ class Settings:
         "Records read per poll; the worker stops reading while 3 x this many events are buffered "
         "(commits lagging). A world's batch is due at batch_flush_events.",
     )
+    intake_fetch_wait_ms: int = _opt(
+        100,
+        "How long Kafka may hold the intake's fetch of the change topics until intake_fetch_min_bytes "
+        "have arrived (the consumer's fetch.max.wait.ms): at most this much latency, for polls that each "
+        "bring a trickle's worth of records instead of a few (a poll costs the worker a few ms of CPU "
+        "however few records it brings).",
+    )
+    intake_fetch_min_bytes: int = _opt(
+        1_048_576,
+        "Bytes that end the intake's fetch wait at once (fetch.min.bytes): a backlog is read at full "
+        "speed. 1 returns every fetch as soon as any record arrives.",
+    )
     batch_flush_events: int = _opt(
         2_000,
         "Flush a world's batch once it holds this many events (at most batch_max_events). Its commit "
@@ -189,6 +201,13 @@ class Settings:
         "With CAUSEWAY_BATCH_FLUSH_WHEN_IDLE, an idle intake flushes a world's batch only once its first "
         "event is this old (at most batch_max_seconds). 0 commits at once; more commits less often, with "
         "more events each, for less CPU per event at low and moderate rates.",
+    )
+    batch_busy_cpu: float = _opt(
+        0.8,
+        "Worker CPU (share of a core, smoothed over ~3 s) at which an idle intake's flush age reaches "
+        "batch_max_seconds; from half of it the age stretches up from batch_idle_min_seconds. A busy worker "
+        "commits less often with more events each (a commit's cost is mostly fixed); one with CPU to spare "
+        "keeps the short wait. 0: never stretch.",
     )
     shutdown_timeout_s: float = _opt(
         30.0,
@@ -507,15 +526,18 @@ class Settings:
             "cdc_max_records",
             "log_merge_max_rows",
             "log_merge_max_bytes",
+            "intake_fetch_min_bytes",
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{env_name(name)} must be at least 1")
-        for name in ("index_cache_bytes", "key_filter_spill_bytes", "native_work_bytes"):
+        for name in ("index_cache_bytes", "key_filter_spill_bytes", "native_work_bytes", "intake_fetch_wait_ms"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{env_name(name)} must be 0 or more")
         for name in ("batch_idle_min_seconds", "index_cache_idle_s"):
             if not 0.0 <= getattr(self, name) < math.inf:
                 raise SettingsError(f"{env_name(name)}={getattr(self, name)}: use 0 or more seconds")
+        if not 0.0 <= self.batch_busy_cpu < math.inf:
+            raise SettingsError(f"{env_name('batch_busy_cpu')}={self.batch_busy_cpu}: use 0 (off) or a share of a core")
         _check_memory(self)
         try:
             re.compile(self.cdc_pattern)

@@ -579,6 +579,36 @@ async def test_a_world_flushes_at_batch_flush_events_while_polls_stay_at_batch_m
     assert small.batches.max_events == 2  # never past the poll's own size
 
 
+async def test_a_busy_worker_waits_longer_before_an_idle_flush() -> None:
+    """The tick reads the process's CPU clock: near a full core an idle world's batch waits up to
+    batch_max_seconds instead of the idle minimum; with CPU to spare it flushes at the minimum."""
+    now, cpu = [100.0], [0.0]
+    settings = Settings.from_env({}).replace(
+        batch_max_events=100, batch_max_seconds=5.0, batch_idle_min_seconds=0.5, batch_busy_cpu=0.8
+    )
+    committer = FakeCommitter()
+    applier = applier_with(settings, committer, FakeMarks(), clock=lambda: now[0])
+    applier.cpu_clock = lambda: cpu[0]
+    applier.idle = True
+    await applier.tick()  # starts the CPU clock
+    now[0] += 3.0
+    cpu[0] += 3.0  # a whole core for the last three seconds
+    await applier.tick()
+    assert applier.batches.idle_age == 5.0
+    await applier.process([rec(0, event(0))])
+    now[0] += 1.0  # the CPU clock stands still from now on: the load falls
+    await applier.tick()
+    assert committer.batches == []  # 1 s old: past the idle minimum, but the worker was busy
+    now[0] += 1.0
+    await applier.tick()
+    assert applier.batches.idle_age < 2.0
+    assert [e.event_id for b in committer.batches for e in b.events] == ["e0"]  # 2 s old, before the 5 s age flush
+    quiet = applier_with(settings, FakeCommitter(), FakeMarks(), clock=lambda: now[0])
+    assert quiet.cpu_clock is None  # tests and replays: no CPU clock, never stretched
+    await quiet.tick()
+    assert quiet.batches.idle_age == 0.5
+
+
 async def test_catching_up_with_a_backlog_flushes_its_rest_without_the_idle_minimum() -> None:
     now = [100.0]
     settings = Settings.from_env({}).replace(batch_max_events=100, batch_max_seconds=60.0, batch_idle_min_seconds=5.0)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.batching import BatchAccumulator
+from agents.batching import BatchAccumulator, CpuLoad, busy_idle_age
 
 
 def test_flush_on_size() -> None:
@@ -107,6 +107,39 @@ def test_an_idle_intake_flushes_a_batch_only_once_it_is_the_idle_minimum_old() -
     for i in range(3, 103):
         acc.add("w2", i, now=0.31)
     assert acc.due(0.31, idle=True) == ["w2"]  # full: due at once, idle or not
+
+
+def test_a_busy_worker_stretches_the_idle_flush_towards_the_age_flush() -> None:
+    """Before: an idle intake flushed at the idle minimum whatever the load, so at 5,000 events/s a
+    worker near a full core paid a commit's fixed cost every half second per world."""
+    assert busy_idle_age(0.5, 1.0, load=0.1, busy_load=0.8) == 0.5  # CPU to spare: the short wait
+    assert busy_idle_age(0.5, 1.0, load=0.4, busy_load=0.8) == 0.5  # from half of busy_load on...
+    assert busy_idle_age(0.5, 1.0, load=0.6, busy_load=0.8) == pytest.approx(0.75)  # ...a straight line
+    assert busy_idle_age(0.5, 1.0, load=0.8, busy_load=0.8) == 1.0
+    assert busy_idle_age(0.5, 1.0, load=1.7, busy_load=0.8) == 1.0  # never past the age flush
+    assert busy_idle_age(0.5, 1.0, load=1.7, busy_load=0.0) == 0.5  # 0: off
+    acc: BatchAccumulator[int] = BatchAccumulator(max_events=100, max_seconds=1.0, idle_min_seconds=0.5)
+    acc.add("w1", 1, now=0.0)
+    assert acc.due(0.5, idle=True) == ["w1"]
+    assert acc.stretch(0.9, 0.8) == 1.0
+    assert acc.due(0.5, idle=True) == []
+    assert acc.due(0.99, idle=True) == []
+    assert acc.due(1.0, idle=True) == ["w1"]
+    assert acc.stretch(0.2, 0.8) == 0.5  # the load fell: the short wait again
+    assert acc.due(0.5, idle=True) == ["w1"]
+
+
+def test_cpu_load_is_the_smoothed_share_of_a_core_between_readings() -> None:
+    load = CpuLoad(window_s=3.0, min_step_s=0.5)
+    assert load.observe(10.0, 1.0) == 0.0  # the first reading only starts the clock
+    assert load.observe(10.2, 1.2) == 0.0  # too close to say anything
+    assert load.observe(13.0, 3.7) == pytest.approx(0.9)  # a whole window at 0.9 of a core
+    for i in range(1, 20):
+        last = load.observe(13.0 + i, 3.7 + 0.2 * i)  # then 0.2 of a core, a second at a time
+    assert last == pytest.approx(0.2, abs=0.01)
+    assert load.observe(40.0, 3.0) == pytest.approx(0.2 * (1 - 1.0), abs=0.2)  # a clock going back reads as idle
+    with pytest.raises(ValueError):
+        CpuLoad(window_s=0)
 
 
 def test_the_idle_minimum_never_delays_past_the_age_flush() -> None:
